@@ -1,0 +1,131 @@
+// Package config holds the names of the environment variables every ddb-outbox
+// function reads, and small helpers to read them with defaults and validation.
+//
+// The names are exported constants so that the runtime code (functions/, pkg/)
+// and the CDK app (infra/) use one spelling: a Grant* method on the CDK construct
+// sets exactly the variable the handler reads. This package imports nothing from
+// the CDK and nothing from the AWS SDK.
+//
+// Endpoints are not configured here: the AWS SDK for Go v2 already reads the
+// standard AWS_ENDPOINT_URL and AWS_ENDPOINT_URL_<SERVICE> variables
+// (for example AWS_ENDPOINT_URL_DYNAMODB), which is how the local stack and the
+// tests point every client at a DynamoDB-compatible server.
+package config
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+)
+
+// Environment variable names read by the functions. Table and queue values are
+// physical names or URLs created by the stack; the CDK construct sets them.
+const (
+	// EnvOutboxTable is the outbox table name (read by api, relay, reconciler).
+	EnvOutboxTable = "OUTBOX_TABLE_NAME"
+	// EnvOrdersTable is the orders (business) table name (read by api).
+	EnvOrdersTable = "ORDERS_TABLE_NAME"
+	// EnvDedupTable is the consumers' dedup marker table name (read by consumers).
+	EnvDedupTable = "DEDUP_TABLE_NAME"
+	// EnvLedgerTable is the ledger consumer's table name.
+	EnvLedgerTable = "LEDGER_TABLE_NAME"
+	// EnvNotificationsTable is the notifier consumer's table name.
+	EnvNotificationsTable = "NOTIFICATIONS_TABLE_NAME"
+	// EnvEventBusName is the EventBridge bus name or ARN the relay publishes to.
+	EnvEventBusName = "EVENT_BUS_NAME"
+	// EnvEventSource is the EventBridge Source of published events.
+	EnvEventSource = "EVENT_SOURCE"
+	// EnvParkedQueueURL is the SQS queue URL that receives parked (unpublishable)
+	// outbox records with their full envelope (read by relay and reconciler).
+	EnvParkedQueueURL = "PARKED_QUEUE_URL"
+	// EnvPendingShards is the number of shards of the sparse pending index
+	// partition key (integer, 1..256). Writers and the reconciler must agree.
+	EnvPendingShards = "PENDING_SHARDS"
+	// EnvReconcileAfterSeconds is the age, in seconds, after which the
+	// reconciler re-publishes a pending outbox record (default 300).
+	EnvReconcileAfterSeconds = "RECONCILE_AFTER_SECONDS"
+	// EnvReconcileBudgetSeconds bounds one reconciler run, in seconds.
+	EnvReconcileBudgetSeconds = "RECONCILE_BUDGET_SECONDS"
+	// EnvPublishedRetentionSeconds is how long, in seconds, a published outbox
+	// record is kept before its TTL expires it (default 7 days).
+	EnvPublishedRetentionSeconds = "PUBLISHED_RETENTION_SECONDS"
+	// EnvDedupRetentionSeconds is the dedup marker TTL in seconds; it must
+	// outlive the redelivery window (default 7 days).
+	EnvDedupRetentionSeconds = "DEDUP_RETENTION_SECONDS"
+	// EnvMaxEntryBytes is the EventBridge entry size limit in bytes (default
+	// 262144, 256 KB; AWS has announced larger payloads for event buses).
+	EnvMaxEntryBytes = "MAX_ENTRY_BYTES"
+	// EnvLogLevel is the slog level: DEBUG, INFO, WARN or ERROR.
+	EnvLogLevel = "LOG_LEVEL"
+)
+
+// Metric names and namespace the reconciler and relay emit (CloudWatch
+// embedded metric format). The CDK alarms read the same constants.
+const (
+	MetricNamespace            = "DdbOutbox"
+	MetricOldestPendingAge     = "OldestPendingAgeSeconds"
+	MetricPendingCount         = "PendingCount"
+	MetricReconcilerResent     = "ReconcilerResent"
+	MetricParked               = "ParkedRecords"
+	MetricDimensionOutboxTable = "OutboxTable"
+)
+
+// Defaults for the settings above.
+const (
+	DefaultPendingShards      = 16
+	DefaultReconcileAfter     = 5 * time.Minute
+	DefaultReconcileBudget    = 45 * time.Second
+	DefaultPublishedRetention = 7 * 24 * time.Hour
+	DefaultDedupRetention     = 7 * 24 * time.Hour
+	DefaultMaxEntryBytes      = 256 * 1024
+	DefaultEventSource        = "com.ddb-outbox.orders"
+	MaxPendingShards          = 256
+)
+
+// Required returns the value of the environment variable name, or an error
+// naming the variable when it is unset or empty.
+func Required(name string) (string, error) {
+	v := os.Getenv(name)
+	if v == "" {
+		return "", fmt.Errorf("config: environment variable %s is required", name)
+	}
+	return v, nil
+}
+
+// String returns the variable's value, or def when it is unset or empty.
+func String(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// Int returns the variable parsed as a base-10 integer, or def when unset.
+// It returns an error when the value is not an integer.
+func Int(name string, def int) (int, error) {
+	v := os.Getenv(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, fmt.Errorf("config: %s=%q is not an integer", name, v)
+	}
+	return n, nil
+}
+
+// Seconds returns the variable, a whole number of seconds, as a duration, or
+// def when unset. It returns an error when the value is not a non-negative
+// integer.
+func Seconds(name string, def time.Duration) (time.Duration, error) {
+	v := os.Getenv(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("config: %s=%q is not a whole number of seconds", name, v)
+	}
+	return time.Duration(n) * time.Second, nil
+}

@@ -1,0 +1,328 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/ddb-outbox/ddb-outbox/pkg/config"
+)
+
+// TransactWriter is the one DynamoDB method the Writer calls, with the SDK's
+// exact signature, so *dynamodb.Client satisfies it and tests can fake it.
+type TransactWriter interface {
+	TransactWriteItems(ctx context.Context, params *dynamodb.TransactWriteItemsInput, optFns ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error)
+}
+
+// DynamoDB transaction limits. Source:
+// https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_TransactWriteItems.html
+const (
+	MaxTransactionActions = 100
+	MaxTransactionBytes   = 4 * 1024 * 1024
+	// MaxItemBytes is DynamoDB's item size limit (400 KB).
+	MaxItemBytes = 400 * 1024
+)
+
+// Errors returned by Writer.Write before anything is sent.
+var (
+	// ErrNoEvents: a change must record at least one event.
+	ErrNoEvents = errors.New("outbox: a change must record at least one event")
+	// ErrEntryTooLarge: an event's EventBridge entry exceeds MaxEntryBytes.
+	ErrEntryTooLarge = errors.New("outbox: event entry exceeds the EventBridge size limit")
+	// ErrTransactionTooLarge: more than 100 actions, more than 4 MB, or an
+	// item over 400 KB.
+	ErrTransactionTooLarge = errors.New("outbox: transaction exceeds DynamoDB limits")
+	// ErrDuplicateAction: two actions in one transaction touch the same item.
+	ErrDuplicateAction = errors.New("outbox: two actions in one transaction target the same item")
+)
+
+// WriterConfig configures a Writer. Zero values take the defaults.
+type WriterConfig struct {
+	// Table is the outbox table name. Required.
+	Table string
+	// Source is the EventBridge Source the relay will use; it counts toward
+	// the entry size. Default config.DefaultEventSource.
+	Source string
+	// PendingShards is the number of pending index shards. Default 16.
+	PendingShards int
+	// MaxEntryBytes is the EventBridge entry size limit. Default 262144.
+	MaxEntryBytes int
+}
+
+func (c *WriterConfig) setDefaults() {
+	if c.Source == "" {
+		c.Source = config.DefaultEventSource
+	}
+	if c.PendingShards == 0 {
+		c.PendingShards = config.DefaultPendingShards
+	}
+	if c.MaxEntryBytes == 0 {
+		c.MaxEntryBytes = config.DefaultMaxEntryBytes
+	}
+}
+
+// Validate reports a configuration error.
+func (c WriterConfig) Validate() error {
+	switch {
+	case c.Table == "":
+		return errors.New("outbox: WriterConfig.Table is required")
+	case c.PendingShards < 1 || c.PendingShards > config.MaxPendingShards:
+		return fmt.Errorf("outbox: PendingShards %d out of range 1..%d", c.PendingShards, config.MaxPendingShards)
+	case c.MaxEntryBytes < 1024:
+		return fmt.Errorf("outbox: MaxEntryBytes %d is too small", c.MaxEntryBytes)
+	}
+	return nil
+}
+
+// Writer appends outbox records to a caller's transaction and commits it.
+// It is safe for concurrent use.
+type Writer struct {
+	client TransactWriter
+	cfg    WriterConfig
+}
+
+// NewWriter returns a Writer, or an error if cfg does not validate.
+func NewWriter(client TransactWriter, cfg WriterConfig) (*Writer, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Writer{client: client, cfg: cfg}, nil
+}
+
+// Config returns the writer's effective configuration.
+func (w *Writer) Config() WriterConfig { return w.cfg }
+
+// WriteOption changes one Write call.
+type WriteOption func(*writeOptions)
+
+type writeOptions struct {
+	token string
+}
+
+// WithClientRequestToken sets the TransactWriteItems ClientRequestToken
+// (1..36 characters), making a repeated identical call within 10 minutes a
+// no-op on DynamoDB. Derive it deterministically, e.g. from an idempotency key
+// with RequestToken.
+func WithClientRequestToken(token string) WriteOption {
+	return func(o *writeOptions) { o.token = token }
+}
+
+// Write commits writes (the business change) and one outbox record per
+// envelope in a single TransactWriteItems call. The outbox puts follow the
+// business writes, so CancellationReasons index i < len(writes) points at a
+// business write.
+//
+// Errors, all before any request is sent unless stated:
+//   - ErrNoEvents when events is empty;
+//   - an error wrapping ErrInvalidEnvelope when an envelope does not validate;
+//   - ErrEntryTooLarge when an event's entry exceeds MaxEntryBytes;
+//   - ErrTransactionTooLarge past 100 actions, 4 MB or a 400 KB item;
+//   - ErrDuplicateAction when two actions name the same item;
+//   - after sending: a *TxError (see AsTxError) when DynamoDB cancels the
+//     transaction, or the SDK's error.
+func (w *Writer) Write(ctx context.Context, writes []types.TransactWriteItem, events []Envelope, opts ...WriteOption) error {
+	in, err := w.Build(writes, events, opts...)
+	if err != nil {
+		return err
+	}
+	if _, err := w.client.TransactWriteItems(ctx, in); err != nil {
+		return translateTxError(err)
+	}
+	return nil
+}
+
+// Build validates and assembles the TransactWriteItems input Write would send.
+// It returns the same errors as Write's pre-send checks.
+func (w *Writer) Build(writes []types.TransactWriteItem, events []Envelope, opts ...WriteOption) (*dynamodb.TransactWriteItemsInput, error) {
+	var o writeOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if len(events) == 0 {
+		return nil, ErrNoEvents
+	}
+	items := make([]types.TransactWriteItem, 0, len(writes)+len(events))
+	items = append(items, writes...)
+	cond, err := expression.NewBuilder().
+		WithCondition(expression.AttributeNotExists(expression.Name(AttrPK))).Build()
+	if err != nil {
+		return nil, fmt.Errorf("outbox: build condition: %w", err)
+	}
+	for i, env := range events {
+		if err := env.Validate(); err != nil {
+			return nil, err
+		}
+		detail, err := env.Detail()
+		if err != nil {
+			return nil, err
+		}
+		if size := EntrySize(w.cfg.Source, env.EventType, detail); size > w.cfg.MaxEntryBytes {
+			return nil, fmt.Errorf("%w: %s %s is %d bytes, limit %d", ErrEntryTooLarge, env.EventType, env.EventID, size, w.cfg.MaxEntryBytes)
+		}
+		rec := NewRecord(env, i, w.cfg.PendingShards)
+		items = append(items, types.TransactWriteItem{Put: &types.Put{
+			TableName:                 aws.String(w.cfg.Table),
+			Item:                      rec.Item(),
+			ConditionExpression:       cond.Condition(),
+			ExpressionAttributeNames:  cond.Names(),
+			ExpressionAttributeValues: cond.Values(),
+		}})
+	}
+	if err := CheckTransaction(items); err != nil {
+		return nil, err
+	}
+	in := &dynamodb.TransactWriteItemsInput{TransactItems: items}
+	if o.token != "" {
+		in.ClientRequestToken = aws.String(o.token)
+	}
+	return in, nil
+}
+
+// CheckTransaction checks DynamoDB's TransactWriteItems limits on items: at
+// most 100 actions, at most 4 MB in all, no item over 400 KB (item sizes are
+// estimated as attribute name plus value bytes), and at most one action per
+// item. It returns ErrTransactionTooLarge or ErrDuplicateAction (wrapped).
+// Key identity uses the key attributes present in Put items and the Key map
+// of other actions.
+func CheckTransaction(items []types.TransactWriteItem) error {
+	if len(items) > MaxTransactionActions {
+		return fmt.Errorf("%w: %d actions, limit %d", ErrTransactionTooLarge, len(items), MaxTransactionActions)
+	}
+	seen := make(map[string]int, len(items))
+	total := 0
+	for i, it := range items {
+		table, key, size := actionTarget(it)
+		if size > MaxItemBytes {
+			return fmt.Errorf("%w: action %d item is about %d bytes, limit %d", ErrTransactionTooLarge, i, size, MaxItemBytes)
+		}
+		total += size
+		id := table + "\x00" + key
+		if j, dup := seen[id]; dup {
+			return fmt.Errorf("%w: actions %d and %d on table %s", ErrDuplicateAction, j, i, table)
+		}
+		seen[id] = i
+	}
+	if total > MaxTransactionBytes {
+		return fmt.Errorf("%w: about %d bytes, limit %d", ErrTransactionTooLarge, total, MaxTransactionBytes)
+	}
+	return nil
+}
+
+// actionTarget returns the table, a canonical key string and the estimated
+// size in bytes of one transaction action.
+func actionTarget(it types.TransactWriteItem) (table, key string, size int) {
+	switch {
+	case it.Put != nil:
+		// A Put carries its key inside the item; without the table's key
+		// schema we identify it by the conventional key attributes.
+		return aws.ToString(it.Put.TableName), keyString(pickKey(it.Put.Item)), ItemSize(it.Put.Item)
+	case it.Update != nil:
+		return aws.ToString(it.Update.TableName), keyString(it.Update.Key), ItemSize(it.Update.Key) + ItemSize(it.Update.ExpressionAttributeValues)
+	case it.Delete != nil:
+		return aws.ToString(it.Delete.TableName), keyString(it.Delete.Key), ItemSize(it.Delete.Key)
+	case it.ConditionCheck != nil:
+		return aws.ToString(it.ConditionCheck.TableName), keyString(it.ConditionCheck.Key), ItemSize(it.ConditionCheck.Key)
+	}
+	return "", "", 0
+}
+
+// KeyAttributeNames lists the attribute names CheckTransaction treats as key
+// attributes of a Put item (the conventions of this project's tables).
+var KeyAttributeNames = []string{AttrPK, AttrSK}
+
+func pickKey(item map[string]types.AttributeValue) map[string]types.AttributeValue {
+	k := make(map[string]types.AttributeValue, 2)
+	for _, n := range KeyAttributeNames {
+		if v, ok := item[n]; ok {
+			k[n] = v
+		}
+	}
+	if len(k) == 0 {
+		return item
+	}
+	return k
+}
+
+func keyString(key map[string]types.AttributeValue) string {
+	names := make([]string, 0, len(key))
+	for n := range key {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	s := ""
+	for _, n := range names {
+		s += n + "=" + scalarString(key[n]) + ";"
+	}
+	return s
+}
+
+func scalarString(v types.AttributeValue) string {
+	switch t := v.(type) {
+	case *types.AttributeValueMemberS:
+		return "S:" + t.Value
+	case *types.AttributeValueMemberN:
+		return "N:" + t.Value
+	case *types.AttributeValueMemberB:
+		return "B:" + string(t.Value)
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+// ItemSize estimates the stored size in bytes of an item: the UTF-8 length
+// of every attribute name plus its value (numbers counted by digit, as an
+// upper bound). Source:
+// https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/CapacityUnitCalculations.html
+func ItemSize(item map[string]types.AttributeValue) int {
+	n := 0
+	for name, v := range item {
+		n += len(name) + valueSize(v)
+	}
+	return n
+}
+
+func valueSize(v types.AttributeValue) int {
+	switch t := v.(type) {
+	case *types.AttributeValueMemberS:
+		return len(t.Value)
+	case *types.AttributeValueMemberN:
+		return len(t.Value)/2 + 1
+	case *types.AttributeValueMemberB:
+		return len(t.Value)
+	case *types.AttributeValueMemberBOOL, *types.AttributeValueMemberNULL:
+		return 1
+	case *types.AttributeValueMemberSS:
+		n := 0
+		for _, s := range t.Value {
+			n += len(s)
+		}
+		return n
+	case *types.AttributeValueMemberNS:
+		n := 0
+		for _, s := range t.Value {
+			n += len(s)/2 + 1
+		}
+		return n
+	case *types.AttributeValueMemberBS:
+		n := 0
+		for _, b := range t.Value {
+			n += len(b)
+		}
+		return n
+	case *types.AttributeValueMemberM:
+		return 3 + ItemSize(t.Value) + len(t.Value)
+	case *types.AttributeValueMemberL:
+		n := 3
+		for _, e := range t.Value {
+			n += 1 + valueSize(e)
+		}
+		return n
+	}
+	return 0
+}

@@ -1,0 +1,55 @@
+// Package routing declares, once, which consumer receives which published
+// events. The local bus (pkg/localrt) routes by these rules and the CDK stack
+// (infra/) generates one EventBridge rule per entry, so local runs and AWS
+// cannot drift.
+package routing
+
+import "github.com/ddb-outbox/ddb-outbox/pkg/order"
+
+// Consumer names. Each is a Lambda function (functions/<name>) and a rule.
+const (
+	ConsumerLedger   = "ledger"
+	ConsumerNotifier = "notifier"
+)
+
+// Rule routes events whose Source is one of the bus sources and whose
+// DetailType is in DetailTypes to one consumer. It is the subset of the
+// EventBridge event pattern language this project uses:
+// {"source":[<source>],"detail-type":[<types>...]}.
+type Rule struct {
+	// Name is the rule's logical name, unique per bus.
+	Name string
+	// Consumer is the target consumer's name (functions/<Consumer>).
+	Consumer string
+	// DetailTypes are the event types the consumer receives.
+	DetailTypes []string
+}
+
+// Pattern returns the rule's EventBridge event pattern for events of source,
+// as a JSON-ready value: {"source":[source],"detail-type":[...]}.
+func (r Rule) Pattern(source string) map[string]any {
+	dt := make([]any, len(r.DetailTypes))
+	for i, t := range r.DetailTypes {
+		dt[i] = t
+	}
+	return map[string]any{
+		"source":      []any{source},
+		"detail-type": dt,
+	}
+}
+
+// Rules returns every consumer rule.
+func Rules() []Rule {
+	return []Rule{
+		{
+			Name:        "ledger-order-payments",
+			Consumer:    ConsumerLedger,
+			DetailTypes: []string{order.EventOrderPaid, order.EventOrderCancelled},
+		},
+		{
+			Name:        "notifier-order-events",
+			Consumer:    ConsumerNotifier,
+			DetailTypes: append([]string(nil), order.EventTypes...),
+		},
+	}
+}
