@@ -37,7 +37,7 @@ func TestWriteIsAtomicAgainstDynamoDB(t *testing.T) {
 	}
 
 	e := envelope(t, map[string]any{"order_id": "o-1"})
-	if err := w.Write(ctx, []types.TransactWriteItem{businessPut("ORDER#o-1")}, []outbox.Envelope{e}); err != nil {
+	if err := w.Write(ctx, []types.TransactWriteItem{putIn(orders, "ORDER#o-1")}, []outbox.Envelope{e}); err != nil {
 		t.Fatalf("Write: %v", err)
 	}
 	out, err := env.DDB.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(ob), ConsistentRead: aws.Bool(true),
@@ -49,7 +49,7 @@ func TestWriteIsAtomicAgainstDynamoDB(t *testing.T) {
 		t.Fatal("pending record has a TTL")
 	}
 	// The same aggregate version cannot be recorded twice.
-	err = w.Write(ctx, []types.TransactWriteItem{businessPut("ORDER#o-2")}, []outbox.Envelope{e})
+	err = w.Write(ctx, []types.TransactWriteItem{putIn(orders, "ORDER#o-2")}, []outbox.Envelope{e})
 	if te, ok := outbox.AsTxError(err); !ok || !te.ConditionFailed(1) {
 		t.Fatalf("want condition failure on the outbox put, got %v", err)
 	}
@@ -65,4 +65,10 @@ func count(t *testing.T, c *dynamodb.Client, table string) int32 {
 		t.Fatalf("scan %s: %v", table, err)
 	}
 	return out.Count
+}
+
+func putIn(table, pk string) types.TransactWriteItem {
+	it := businessPut(pk)
+	it.Put.TableName = aws.String(table)
+	return it
 }
