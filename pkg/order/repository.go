@@ -1,0 +1,645 @@
+package order
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
+)
+
+// Orders table key scheme and attribute names. The table has a single
+// string partition key AttrPK and holds two kinds of items: orders
+// ("ORDER#<id>") and idempotency records ("IDEMPOTENCY#<key>").
+const (
+	AttrPK             = "pk"              // S: KeyPrefixOrder+id or KeyPrefixIdempotency+key
+	AttrKind           = "kind"            // S: KindOrder or KindIdempotency
+	AttrID             = "id"              // S: order id
+	AttrCustomerID     = "customer_id"     // S
+	AttrAmountMinor    = "amount_minor"    // N, integer minor units
+	AttrCurrency       = "currency"        // S, ISO 4217 alphabetic
+	AttrStatus         = "status"          // S: PLACED, PAID, SHIPPED, CANCELLED
+	AttrVersion        = "version"         // N, optimistic concurrency version
+	AttrCancelReason   = "cancel_reason"   // S, optional
+	AttrCreatedAt      = "created_at"      // S, RFC 3339 nanoseconds, UTC
+	AttrUpdatedAt      = "updated_at"      // S, RFC 3339 nanoseconds, UTC
+	AttrIdempotencyKey = "idempotency_key" // S, idempotency records only
+	AttrOrderID        = "order_id"        // S, idempotency records only
+	AttrRequestHash    = "request_hash"    // S, idempotency records only
+	AttrOrder          = "order"           // M, idempotency records only: the order as first created
+	AttrExpiresAt      = "expires_at"      // N, Unix epoch seconds; TTL, idempotency records only
+
+	// TTLAttribute is the orders table's TTL attribute. Only idempotency
+	// records carry it; orders never expire.
+	TTLAttribute = AttrExpiresAt
+
+	KeyPrefixOrder       = "ORDER#"
+	KeyPrefixIdempotency = "IDEMPOTENCY#"
+
+	KindOrder       = "ORDER"
+	KindIdempotency = "IDEMPOTENCY"
+)
+
+// Defaults of RepositoryConfig.
+const (
+	DefaultIdempotencyTTL = 24 * time.Hour
+	DefaultMaxAttempts    = 4
+	DefaultBaseBackoff    = 25 * time.Millisecond
+	// MaxIdempotencyKeyLen is the maximum Idempotency-Key length, in bytes.
+	MaxIdempotencyKeyLen = 255
+)
+
+// OrderKey returns the orders table key of order id.
+func OrderKey(id string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{AttrPK: &types.AttributeValueMemberS{Value: KeyPrefixOrder + id}}
+}
+
+// IdempotencyKey returns the orders table key of the idempotency record of key.
+func IdempotencyKey(key string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{AttrPK: &types.AttributeValueMemberS{Value: KeyPrefixIdempotency + key}}
+}
+
+// CreateTableInput returns the orders table definition used by the local
+// runtime and tests: a single string partition key AttrPK and on-demand
+// billing, no stream (events travel through the outbox table). TTL on
+// TTLAttribute is enabled separately, see TimeToLiveInput.
+func CreateTableInput(name string) *dynamodb.CreateTableInput {
+	return &dynamodb.CreateTableInput{
+		TableName:            aws.String(name),
+		BillingMode:          types.BillingModePayPerRequest,
+		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String(AttrPK), AttributeType: types.ScalarAttributeTypeS}},
+		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String(AttrPK), KeyType: types.KeyTypeHash}},
+	}
+}
+
+// TimeToLiveInput returns the UpdateTimeToLive call that enables TTL on
+// TTLAttribute (expiring idempotency records) for the orders table name.
+func TimeToLiveInput(name string) *dynamodb.UpdateTimeToLiveInput {
+	return &dynamodb.UpdateTimeToLiveInput{
+		TableName: aws.String(name),
+		TimeToLiveSpecification: &types.TimeToLiveSpecification{
+			AttributeName: aws.String(TTLAttribute),
+			Enabled:       aws.Bool(true),
+		},
+	}
+}
+
+// Client is the DynamoDB API the Repository reads with, with the SDK's exact
+// signature; *dynamodb.Client satisfies it. Writes go through outbox.Writer.
+type Client interface {
+	GetItem(ctx context.Context, params *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
+}
+
+// RepositoryConfig configures a Repository. Zero values take the defaults.
+type RepositoryConfig struct {
+	// Table is the orders table name. Required.
+	Table string
+	// Client reads orders and idempotency records. Required.
+	Client Client
+	// Writer commits every change with its outbox records. Required.
+	Writer *outbox.Writer
+	// IdempotencyTTL is how long an idempotency record is honoured.
+	// Default DefaultIdempotencyTTL (24 h).
+	IdempotencyTTL time.Duration
+	// MaxAttempts bounds the tries of one Create or Update when DynamoDB
+	// cancels the transaction for a conflict or throttling (>= 1).
+	// Default DefaultMaxAttempts.
+	MaxAttempts int
+	// BaseBackoff is the first retry delay; it doubles per attempt, with
+	// full jitter. Default DefaultBaseBackoff.
+	BaseBackoff time.Duration
+	// CallTimeout bounds each DynamoDB call. Default 5 s.
+	CallTimeout time.Duration
+	// Now returns the current time. Default time.Now.
+	Now func() time.Time
+	// Logger receives one record per committed change. Default slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *RepositoryConfig) setDefaults() {
+	if c.IdempotencyTTL == 0 {
+		c.IdempotencyTTL = DefaultIdempotencyTTL
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = DefaultMaxAttempts
+	}
+	if c.BaseBackoff == 0 {
+		c.BaseBackoff = DefaultBaseBackoff
+	}
+	if c.CallTimeout == 0 {
+		c.CallTimeout = 5 * time.Second
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Validate reports a configuration error.
+func (c RepositoryConfig) Validate() error {
+	switch {
+	case c.Table == "":
+		return errors.New("order: RepositoryConfig.Table is required")
+	case c.Client == nil:
+		return errors.New("order: RepositoryConfig.Client is required")
+	case c.Writer == nil:
+		return errors.New("order: RepositoryConfig.Writer is required")
+	case c.IdempotencyTTL < time.Minute:
+		return fmt.Errorf("order: IdempotencyTTL %s is shorter than a minute", c.IdempotencyTTL)
+	case c.MaxAttempts < 1:
+		return fmt.Errorf("order: MaxAttempts %d must be >= 1", c.MaxAttempts)
+	case c.BaseBackoff < 0 || c.CallTimeout < 0:
+		return errors.New("order: BaseBackoff and CallTimeout must not be negative")
+	}
+	return nil
+}
+
+// Repository stores orders in DynamoDB. Every change is one
+// TransactWriteItems holding the order write and its outbox records
+// (outbox.Writer), so a change and its events commit together (I1) and each
+// event's sequence is the order's version after the change (I4). It is safe
+// for concurrent use.
+type Repository struct {
+	cfg RepositoryConfig
+}
+
+// NewRepository returns a Repository, or an error if cfg does not validate.
+func NewRepository(cfg RepositoryConfig) (*Repository, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Repository{cfg: cfg}, nil
+}
+
+// CreateMeta carries request metadata of a create.
+type CreateMeta struct {
+	// IdempotencyKey, when set (see ValidateIdempotencyKey), makes the
+	// create idempotent for IdempotencyTTL: see Repository.Create.
+	IdempotencyKey string
+	// RequestHash identifies the request body (e.g. hex SHA-256 of its
+	// canonical form). Required with IdempotencyKey.
+	RequestHash string
+	// CorrelationID is copied onto every envelope.
+	CorrelationID string
+	// CausationID is copied onto every envelope; default IdempotencyKey.
+	CausationID string
+}
+
+// UpdateMeta carries request metadata of an update.
+type UpdateMeta struct {
+	// ExpectedVersion, when > 0, is the version the caller last saw (HTTP
+	// If-Match); Update returns ErrVersionConflict if the stored version
+	// differs.
+	ExpectedVersion int64
+	// CorrelationID is copied onto every envelope.
+	CorrelationID string
+	// CausationID is copied onto every envelope (e.g. the request id).
+	CausationID string
+}
+
+// UpdateFunc changes o in place and returns the events the change caused.
+// It may run more than once (retries after a transaction conflict), each
+// time on a freshly read order, so it must have no other side effects.
+type UpdateFunc func(o *Order) ([]outbox.Event, error)
+
+// ValidateIdempotencyKey returns an error wrapping ErrValidation unless key
+// is 1..MaxIdempotencyKeyLen bytes of printable ASCII (0x21..0x7e) other than
+// ',' (API Gateway joins repeated headers with commas, so a comma would make
+// one key look like several).
+func ValidateIdempotencyKey(key string) error {
+	if key == "" || len(key) > MaxIdempotencyKeyLen {
+		return fmt.Errorf("%w: idempotency key must be 1..%d characters", ErrValidation, MaxIdempotencyKeyLen)
+	}
+	for i := 0; i < len(key); i++ {
+		if key[i] < 0x21 || key[i] > 0x7e || key[i] == ',' {
+			return fmt.Errorf("%w: idempotency key must be printable ASCII without spaces or commas", ErrValidation)
+		}
+	}
+	return nil
+}
+
+// Get returns the order with id, read consistently, or an error wrapping
+// ErrNotFound.
+func (r *Repository) Get(ctx context.Context, id string) (Order, error) {
+	if err := ValidateID(id); err != nil {
+		return Order{}, fmt.Errorf("%w: %v", ErrNotFound, err)
+	}
+	o, found, err := r.getOrder(ctx, id)
+	if err != nil {
+		return Order{}, err
+	}
+	if !found {
+		return Order{}, fmt.Errorf("%w: order %s", ErrNotFound, id)
+	}
+	return o, nil
+}
+
+// Create stores the new order o (from Place, version 1) and its events in one
+// transaction: the order put (attribute_not_exists), with an idempotency key
+// also the idempotency record put, then the outbox records.
+//
+// With meta.IdempotencyKey set, the first create under a key wins for
+// IdempotencyTTL (24 h): a repeat with the same RequestHash writes nothing and
+// returns the order as it was first created with created=false; a repeat with
+// another RequestHash returns ErrIdempotencyKeyReused. Concurrent creates with
+// one key create exactly one order. The call also carries the ClientRequestToken
+// outbox.RequestToken(key, hash).
+//
+// Errors: ErrValidation (bad order, key or missing hash), ErrIdempotencyKeyReused,
+// ErrAlreadyExists (order id taken), ErrConcurrentRequest (contention outlasted
+// MaxAttempts), outbox.ErrNoEvents and the other outbox.Writer errors, or a
+// wrapped SDK error.
+func (r *Repository) Create(ctx context.Context, o *Order, events []outbox.Event, meta CreateMeta) (Order, bool, error) {
+	if o == nil {
+		return Order{}, false, fmt.Errorf("%w: nil order", ErrValidation)
+	}
+	if err := (PlaceInput{ID: o.ID, CustomerID: o.CustomerID, AmountMinor: o.AmountMinor, Currency: o.Currency}).Validate(); err != nil {
+		return Order{}, false, err
+	}
+	if o.Version < 1 || o.Status == "" {
+		return Order{}, false, fmt.Errorf("%w: a new order needs a status and version >= 1 (use Place)", ErrValidation)
+	}
+	key := meta.IdempotencyKey
+	if key != "" {
+		if err := ValidateIdempotencyKey(key); err != nil {
+			return Order{}, false, err
+		}
+		if meta.RequestHash == "" {
+			return Order{}, false, fmt.Errorf("%w: request hash is required with an idempotency key", ErrValidation)
+		}
+	}
+	if meta.CausationID == "" {
+		meta.CausationID = key
+	}
+	envs, err := envelopes(*o, 0, events, outbox.Metadata{CorrelationID: meta.CorrelationID, CausationID: meta.CausationID})
+	if err != nil {
+		return Order{}, false, err
+	}
+	orderPut, err := r.orderPut(*o, 0)
+	if err != nil {
+		return Order{}, false, err
+	}
+	writes := []types.TransactWriteItem{orderPut}
+	var opts []outbox.WriteOption
+	if key != "" {
+		idemPut, err := r.idempotencyPut(*o, key, meta.RequestHash)
+		if err != nil {
+			return Order{}, false, err
+		}
+		writes = append(writes, idemPut)
+		opts = append(opts, outbox.WithClientRequestToken(outbox.RequestToken(key, meta.RequestHash)))
+	}
+
+	var lastErr error
+	for attempt := 0; attempt < r.cfg.MaxAttempts; attempt++ {
+		if attempt > 0 {
+			if err := r.backoff(ctx, attempt); err != nil {
+				return Order{}, false, err
+			}
+		}
+		if key != "" {
+			first, found, err := r.replay(ctx, key, meta.RequestHash)
+			if err != nil || found {
+				return first, false, err
+			}
+		}
+		err := r.write(ctx, writes, envs, opts...)
+		if err == nil {
+			r.logCommitted(ctx, "order created", *o, envs, key)
+			return *o, true, nil
+		}
+		lastErr = err
+		if te, ok := outbox.AsTxError(err); ok {
+			switch {
+			case te.ConditionFailed(0):
+				return Order{}, false, fmt.Errorf("%w: order %s", ErrAlreadyExists, o.ID)
+			case key != "" && te.ConditionFailed(1):
+				// A concurrent create with this key committed first: the
+				// next round reads its record back.
+				continue
+			case te.Retryable():
+				continue
+			}
+			return Order{}, false, fmt.Errorf("create order %s: %w", o.ID, err)
+		}
+		var mismatch *types.IdempotentParameterMismatchException
+		var inProgress *types.TransactionInProgressException
+		var conflict *types.TransactionConflictException
+		if errors.As(err, &mismatch) || errors.As(err, &inProgress) || errors.As(err, &conflict) {
+			// Same ClientRequestToken as a concurrent or earlier attempt with
+			// this key: read that attempt's result back.
+			continue
+		}
+		return Order{}, false, fmt.Errorf("create order %s: %w", o.ID, err)
+	}
+	if key != "" {
+		if first, found, err := r.replay(ctx, key, meta.RequestHash); err != nil || found {
+			return first, false, err
+		}
+	}
+	return Order{}, false, fmt.Errorf("%w: order %s after %d attempts: %v", ErrConcurrentRequest, o.ID, r.cfg.MaxAttempts, lastErr)
+}
+
+// Update reads the order id (consistent read), runs fn on it and commits the
+// result with fn's events in one transaction whose order put is conditioned
+// on the version read (optimistic concurrency). It returns the updated order.
+//
+// fn must change the order through its methods (Pay, Ship, Cancel): each
+// event must raise the version by one, or all events share one new version.
+// When DynamoDB cancels the transaction for a conflict or throttling, Update
+// backs off and retries from the read, at most MaxAttempts times.
+//
+// Errors: ErrNotFound; ErrVersionConflict when meta.ExpectedVersion is set
+// and differs, when the stored version changed between read and write, or
+// when conflicts outlast the retries; fn's own error unchanged (e.g.
+// ErrInvalidTransition, ErrValidation); outbox.ErrNoEvents when fn returns no
+// event; other outbox.Writer errors or a wrapped SDK error.
+func (r *Repository) Update(ctx context.Context, id string, fn UpdateFunc, meta UpdateMeta) (Order, error) {
+	if err := ValidateID(id); err != nil {
+		return Order{}, fmt.Errorf("%w: %v", ErrNotFound, err)
+	}
+	var lastErr error
+	for attempt := 0; attempt < r.cfg.MaxAttempts; attempt++ {
+		if attempt > 0 {
+			if err := r.backoff(ctx, attempt); err != nil {
+				return Order{}, err
+			}
+		}
+		cur, found, err := r.getOrder(ctx, id)
+		if err != nil {
+			return Order{}, err
+		}
+		if !found {
+			return Order{}, fmt.Errorf("%w: order %s", ErrNotFound, id)
+		}
+		if meta.ExpectedVersion > 0 && cur.Version != meta.ExpectedVersion {
+			return Order{}, fmt.Errorf("%w: order %s is at version %d, expected %d", ErrVersionConflict, id, cur.Version, meta.ExpectedVersion)
+		}
+		next := cur
+		events, err := fn(&next)
+		if err != nil {
+			return Order{}, err
+		}
+		if next.ID != cur.ID || next.CreatedAt != cur.CreatedAt {
+			return Order{}, fmt.Errorf("order %s: update must not change the id or creation time", id)
+		}
+		envs, err := envelopes(next, cur.Version, events, outbox.Metadata{CorrelationID: meta.CorrelationID, CausationID: meta.CausationID})
+		if err != nil {
+			return Order{}, err
+		}
+		put, err := r.orderPut(next, cur.Version)
+		if err != nil {
+			return Order{}, err
+		}
+		err = r.write(ctx, []types.TransactWriteItem{put}, envs)
+		if err == nil {
+			r.logCommitted(ctx, "order updated", next, envs, "")
+			return next, nil
+		}
+		lastErr = err
+		if te, ok := outbox.AsTxError(err); ok {
+			if te.ConditionFailed(0) {
+				return Order{}, fmt.Errorf("%w: order %s changed since version %d was read", ErrVersionConflict, id, cur.Version)
+			}
+			if te.Retryable() {
+				continue
+			}
+			return Order{}, fmt.Errorf("update order %s: %w", id, err)
+		}
+		var conflict *types.TransactionConflictException
+		if errors.As(err, &conflict) {
+			continue
+		}
+		return Order{}, fmt.Errorf("update order %s: %w", id, err)
+	}
+	return Order{}, fmt.Errorf("%w: order %s: contention outlasted %d attempts: %v", ErrVersionConflict, id, r.cfg.MaxAttempts, lastErr)
+}
+
+// envelopes wraps events for order o, which went from version prev to
+// o.Version. Either each event raised the version by one (sequences
+// prev+1..o.Version) or the change raised it by one and all events share it
+// (distinguished by their index in the outbox key).
+func envelopes(o Order, prev int64, events []outbox.Event, meta outbox.Metadata) ([]outbox.Envelope, error) {
+	if len(events) == 0 {
+		return nil, outbox.ErrNoEvents
+	}
+	delta := o.Version - prev
+	if delta != 1 && delta != int64(len(events)) {
+		return nil, fmt.Errorf("order %s: version went from %d to %d for %d events; each change must raise the version by one", o.ID, prev, o.Version, len(events))
+	}
+	envs := make([]outbox.Envelope, len(events))
+	for i, ev := range events {
+		seq := o.Version
+		if delta > 1 {
+			seq = prev + int64(i) + 1
+		}
+		env, err := outbox.NewEnvelope(outbox.Aggregate{Type: AggregateType, ID: o.ID, Sequence: seq}, ev, meta)
+		if err != nil {
+			return nil, err
+		}
+		envs[i] = env
+	}
+	return envs, nil
+}
+
+// orderItem is the stored shape of an order.
+type orderItem struct {
+	PK           string    `dynamodbav:"pk"`
+	Kind         string    `dynamodbav:"kind"`
+	ID           string    `dynamodbav:"id"`
+	CustomerID   string    `dynamodbav:"customer_id"`
+	AmountMinor  int64     `dynamodbav:"amount_minor"`
+	Currency     string    `dynamodbav:"currency"`
+	Status       Status    `dynamodbav:"status"`
+	Version      int64     `dynamodbav:"version"`
+	CancelReason string    `dynamodbav:"cancel_reason,omitempty"`
+	CreatedAt    time.Time `dynamodbav:"created_at"`
+	UpdatedAt    time.Time `dynamodbav:"updated_at"`
+}
+
+func toItem(o Order) orderItem {
+	return orderItem{
+		PK: KeyPrefixOrder + o.ID, Kind: KindOrder, ID: o.ID, CustomerID: o.CustomerID,
+		AmountMinor: o.AmountMinor, Currency: o.Currency, Status: o.Status, Version: o.Version,
+		CancelReason: o.CancelReason, CreatedAt: o.CreatedAt.UTC(), UpdatedAt: o.UpdatedAt.UTC(),
+	}
+}
+
+func (it orderItem) order() Order {
+	return Order{
+		ID: it.ID, CustomerID: it.CustomerID, AmountMinor: it.AmountMinor, Currency: it.Currency,
+		Status: it.Status, Version: it.Version, CancelReason: it.CancelReason,
+		CreatedAt: it.CreatedAt.UTC(), UpdatedAt: it.UpdatedAt.UTC(),
+	}
+}
+
+// idempotencyItem is the stored shape of an idempotency record.
+type idempotencyItem struct {
+	PK          string    `dynamodbav:"pk"`
+	Kind        string    `dynamodbav:"kind"`
+	Key         string    `dynamodbav:"idempotency_key"`
+	OrderID     string    `dynamodbav:"order_id"`
+	RequestHash string    `dynamodbav:"request_hash"`
+	Order       orderItem `dynamodbav:"order"`
+	CreatedAt   time.Time `dynamodbav:"created_at"`
+	ExpiresAt   int64     `dynamodbav:"expires_at"`
+}
+
+// orderPut builds the order Put: attribute_not_exists(pk) when prev is 0
+// (a new order), version = prev otherwise.
+func (r *Repository) orderPut(o Order, prev int64) (types.TransactWriteItem, error) {
+	item, err := attributevalue.MarshalMap(toItem(o))
+	if err != nil {
+		return types.TransactWriteItem{}, fmt.Errorf("encode order %s: %w", o.ID, err)
+	}
+	cond := expression.AttributeNotExists(expression.Name(AttrPK))
+	if prev > 0 {
+		cond = expression.Name(AttrVersion).Equal(expression.Value(prev))
+	}
+	expr, err := expression.NewBuilder().WithCondition(cond).Build()
+	if err != nil {
+		return types.TransactWriteItem{}, fmt.Errorf("build order condition: %w", err)
+	}
+	return types.TransactWriteItem{Put: &types.Put{
+		TableName:                 aws.String(r.cfg.Table),
+		Item:                      item,
+		ConditionExpression:       expr.Condition(),
+		ExpressionAttributeNames:  expr.Names(),
+		ExpressionAttributeValues: expr.Values(),
+	}}, nil
+}
+
+// idempotencyPut builds the idempotency record Put. Its condition lets it
+// replace a record whose TTL passed but that DynamoDB has not deleted yet.
+func (r *Repository) idempotencyPut(o Order, key, hash string) (types.TransactWriteItem, error) {
+	now := r.cfg.Now().UTC()
+	item, err := attributevalue.MarshalMap(idempotencyItem{
+		PK: KeyPrefixIdempotency + key, Kind: KindIdempotency, Key: key, OrderID: o.ID,
+		RequestHash: hash, Order: toItem(o), CreatedAt: now,
+		ExpiresAt: now.Add(r.cfg.IdempotencyTTL).Unix(),
+	})
+	if err != nil {
+		return types.TransactWriteItem{}, fmt.Errorf("encode idempotency record: %w", err)
+	}
+	cond := expression.AttributeNotExists(expression.Name(AttrPK)).
+		Or(expression.Name(AttrExpiresAt).LessThanEqual(expression.Value(now.Unix())))
+	expr, err := expression.NewBuilder().WithCondition(cond).Build()
+	if err != nil {
+		return types.TransactWriteItem{}, fmt.Errorf("build idempotency condition: %w", err)
+	}
+	return types.TransactWriteItem{Put: &types.Put{
+		TableName:                 aws.String(r.cfg.Table),
+		Item:                      item,
+		ConditionExpression:       expr.Condition(),
+		ExpressionAttributeNames:  expr.Names(),
+		ExpressionAttributeValues: expr.Values(),
+	}}, nil
+}
+
+// replay reads the live idempotency record of key. found is true when it
+// exists and has not expired; then it returns the order as first created,
+// or ErrIdempotencyKeyReused when hash differs.
+func (r *Repository) replay(ctx context.Context, key, hash string) (Order, bool, error) {
+	item, err := r.getItem(ctx, IdempotencyKey(key))
+	if err != nil || item == nil {
+		return Order{}, false, err
+	}
+	var rec idempotencyItem
+	if err := attributevalue.UnmarshalMap(item, &rec); err != nil {
+		return Order{}, false, fmt.Errorf("decode idempotency record %q: %w", key, err)
+	}
+	if rec.ExpiresAt <= r.cfg.Now().Unix() {
+		return Order{}, false, nil // expired, awaiting TTL deletion
+	}
+	if rec.RequestHash != hash {
+		return Order{}, true, fmt.Errorf("%w: key %q", ErrIdempotencyKeyReused, key)
+	}
+	return rec.Order.order(), true, nil
+}
+
+func (r *Repository) getOrder(ctx context.Context, id string) (Order, bool, error) {
+	item, err := r.getItem(ctx, OrderKey(id))
+	if err != nil || item == nil {
+		return Order{}, false, err
+	}
+	var it orderItem
+	if err := attributevalue.UnmarshalMap(item, &it); err != nil {
+		return Order{}, false, fmt.Errorf("decode order %s: %w", id, err)
+	}
+	return it.order(), true, nil
+}
+
+// getItem returns the item at key (consistent read), or nil when absent.
+func (r *Repository) getItem(ctx context.Context, key map[string]types.AttributeValue) (map[string]types.AttributeValue, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+	defer cancel()
+	out, err := r.cfg.Client.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName:      aws.String(r.cfg.Table),
+		Key:            key,
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("get %s from %s: %w", keyString(key), r.cfg.Table, err)
+	}
+	if len(out.Item) == 0 {
+		return nil, nil
+	}
+	return out.Item, nil
+}
+
+func (r *Repository) write(ctx context.Context, writes []types.TransactWriteItem, envs []outbox.Envelope, opts ...outbox.WriteOption) error {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+	defer cancel()
+	return r.cfg.Writer.Write(ctx, writes, envs, opts...)
+}
+
+// backoff sleeps BaseBackoff·2^(attempt-1) with full jitter, or until ctx ends.
+func (r *Repository) backoff(ctx context.Context, attempt int) error {
+	d := r.cfg.BaseBackoff << (attempt - 1)
+	if d > 0 {
+		d = rand.N(d) + d/4
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+func (r *Repository) logCommitted(ctx context.Context, msg string, o Order, envs []outbox.Envelope, key string) {
+	for _, env := range envs {
+		attrs := []slog.Attr{
+			slog.String("aggregate_id", o.ID),
+			slog.Int64("sequence", env.Sequence),
+			slog.String("event_id", env.EventID),
+			slog.String("event_type", env.EventType),
+		}
+		if key != "" {
+			attrs = append(attrs, slog.String("idempotency_key", key))
+		}
+		r.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, msg, attrs...)
+	}
+}
+
+func keyString(key map[string]types.AttributeValue) string {
+	if v, ok := key[AttrPK].(*types.AttributeValueMemberS); ok {
+		return strconv.Quote(v.Value)
+	}
+	return "item"
+}
