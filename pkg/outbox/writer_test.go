@@ -107,7 +107,9 @@ func TestWriteRejectsBeforeSending(t *testing.T) {
 		{"no events", outbox.WriterConfig{}, func() []types.TransactWriteItem { return []types.TransactWriteItem{businessPut("a")} },
 			func(*testing.T) []outbox.Envelope { return nil }, outbox.ErrNoEvents},
 		{"entry over 256 KB", outbox.WriterConfig{}, func() []types.TransactWriteItem { return nil },
-			func(t *testing.T) []outbox.Envelope { return []outbox.Envelope{envelope(t, map[string]string{"x": big})} }, outbox.ErrEntryTooLarge},
+			func(t *testing.T) []outbox.Envelope {
+				return []outbox.Envelope{envelope(t, map[string]string{"x": big})}
+			}, outbox.ErrEntryTooLarge},
 		{"entry over a configured 2 KB limit", outbox.WriterConfig{MaxEntryBytes: 2048}, func() []types.TransactWriteItem { return nil },
 			func(t *testing.T) []outbox.Envelope {
 				return []outbox.Envelope{envelope(t, map[string]string{"x": strings.Repeat("y", 2048)})}
@@ -199,10 +201,16 @@ func TestPendingShardSpreadsAndIsStable(t *testing.T) {
 func TestRecordFromItemRejectsBadItems(t *testing.T) {
 	good := outbox.NewRecord(envelope(t, map[string]any{"k": 1}), 0, 4).Item()
 	tests := map[string]func(m map[string]types.AttributeValue){
-		"missing event_id":   func(m map[string]types.AttributeValue) { delete(m, outbox.AttrEventID) },
-		"sequence not N":     func(m map[string]types.AttributeValue) { m[outbox.AttrSequence] = &types.AttributeValueMemberS{Value: "1"} },
-		"bad occurred_at":    func(m map[string]types.AttributeValue) { m[outbox.AttrOccurredAt] = &types.AttributeValueMemberS{Value: "yesterday"} },
-		"payload not object": func(m map[string]types.AttributeValue) { m[outbox.AttrPayload] = &types.AttributeValueMemberS{Value: "42"} },
+		"missing event_id": func(m map[string]types.AttributeValue) { delete(m, outbox.AttrEventID) },
+		"sequence not N": func(m map[string]types.AttributeValue) {
+			m[outbox.AttrSequence] = &types.AttributeValueMemberS{Value: "1"}
+		},
+		"bad occurred_at": func(m map[string]types.AttributeValue) {
+			m[outbox.AttrOccurredAt] = &types.AttributeValueMemberS{Value: "yesterday"}
+		},
+		"payload not object": func(m map[string]types.AttributeValue) {
+			m[outbox.AttrPayload] = &types.AttributeValueMemberS{Value: "42"}
+		},
 	}
 	for name, mutate := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -1,0 +1,95 @@
+// Package app is the composition root of the order service: it turns
+// Settings (read from the environment variables named in pkg/config) and AWS
+// clients into the handlers each Lambda function runs. The Lambda mains in
+// functions/ and the local stack (pkg/devstack) call the same constructors, so
+// the code that runs locally is the code that runs in AWS.
+package app
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ddb-outbox/ddb-outbox/pkg/config"
+)
+
+// Settings are every function's configuration. Each function validates only
+// the fields it needs (see the New* constructors).
+type Settings struct {
+	OutboxTable        string
+	OrdersTable        string
+	DedupTable         string
+	LedgerTable        string
+	NotificationsTable string
+	// EventBus is the EventBridge bus name or ARN.
+	EventBus string
+	// Source is the EventBridge Source of published events.
+	Source string
+	// ParkedQueueURL is the SQS queue receiving parked records.
+	ParkedQueueURL string
+	// PendingShards is the pending index shard count (1..256).
+	PendingShards int
+	// ReconcileAfter is the age after which pending records are re-sent.
+	ReconcileAfter time.Duration
+	// ReconcileBudget bounds one reconciler run.
+	ReconcileBudget time.Duration
+	// PublishedRetention is the TTL of published outbox records.
+	PublishedRetention time.Duration
+	// DedupRetention is the TTL of consumer dedup markers.
+	DedupRetention time.Duration
+	// MaxEntryBytes is the EventBridge entry size limit in bytes.
+	MaxEntryBytes int
+}
+
+// SettingsFromEnv reads Settings from the environment variables in
+// pkg/config, applying the documented defaults. It returns an error naming
+// the variable when a value does not parse. Required names are checked by
+// the constructors that need them.
+func SettingsFromEnv() (Settings, error) {
+	s := Settings{
+		OutboxTable:        config.String(config.EnvOutboxTable, ""),
+		OrdersTable:        config.String(config.EnvOrdersTable, ""),
+		DedupTable:         config.String(config.EnvDedupTable, ""),
+		LedgerTable:        config.String(config.EnvLedgerTable, ""),
+		NotificationsTable: config.String(config.EnvNotificationsTable, ""),
+		EventBus:           config.String(config.EnvEventBusName, ""),
+		Source:             config.String(config.EnvEventSource, config.DefaultEventSource),
+		ParkedQueueURL:     config.String(config.EnvParkedQueueURL, ""),
+	}
+	var errs []error
+	var err error
+	if s.PendingShards, err = config.Int(config.EnvPendingShards, config.DefaultPendingShards); err != nil {
+		errs = append(errs, err)
+	}
+	if s.MaxEntryBytes, err = config.Int(config.EnvMaxEntryBytes, config.DefaultMaxEntryBytes); err != nil {
+		errs = append(errs, err)
+	}
+	durations := []struct {
+		dst  *time.Duration
+		name string
+		def  time.Duration
+	}{
+		{&s.ReconcileAfter, config.EnvReconcileAfterSeconds, config.DefaultReconcileAfter},
+		{&s.ReconcileBudget, config.EnvReconcileBudgetSeconds, config.DefaultReconcileBudget},
+		{&s.PublishedRetention, config.EnvPublishedRetentionSeconds, config.DefaultPublishedRetention},
+		{&s.DedupRetention, config.EnvDedupRetentionSeconds, config.DefaultDedupRetention},
+	}
+	for _, d := range durations {
+		if *d.dst, err = config.Seconds(d.name, d.def); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return s, errors.Join(errs...)
+}
+
+// require returns an error naming each empty setting among pairs of
+// (environment variable name, value).
+func require(pairs ...string) error {
+	var errs []error
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if pairs[i+1] == "" {
+			errs = append(errs, fmt.Errorf("config: environment variable %s is required", pairs[i]))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,36 @@
+// Package dedup makes an event consumer effectively-once (promise I3): it
+// commits a dedup marker and the consumer's side effect in ONE DynamoDB
+// TransactWriteItems call, so an event delivered any number of times changes
+// state exactly once.
+//
+// # Invariants
+//
+//   - The marker is keyed by the outbox envelope's event_id
+//     ("<consumer>#<event_id>"), never by the EventBridge envelope id: a
+//     re-send by the relay or the reconciler gets a new EventBridge id but
+//     carries the same event_id.
+//   - The marker Put is action 0 of the transaction, guarded by
+//     attribute_not_exists(pk); the side-effect actions follow it. Either all
+//     commit or none does: a marker is never written without its effect (that
+//     would lose the event), and an effect is never applied without its marker
+//     (that would apply it again on redelivery).
+//   - A failed marker condition means "already applied": Apply returns
+//     (false, nil) and the caller acknowledges the delivery.
+//   - Transactions cancelled only by TransactionConflict or throttling are
+//     retried a bounded number of times with jittered exponential backoff;
+//     after that the *outbox.TxError is returned so the platform redelivers.
+//   - Markers expire through DynamoDB TTL on AttrExpiresAt (epoch seconds)
+//     after Config.Retention, which must outlive the redelivery window
+//     (EventBridge retries for up to 24 h; the reconciler re-sends pending
+//     records).
+//
+// # Example
+//
+//	a, err := dedup.NewApplier(client, dedup.Config{Table: "dedup", Consumer: "ledger"})
+//	env, err := dedup.DecodeEnvelope(ev) // ev is an events.EventBridgeEvent
+//	applied, err := a.Apply(ctx, env, []types.TransactWriteItem{{Update: addToBalance}})
+//	switch {
+//	case err != nil: // return it: Lambda/EventBridge will redeliver
+//	case !applied:   // duplicate delivery: acknowledge, nothing changed
+//	}
+package dedup

@@ -1,0 +1,161 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// Entry is one booked ledger entry (item "ENTRY#<event_id>").
+type Entry struct {
+	EventID     string
+	EventType   string
+	OrderID     string
+	AmountMinor int64 // positive, minor units
+	Currency    string
+	Direction   string // DirectionCredit or DirectionDebit
+	Sequence    int64
+	BookedAt    time.Time
+}
+
+// Balance returns the balance of currency in minor units with a strongly
+// consistent GetItem; 0 when nothing was booked in that currency.
+func (l *Ledger) Balance(ctx context.Context, currency string) (int64, error) {
+	item, err := l.get(ctx, BalancePrefix+currency)
+	if err != nil || item == nil {
+		return 0, err
+	}
+	return number(item, AttrBalanceMinor)
+}
+
+// Entry returns the entry booked for an event id (strongly consistent
+// GetItem); ok is false when the event booked no entry.
+func (l *Ledger) Entry(ctx context.Context, eventID string) (e Entry, ok bool, err error) {
+	item, err := l.get(ctx, EntryPrefix+eventID)
+	if err != nil || item == nil {
+		return Entry{}, false, err
+	}
+	e = Entry{
+		EventID:   str(item, AttrEventID),
+		EventType: str(item, AttrEventType),
+		OrderID:   str(item, AttrOrderID),
+		Currency:  str(item, AttrCurrency),
+		Direction: str(item, AttrDirection),
+	}
+	if e.AmountMinor, err = number(item, AttrAmountMinor); err != nil {
+		return e, true, err
+	}
+	if e.Sequence, err = number(item, AttrSequence); err != nil {
+		return e, true, err
+	}
+	e.BookedAt, _ = time.Parse(time.RFC3339Nano, str(item, AttrBookedAt))
+	return e, true, nil
+}
+
+// Balances returns every currency's balance in minor units, keyed by ISO 4217
+// code.
+//
+// AUDIT ONLY: it Scans the whole ledger table (strongly consistent, all
+// pages), costing read capacity proportional to the table size. Use Balance
+// for a known currency on any request path.
+func (l *Ledger) Balances(ctx context.Context) (map[string]int64, error) {
+	out := map[string]int64{}
+	err := l.scan(ctx, BalancePrefix, false, func(items []map[string]types.AttributeValue, _ int32) error {
+		for _, it := range items {
+			n, err := number(it, AttrBalanceMinor)
+			if err != nil {
+				return err
+			}
+			out[strings.TrimPrefix(str(it, AttrPK), BalancePrefix)] = n
+		}
+		return nil
+	})
+	return out, err
+}
+
+// EntryCount returns the number of booked entries.
+//
+// AUDIT ONLY: it Scans the whole ledger table (strongly consistent, all
+// pages, Select COUNT).
+func (l *Ledger) EntryCount(ctx context.Context) (int, error) {
+	total := 0
+	err := l.scan(ctx, EntryPrefix, true, func(_ []map[string]types.AttributeValue, n int32) error {
+		total += int(n)
+		return nil
+	})
+	return total, err
+}
+
+func (l *Ledger) get(ctx context.Context, key string) (map[string]types.AttributeValue, error) {
+	ctx, cancel := context.WithTimeout(ctx, l.cfg.CallTimeout)
+	defer cancel()
+	out, err := l.client.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: aws.String(l.cfg.Table), Key: pk(key), ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ledger: get %s: %w", key, err)
+	}
+	return out.Item, nil
+}
+
+// scan pages through the items whose pk starts with prefix (a filter applied
+// after the read, so every page reads the whole page of the table).
+func (l *Ledger) scan(ctx context.Context, prefix string, count bool, page func([]map[string]types.AttributeValue, int32) error) error {
+	f, err := expression.NewBuilder().
+		WithFilter(expression.Name(AttrPK).BeginsWith(prefix)).Build()
+	if err != nil {
+		return fmt.Errorf("ledger: build scan filter: %w", err)
+	}
+	in := &dynamodb.ScanInput{
+		TableName:                 aws.String(l.cfg.Table),
+		FilterExpression:          f.Filter(),
+		ExpressionAttributeNames:  f.Names(),
+		ExpressionAttributeValues: f.Values(),
+		ConsistentRead:            aws.Bool(true),
+	}
+	if count {
+		in.Select = types.SelectCount
+	}
+	for {
+		cctx, cancel := context.WithTimeout(ctx, l.cfg.CallTimeout)
+		out, err := l.client.Scan(cctx, in)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("ledger: scan %s: %w", prefix, err)
+		}
+		if err := page(out.Items, out.Count); err != nil {
+			return err
+		}
+		if len(out.LastEvaluatedKey) == 0 {
+			return nil
+		}
+		in.ExclusiveStartKey = out.LastEvaluatedKey
+	}
+}
+
+func str(item map[string]types.AttributeValue, name string) string {
+	if v, ok := item[name].(*types.AttributeValueMemberS); ok {
+		return v.Value
+	}
+	return ""
+}
+
+// number decodes an N attribute as int64 without passing through float64.
+func number(item map[string]types.AttributeValue, name string) (int64, error) {
+	v, ok := item[name].(*types.AttributeValueMemberN)
+	if !ok {
+		return 0, fmt.Errorf("ledger: attribute %s missing or not a number", name)
+	}
+	n, err := strconv.ParseInt(v.Value, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("ledger: attribute %s=%q: %w", name, v.Value, err)
+	}
+	return n, nil
+}
