@@ -1,0 +1,428 @@
+// Package reconciler sweeps the outbox for records the relay missed: it
+// queries the sparse pending index shard by shard (never a Scan) for records
+// created longer ago than a threshold, re-publishes them through the relay's
+// Publisher and marks or parks them through the relay's Marker. It also
+// measures the backlog (pending count, age of the oldest pending record) and
+// emits it as CloudWatch embedded metric format (EMF) lines.
+//
+// # Invariants
+//
+//   - Only records still in the pending index are considered; a published or
+//     parked record has no pending_shard and is not in the index.
+//   - Re-publishing an event the relay also published is allowed: consumers
+//     deduplicate on event_id (DESIGN.md I3).
+//   - Every run is bounded: Budget in time, MaxPagesPerShard pages of at most
+//     PageSize items per shard. A run cut short reports Truncated.
+//
+// # Example
+//
+//	rc, err := reconciler.New(ddb, r.Publisher(), r.Marker(), reconciler.Config{Table: table})
+//	lambda.Start(rc.Handle)
+package reconciler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/ddb-outbox/ddb-outbox/pkg/config"
+	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
+	"github.com/ddb-outbox/ddb-outbox/pkg/relay"
+)
+
+// QueryAPI is the one DynamoDB method the reconciler calls, with the SDK's
+// exact signature (*dynamodb.Client satisfies it).
+type QueryAPI interface {
+	Query(ctx context.Context, params *dynamodb.QueryInput, optFns ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
+}
+
+// Publisher publishes envelopes; *relay.Publisher satisfies it. It must be
+// safe for concurrent use and return one result per envelope, in order.
+type Publisher interface {
+	Publish(ctx context.Context, envs []outbox.Envelope) []relay.Result
+}
+
+// Marker records publish outcomes; *relay.Marker satisfies it. It returns
+// one error per mark, in order.
+type Marker interface {
+	MarkAll(ctx context.Context, marks []relay.Mark) []error
+}
+
+// Config configures a Reconciler. Zero values take the defaults.
+type Config struct {
+	// Table is the outbox table name. Required.
+	Table string
+	// PendingShards is the number of pending index shards; it must match the
+	// writers'. Default config.DefaultPendingShards (16), at most
+	// config.MaxPendingShards.
+	PendingShards int
+	// ReconcileAfter is the age (now − created_at_ms) past which a pending
+	// record is re-published. Default config.DefaultReconcileAfter (5 min).
+	ReconcileAfter time.Duration
+	// Budget bounds one run. Default config.DefaultReconcileBudget (45 s).
+	Budget time.Duration
+	// PageSize is the Query Limit (items per page, 1..1000). Default 100.
+	PageSize int
+	// MaxPagesPerShard bounds the pages read per shard per run, for both the
+	// due-record sweep and the count. Default 10.
+	MaxPagesPerShard int
+	// CallTimeout bounds each Query call. Default 5 s.
+	CallTimeout time.Duration
+	// Logger receives structured logs. Default slog.Default().
+	Logger *slog.Logger
+	// Metrics receives the EMF lines. Default os.Stdout; io.Discard disables.
+	Metrics io.Writer
+	// Now returns the current time. Default time.Now.
+	Now func() time.Time
+}
+
+func (c *Config) setDefaults() {
+	if c.PendingShards == 0 {
+		c.PendingShards = config.DefaultPendingShards
+	}
+	if c.ReconcileAfter == 0 {
+		c.ReconcileAfter = config.DefaultReconcileAfter
+	}
+	if c.Budget == 0 {
+		c.Budget = config.DefaultReconcileBudget
+	}
+	if c.PageSize == 0 {
+		c.PageSize = 100
+	}
+	if c.MaxPagesPerShard == 0 {
+		c.MaxPagesPerShard = 10
+	}
+	if c.CallTimeout == 0 {
+		c.CallTimeout = 5 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Metrics == nil {
+		c.Metrics = os.Stdout
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+// Validate reports a configuration error.
+func (c Config) Validate() error {
+	switch {
+	case c.Table == "":
+		return errors.New("reconciler: Config.Table is required")
+	case c.PendingShards < 1 || c.PendingShards > config.MaxPendingShards:
+		return fmt.Errorf("reconciler: PendingShards %d out of range 1..%d", c.PendingShards, config.MaxPendingShards)
+	case c.ReconcileAfter < 0:
+		return errors.New("reconciler: ReconcileAfter must not be negative")
+	case c.Budget <= 0:
+		return errors.New("reconciler: Budget must be positive")
+	case c.PageSize < 1 || c.PageSize > 1000:
+		return fmt.Errorf("reconciler: PageSize %d out of range 1..1000", c.PageSize)
+	case c.MaxPagesPerShard < 1:
+		return fmt.Errorf("reconciler: MaxPagesPerShard %d must be >= 1", c.MaxPagesPerShard)
+	case c.CallTimeout <= 0:
+		return errors.New("reconciler: CallTimeout must be positive")
+	}
+	return nil
+}
+
+// ConfigFromEnv reads OUTBOX_TABLE_NAME (required), PENDING_SHARDS,
+// RECONCILE_AFTER_SECONDS and RECONCILE_BUDGET_SECONDS (optional). It returns
+// an error naming a missing or malformed variable.
+func ConfigFromEnv() (Config, error) {
+	var c Config
+	var err error
+	if c.Table, err = config.Required(config.EnvOutboxTable); err != nil {
+		return c, err
+	}
+	if c.PendingShards, err = config.Int(config.EnvPendingShards, config.DefaultPendingShards); err != nil {
+		return c, err
+	}
+	if c.ReconcileAfter, err = config.Seconds(config.EnvReconcileAfterSeconds, config.DefaultReconcileAfter); err != nil {
+		return c, err
+	}
+	if c.Budget, err = config.Seconds(config.EnvReconcileBudgetSeconds, config.DefaultReconcileBudget); err != nil {
+		return c, err
+	}
+	return c, nil
+}
+
+// Report summarises one run.
+type Report struct {
+	// Pending is the number of records in the pending index (any age) when
+	// each shard was visited (a lower bound if Truncated).
+	Pending int
+	// OldestPendingAge is now − created_at_ms of the oldest pending record;
+	// zero when none is pending.
+	OldestPendingAge time.Duration
+	// Resent counts records re-published and marked published.
+	Resent int
+	// Parked counts records parked (permanent failure or undecodable).
+	Parked int
+	// Failed counts records left pending (retryable publish failure or
+	// marking error); the next run retries them.
+	Failed int
+	// Truncated is true when the budget or the page bound stopped the run
+	// before every due record or every pending record was visited.
+	Truncated bool
+}
+
+// Reconciler re-publishes stale pending outbox records. It is safe for
+// concurrent use, though one run at a time is the intended schedule.
+type Reconciler struct {
+	ddb    QueryAPI
+	pub    Publisher
+	marker Marker
+	cfg    Config
+	emf    *relay.EMF
+}
+
+// New returns a Reconciler, or an error if cfg does not validate or a
+// dependency is nil.
+func New(ddb QueryAPI, pub Publisher, marker Marker, cfg Config) (*Reconciler, error) {
+	if ddb == nil || pub == nil || marker == nil {
+		return nil, errors.New("reconciler: New: nil dependency")
+	}
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Reconciler{ddb: ddb, pub: pub, marker: marker, cfg: cfg, emf: relay.NewEMF(cfg.Metrics, cfg.Table)}, nil
+}
+
+// Handle is the scheduled (EventBridge Scheduler / rule) Lambda entry point:
+// it runs one reconciliation and returns Run's error, if any.
+func (r *Reconciler) Handle(ctx context.Context, ev events.EventBridgeEvent) error {
+	_, err := r.Run(ctx)
+	if err != nil {
+		return fmt.Errorf("reconcile (scheduled event %s): %w", ev.ID, err)
+	}
+	return nil
+}
+
+// Run visits every pending index shard ("p00".."pNN") in turn: counts its
+// pending records (Select COUNT), reads its oldest record (ascending, Limit
+// 1), then pages through records with created_at_ms < now − ReconcileAfter
+// (at most MaxPagesPerShard pages of PageSize), re-publishing and marking
+// each page. It logs and emits (EMF) PendingCount, OldestPendingAgeSeconds
+// and ReconcilerResent (ParkedRecords is emitted by the Marker per record). It returns the report and the joined
+// Query errors, if any (a failing shard does not stop the others); running
+// out of budget is not an error but sets Report.Truncated.
+func (r *Reconciler) Run(ctx context.Context) (Report, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.Budget)
+	defer cancel()
+	now := r.cfg.Now()
+	cutoff := now.Add(-r.cfg.ReconcileAfter).UnixMilli()
+	var rep Report
+	var errs []error
+	var oldest int64 = -1
+	for i := 0; i < r.cfg.PendingShards; i++ {
+		if ctx.Err() != nil {
+			rep.Truncated = true
+			break
+		}
+		shard := outbox.ShardName(i)
+		n, truncated, err := r.count(ctx, shard)
+		rep.Pending += n
+		rep.Truncated = rep.Truncated || truncated
+		if err != nil {
+			errs = append(errs, fmt.Errorf("count shard %s: %w", shard, err))
+			continue
+		}
+		if n > 0 {
+			ms, ok, err := r.oldest(ctx, shard)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("oldest in shard %s: %w", shard, err))
+			} else if ok && (oldest < 0 || ms < oldest) {
+				oldest = ms
+			}
+		}
+		if err := r.sweep(ctx, shard, cutoff, &rep); err != nil {
+			errs = append(errs, fmt.Errorf("sweep shard %s: %w", shard, err))
+		}
+	}
+	if oldest >= 0 {
+		rep.OldestPendingAge = max(now.Sub(time.UnixMilli(oldest)), 0)
+	}
+	if ctx.Err() != nil {
+		rep.Truncated = true
+	}
+	r.cfg.Logger.InfoContext(ctx, "reconciler: run finished",
+		"pending", rep.Pending, "oldest_pending_age_seconds", rep.OldestPendingAge.Seconds(),
+		"resent", rep.Resent, "parked", rep.Parked, "failed", rep.Failed, "truncated", rep.Truncated)
+	r.emf.Emit(map[string]relay.Metric{
+		config.MetricPendingCount:     {Value: float64(rep.Pending), Unit: relay.UnitCount},
+		config.MetricOldestPendingAge: {Value: rep.OldestPendingAge.Seconds(), Unit: relay.UnitSeconds},
+		config.MetricReconcilerResent: {Value: float64(rep.Resent), Unit: relay.UnitCount},
+	})
+	return rep, errors.Join(errs...)
+}
+
+// count returns the number of items in one shard of the pending index.
+func (r *Reconciler) count(ctx context.Context, shard string) (int, bool, error) {
+	expr, err := expression.NewBuilder().
+		WithKeyCondition(expression.Key(outbox.AttrPendingShard).Equal(expression.Value(shard))).Build()
+	if err != nil {
+		return 0, false, err
+	}
+	in := &dynamodb.QueryInput{
+		TableName:                 aws.String(r.cfg.Table),
+		IndexName:                 aws.String(outbox.PendingIndexName),
+		KeyConditionExpression:    expr.KeyCondition(),
+		ExpressionAttributeNames:  expr.Names(),
+		ExpressionAttributeValues: expr.Values(),
+		Select:                    types.SelectCount,
+	}
+	total := 0
+	for page := 0; ; page++ {
+		if page == r.cfg.MaxPagesPerShard {
+			return total, true, nil
+		}
+		out, err := r.query(ctx, in)
+		if err != nil {
+			return total, false, err
+		}
+		total += int(out.Count)
+		if len(out.LastEvaluatedKey) == 0 {
+			return total, false, nil
+		}
+		in.ExclusiveStartKey = out.LastEvaluatedKey
+	}
+}
+
+// oldest returns created_at_ms of the first item of a shard (ascending).
+func (r *Reconciler) oldest(ctx context.Context, shard string) (int64, bool, error) {
+	expr, err := expression.NewBuilder().
+		WithKeyCondition(expression.Key(outbox.AttrPendingShard).Equal(expression.Value(shard))).
+		WithProjection(expression.NamesList(expression.Name(outbox.AttrCreatedAt))).Build()
+	if err != nil {
+		return 0, false, err
+	}
+	out, err := r.query(ctx, &dynamodb.QueryInput{
+		TableName:                 aws.String(r.cfg.Table),
+		IndexName:                 aws.String(outbox.PendingIndexName),
+		KeyConditionExpression:    expr.KeyCondition(),
+		ProjectionExpression:      expr.Projection(),
+		ExpressionAttributeNames:  expr.Names(),
+		ExpressionAttributeValues: expr.Values(),
+		ScanIndexForward:          aws.Bool(true),
+		Limit:                     aws.Int32(1),
+	})
+	if err != nil || len(out.Items) == 0 {
+		return 0, false, err
+	}
+	n, ok := out.Items[0][outbox.AttrCreatedAt].(*types.AttributeValueMemberN)
+	if !ok {
+		return 0, false, nil
+	}
+	ms, err := strconv.ParseInt(n.Value, 10, 64)
+	return ms, err == nil, nil
+}
+
+// sweep pages through a shard's due records and re-publishes each page.
+func (r *Reconciler) sweep(ctx context.Context, shard string, cutoffMs int64, rep *Report) error {
+	expr, err := expression.NewBuilder().
+		WithKeyCondition(expression.Key(outbox.AttrPendingShard).Equal(expression.Value(shard)).
+			And(expression.Key(outbox.AttrCreatedAt).LessThan(expression.Value(cutoffMs)))).Build()
+	if err != nil {
+		return err
+	}
+	in := &dynamodb.QueryInput{
+		TableName:                 aws.String(r.cfg.Table),
+		IndexName:                 aws.String(outbox.PendingIndexName),
+		KeyConditionExpression:    expr.KeyCondition(),
+		ExpressionAttributeNames:  expr.Names(),
+		ExpressionAttributeValues: expr.Values(),
+		ScanIndexForward:          aws.Bool(true),
+		Limit:                     aws.Int32(int32(r.cfg.PageSize)),
+	}
+	for page := 0; ; page++ {
+		if page == r.cfg.MaxPagesPerShard {
+			rep.Truncated = true
+			return nil
+		}
+		if ctx.Err() != nil {
+			rep.Truncated = true
+			return nil
+		}
+		out, err := r.query(ctx, in)
+		if err != nil {
+			return err
+		}
+		r.republish(ctx, out.Items, rep)
+		if len(out.LastEvaluatedKey) == 0 {
+			return nil
+		}
+		in.ExclusiveStartKey = out.LastEvaluatedKey
+	}
+}
+
+// republish publishes one page of due records and marks or parks them.
+func (r *Reconciler) republish(ctx context.Context, items []map[string]types.AttributeValue, rep *Report) {
+	if len(items) == 0 {
+		return
+	}
+	marks := make([]relay.Mark, len(items))
+	var envs []outbox.Envelope
+	var idx []int
+	for i, item := range items {
+		rec, err := outbox.RecordFromItem(item)
+		if err != nil {
+			key := outbox.Key{PK: str(item[outbox.AttrPK]), SK: str(item[outbox.AttrSK])}
+			r.cfg.Logger.ErrorContext(ctx, "reconciler: undecodable pending record, parking", "pk", key.PK, "sk", key.SK, "error", err)
+			marks[i] = relay.Mark{Key: key, Result: relay.Result{Status: relay.PermanentFailure, ErrorCode: relay.CodePoisonRecord, ErrorMessage: err.Error()}}
+			continue
+		}
+		marks[i] = relay.Mark{Key: rec.Key, Envelope: rec.Envelope}
+		envs = append(envs, rec.Envelope)
+		idx = append(idx, i)
+	}
+	for j, res := range r.pub.Publish(ctx, envs) {
+		marks[idx[j]].Result = res
+	}
+	for i, err := range r.marker.MarkAll(ctx, marks) {
+		m := marks[i]
+		switch {
+		case err != nil:
+			rep.Failed++
+			r.cfg.Logger.ErrorContext(ctx, "reconciler: marking failed", "event_id", m.Envelope.EventID,
+				"aggregate_id", m.Envelope.AggregateID, "sequence", m.Envelope.Sequence, "error", err)
+		case m.Result.Status == relay.Published:
+			rep.Resent++
+			r.cfg.Logger.InfoContext(ctx, "reconciler: re-published pending record", "event_id", m.Envelope.EventID,
+				"aggregate_id", m.Envelope.AggregateID, "sequence", m.Envelope.Sequence)
+		case m.Result.Status == relay.PermanentFailure:
+			rep.Parked++
+		default:
+			rep.Failed++
+			r.cfg.Logger.WarnContext(ctx, "reconciler: re-publish failed, left pending", "event_id", m.Envelope.EventID,
+				"aggregate_id", m.Envelope.AggregateID, "sequence", m.Envelope.Sequence,
+				"error_code", m.Result.ErrorCode, "error", m.Result.ErrorMessage)
+		}
+	}
+}
+
+func (r *Reconciler) query(ctx context.Context, in *dynamodb.QueryInput) (*dynamodb.QueryOutput, error) {
+	callCtx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+	defer cancel()
+	return r.ddb.Query(callCtx, in)
+}
+
+func str(v types.AttributeValue) string {
+	if s, ok := v.(*types.AttributeValueMemberS); ok {
+		return s.Value
+	}
+	return ""
+}

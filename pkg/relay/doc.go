@@ -1,0 +1,28 @@
+// Package relay forwards outbox records to Amazon EventBridge: the DynamoDB
+// Streams handler (Relay), the PutEvents batcher with partial-failure
+// handling (Publisher), and the marking of records as published or parked
+// (Marker). The reconciler reuses Publisher and Marker.
+//
+// # Invariants
+//
+//   - Publish, then mark (DESIGN.md I2): a record is marked PUBLISHED (its
+//     pending_shard removed, its TTL expires_at set) only after EventBridge
+//     returned an EventId for it. Anything else leaves it pending, without a
+//     TTL, for a retry or the reconciler.
+//   - PutEvents partial failures (HTTP 200 with FailedEntryCount > 0): only
+//     the failed entries with a retryable code are re-sent; accepted entries
+//     are never re-sent. Calls hold at most 10 entries and at most
+//     MaxRequestBytes, entries measured with outbox.EntrySize.
+//   - Nothing is dropped silently (I5): permanent failures, oversized entries
+//     and undecodable (poison) records are sent to the parked-records DLQ
+//     first, then marked PARKED (no TTL), counted and logged.
+//   - Handle reports the dynamodb.SequenceNumber of the first record not
+//     done, never the eventID; a configuration error (no NewImage) fails the
+//     whole batch.
+//
+// # Example
+//
+//	cfg, err := relay.ConfigFromEnv()
+//	r, err := relay.New(eventbridge.NewFromConfig(aws), dynamodb.NewFromConfig(aws), sqs.NewFromConfig(aws), cfg)
+//	lambda.Start(r.Handle)
+package relay

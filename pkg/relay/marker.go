@@ -1,0 +1,368 @@
+package relay
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/ddb-outbox/ddb-outbox/pkg/config"
+	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
+)
+
+// UpdateItemAPI is the one DynamoDB method the Marker calls, with the SDK's
+// exact signature (*dynamodb.Client satisfies it).
+type UpdateItemAPI interface {
+	UpdateItem(ctx context.Context, params *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
+}
+
+// QueueSender is the one SQS method the Marker calls to send a parked record
+// to the parked-records DLQ, with the SDK's exact signature (*sqs.Client
+// satisfies it).
+type QueueSender interface {
+	SendMessage(ctx context.Context, params *sqs.SendMessageInput, optFns ...func(*sqs.Options)) (*sqs.SendMessageOutput, error)
+}
+
+// DefaultMaxMessageBytes is the SQS message size this package assumes, in
+// bytes (256 KiB). Source:
+// https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_SendMessage.html
+const DefaultMaxMessageBytes = 256 * 1024
+
+// MarkerConfig configures a Marker. Zero values take the defaults.
+type MarkerConfig struct {
+	// Table is the outbox table name. Required.
+	Table string
+	// ParkedQueueURL is the SQS queue URL of the parked-records DLQ. Required.
+	ParkedQueueURL string
+	// PublishedRetention is how long a published record lives before its TTL
+	// (AttrExpiresAt, epoch seconds) expires it. Default
+	// config.DefaultPublishedRetention (7 days).
+	PublishedRetention time.Duration
+	// Concurrency bounds the UpdateItem/SendMessage calls in flight in
+	// MarkAll. Default 8.
+	Concurrency int
+	// CallTimeout bounds each network call. Default 5 s.
+	CallTimeout time.Duration
+	// MaxMessageBytes bounds a DLQ message body, in bytes. A message that
+	// would be larger is sent without the payload (the full record stays in
+	// the table, PARKED). Default DefaultMaxMessageBytes.
+	MaxMessageBytes int
+	// Logger receives structured logs. Default slog.Default().
+	Logger *slog.Logger
+	// Metrics receives one CloudWatch EMF line per parked record (metric
+	// config.MetricParked). Default os.Stdout; io.Discard turns it off.
+	Metrics io.Writer
+	// Now returns the current time. Default time.Now.
+	Now func() time.Time
+}
+
+func (c *MarkerConfig) setDefaults() {
+	if c.PublishedRetention == 0 {
+		c.PublishedRetention = config.DefaultPublishedRetention
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = 8
+	}
+	if c.CallTimeout == 0 {
+		c.CallTimeout = 5 * time.Second
+	}
+	if c.MaxMessageBytes == 0 {
+		c.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Metrics == nil {
+		c.Metrics = os.Stdout
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+// Validate reports a configuration error.
+func (c MarkerConfig) Validate() error {
+	switch {
+	case c.Table == "":
+		return errors.New("relay: MarkerConfig.Table is required")
+	case c.ParkedQueueURL == "":
+		return errors.New("relay: MarkerConfig.ParkedQueueURL is required")
+	case c.PublishedRetention < time.Second:
+		return fmt.Errorf("relay: PublishedRetention %s is below one second", c.PublishedRetention)
+	case c.Concurrency < 1:
+		return fmt.Errorf("relay: Concurrency %d must be >= 1", c.Concurrency)
+	case c.CallTimeout < 0:
+		return errors.New("relay: CallTimeout must not be negative")
+	case c.MaxMessageBytes < 4096:
+		return fmt.Errorf("relay: MaxMessageBytes %d is too small", c.MaxMessageBytes)
+	}
+	return nil
+}
+
+// Marker records the outcome of publishing on outbox records: published
+// records leave the pending index and get a TTL; permanently failed records
+// are sent to the parked-records DLQ and marked PARKED. It is safe for
+// concurrent use.
+type Marker struct {
+	ddb    UpdateItemAPI
+	queue  QueueSender
+	cfg    MarkerConfig
+	parked atomic.Int64
+	emf    *EMF
+}
+
+// NewMarker returns a Marker, or an error if cfg does not validate or a
+// client is nil.
+func NewMarker(ddb UpdateItemAPI, queue QueueSender, cfg MarkerConfig) (*Marker, error) {
+	if ddb == nil || queue == nil {
+		return nil, errors.New("relay: NewMarker: nil DynamoDB or SQS client")
+	}
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Marker{ddb: ddb, queue: queue, cfg: cfg, emf: NewEMF(cfg.Metrics, cfg.Table)}, nil
+}
+
+// Config returns the marker's effective configuration.
+func (m *Marker) Config() MarkerConfig { return m.cfg }
+
+// Parked returns how many records this Marker has parked since it was built
+// (the process-local counter behind the config.MetricParked metric).
+func (m *Marker) Parked() int64 { return m.parked.Load() }
+
+// Mark is one publishing outcome to record on an outbox record.
+type Mark struct {
+	// Key is the outbox record's primary key.
+	Key outbox.Key
+	// Envelope is the decoded envelope; zero for a poison record.
+	Envelope outbox.Envelope
+	// Image is the raw item image (DynamoDB JSON) sent to the DLQ when the
+	// record could not be decoded; optional otherwise.
+	Image json.RawMessage
+	// Result decides the action: Published → MarkPublished, PermanentFailure
+	// → Park, RetryableFailure → nothing (the record stays pending).
+	Result Result
+}
+
+// MarkAll applies every mark with at most Concurrency calls in flight and
+// returns one error per mark, in order (nil when done or nothing to do).
+func (m *Marker) MarkAll(ctx context.Context, marks []Mark) []error {
+	errs := make([]error, len(marks))
+	sem := make(chan struct{}, m.cfg.Concurrency)
+	var wg sync.WaitGroup
+	for i, mk := range marks {
+		if mk.Result.Status == RetryableFailure {
+			continue
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			switch mk.Result.Status {
+			case Published:
+				errs[i] = m.MarkPublished(ctx, mk.Key, mk.Envelope, mk.Result.EventID)
+			case PermanentFailure:
+				errs[i] = m.Park(ctx, mk)
+			}
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+// MarkPublished records that EventBridge accepted the record's event:
+// UpdateItem on key with condition attribute_exists(pk), SET status =
+// PUBLISHED, published_at (RFC 3339), expires_at (now + PublishedRetention,
+// epoch seconds: the TTL) and bus_event_id, REMOVE pending_shard (the record
+// leaves the sparse pending index). A record that no longer exists
+// (ConditionalCheckFailedException) is logged and counts as done (nil). Other
+// errors are returned wrapped.
+func (m *Marker) MarkPublished(ctx context.Context, key outbox.Key, env outbox.Envelope, busEventID string) error {
+	now := m.cfg.Now().UTC()
+	upd := expression.
+		Set(expression.Name(outbox.AttrStatus), expression.Value(outbox.StatusPublished)).
+		Set(expression.Name(outbox.AttrPublishedAt), expression.Value(now.Format(time.RFC3339Nano))).
+		Set(expression.Name(outbox.AttrExpiresAt), expression.Value(now.Add(m.cfg.PublishedRetention).Unix())).
+		Set(expression.Name(outbox.AttrBusEventID), expression.Value(busEventID)).
+		Remove(expression.Name(outbox.AttrPendingShard))
+	if err := m.update(ctx, key, upd); err != nil {
+		if isConditionFailed(err) {
+			m.log(ctx, slog.LevelWarn, "relay: record to mark published no longer exists", env, key)
+			return nil
+		}
+		return fmt.Errorf("mark published %s: %w", env.EventID, err)
+	}
+	m.log(ctx, slog.LevelDebug, "relay: marked published", env, key, "bus_event_id", busEventID)
+	return nil
+}
+
+// ParkedMessage is the body of a parked-records DLQ message (JSON).
+type ParkedMessage struct {
+	Table     string    `json:"table"`
+	PK        string    `json:"pk"`
+	SK        string    `json:"sk"`
+	ErrorCode string    `json:"error_code"`
+	Reason    string    `json:"reason"`
+	ParkedAt  time.Time `json:"parked_at"`
+	EventID   string    `json:"event_id,omitempty"`
+	// Envelope is the full envelope; nil for a poison record.
+	Envelope *outbox.Envelope `json:"envelope,omitempty"`
+	// Image is the raw item image (DynamoDB JSON) of a poison record.
+	Image json.RawMessage `json:"image,omitempty"`
+	// Truncated is true when the payload or image was left out to fit the
+	// SQS message size limit; the full record stays in the table.
+	Truncated bool `json:"truncated,omitempty"`
+}
+
+// Park sends the record to the parked-records DLQ first (full envelope and
+// reason, see ParkedMessage), then marks it: UpdateItem with condition
+// attribute_exists(pk), SET status = PARKED, parked_reason, parked_at,
+// REMOVE pending_shard and expires_at (a parked record never expires). It
+// increments the Parked counter, emits an EMF ParkedRecords metric and logs
+// with event_id, aggregate_id and sequence. If SendMessage fails the record is
+// left untouched (still pending) and the error is returned. A record that no
+// longer exists counts as parked (nil).
+func (m *Marker) Park(ctx context.Context, mk Mark) error {
+	now := m.cfg.Now().UTC()
+	reason := mk.Result.ErrorCode
+	if mk.Result.ErrorMessage != "" {
+		reason += ": " + mk.Result.ErrorMessage
+	}
+	body, err := m.parkedBody(mk, now)
+	if err != nil {
+		return err
+	}
+	in := &sqs.SendMessageInput{
+		QueueUrl:    aws.String(m.cfg.ParkedQueueURL),
+		MessageBody: aws.String(body),
+		MessageAttributes: map[string]sqstypes.MessageAttributeValue{
+			"error_code": {DataType: aws.String("String"), StringValue: aws.String(nonEmpty(mk.Result.ErrorCode))},
+		},
+	}
+	if mk.Envelope.EventID != "" {
+		in.MessageAttributes["event_id"] = sqstypes.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(mk.Envelope.EventID)}
+	}
+	callCtx, cancel := context.WithTimeout(ctx, m.cfg.CallTimeout)
+	_, err = m.queue.SendMessage(callCtx, in)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("park %s/%s: send to DLQ: %w", mk.Key.PK, mk.Key.SK, err)
+	}
+	upd := expression.
+		Set(expression.Name(outbox.AttrStatus), expression.Value(outbox.StatusParked)).
+		Set(expression.Name(outbox.AttrParkedReason), expression.Value(nonEmpty(reason))).
+		Set(expression.Name(outbox.AttrParkedAt), expression.Value(now.Format(time.RFC3339Nano))).
+		Remove(expression.Name(outbox.AttrPendingShard)).
+		Remove(expression.Name(outbox.AttrExpiresAt))
+	if err := m.update(ctx, mk.Key, upd); err != nil && !isConditionFailed(err) {
+		return fmt.Errorf("park %s/%s: mark parked: %w", mk.Key.PK, mk.Key.SK, err)
+	}
+	m.parked.Add(1)
+	m.emf.Emit(map[string]Metric{config.MetricParked: {Value: 1, Unit: UnitCount}})
+	m.log(ctx, slog.LevelError, "relay: outbox record parked", mk.Envelope, mk.Key, "error_code", mk.Result.ErrorCode, "reason", reason)
+	return nil
+}
+
+// parkedBody renders the DLQ message, dropping the payload or image if the
+// message would exceed MaxMessageBytes.
+func (m *Marker) parkedBody(mk Mark, now time.Time) (string, error) {
+	msg := ParkedMessage{
+		Table:     m.cfg.Table,
+		PK:        mk.Key.PK,
+		SK:        mk.Key.SK,
+		ErrorCode: mk.Result.ErrorCode,
+		Reason:    mk.Result.ErrorMessage,
+		ParkedAt:  now,
+		EventID:   mk.Envelope.EventID,
+		Image:     mk.Image,
+	}
+	if mk.Envelope.EventID != "" {
+		env := mk.Envelope
+		msg.Envelope = &env
+	}
+	b, err := json.Marshal(msg)
+	if err != nil && msg.Envelope != nil {
+		// A payload that is not valid JSON cannot be embedded raw.
+		env := *msg.Envelope
+		env.Payload = nil
+		msg.Envelope, msg.Truncated = &env, true
+		b, err = json.Marshal(msg)
+	}
+	if err != nil {
+		return "", fmt.Errorf("park %s/%s: encode DLQ message: %w", mk.Key.PK, mk.Key.SK, err)
+	}
+	if len(b) > m.cfg.MaxMessageBytes {
+		if msg.Envelope != nil {
+			env := *msg.Envelope
+			env.Payload = nil
+			msg.Envelope = &env
+		}
+		msg.Image, msg.Truncated = nil, true
+		if len(msg.Reason) > 1024 {
+			msg.Reason = msg.Reason[:1024]
+		}
+		if b, err = json.Marshal(msg); err != nil {
+			return "", fmt.Errorf("park %s/%s: encode DLQ message: %w", mk.Key.PK, mk.Key.SK, err)
+		}
+	}
+	return string(b), nil
+}
+
+func (m *Marker) update(ctx context.Context, key outbox.Key, upd expression.UpdateBuilder) error {
+	expr, err := expression.NewBuilder().
+		WithUpdate(upd).
+		WithCondition(expression.AttributeExists(expression.Name(outbox.AttrPK))).
+		Build()
+	if err != nil {
+		return fmt.Errorf("build expression: %w", err)
+	}
+	callCtx, cancel := context.WithTimeout(ctx, m.cfg.CallTimeout)
+	defer cancel()
+	_, err = m.ddb.UpdateItem(callCtx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(m.cfg.Table),
+		Key:                       key.AttributeValues(),
+		UpdateExpression:          expr.Update(),
+		ConditionExpression:       expr.Condition(),
+		ExpressionAttributeNames:  expr.Names(),
+		ExpressionAttributeValues: expr.Values(),
+	})
+	return err
+}
+
+func (m *Marker) log(ctx context.Context, level slog.Level, msg string, env outbox.Envelope, key outbox.Key, args ...any) {
+	attrs := append([]any{
+		"event_id", env.EventID,
+		"aggregate_id", env.AggregateID,
+		"sequence", env.Sequence,
+		"pk", key.PK,
+		"sk", key.SK,
+	}, args...)
+	m.cfg.Logger.Log(ctx, level, msg, attrs...)
+}
+
+func isConditionFailed(err error) bool {
+	var ccf *ddbtypes.ConditionalCheckFailedException
+	return errors.As(err, &ccf)
+}
+
+func nonEmpty(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
+}

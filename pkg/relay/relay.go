@@ -1,0 +1,269 @@
+package relay
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/aws/aws-lambda-go/events"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/ddb-outbox/ddb-outbox/pkg/config"
+	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
+	"github.com/ddb-outbox/ddb-outbox/pkg/streamimage"
+)
+
+// ErrNoNewImage is returned by Handle when an INSERT record carries no
+// NewImage: the stream's view type is KEYS_ONLY or OLD_IMAGE. This is a
+// configuration error; the whole batch is retried rather than acknowledged.
+var ErrNoNewImage = errors.New("relay: INSERT stream record has no NewImage; the outbox table stream must use StreamViewType NEW_IMAGE or NEW_AND_OLD_IMAGES")
+
+// ErrNoSequenceNumber is returned by Handle when a record that must be
+// retried has no dynamodb.SequenceNumber: an empty itemIdentifier would fail
+// the batch anyway, so the whole batch is failed explicitly.
+var ErrNoSequenceNumber = errors.New("relay: stream record without SequenceNumber")
+
+// Config configures a Relay. Zero values take the defaults of each part.
+type Config struct {
+	// Publisher configures the EventBridge publisher (EventBusName required).
+	Publisher PublisherConfig
+	// Marker configures marking and parking (Table and ParkedQueueURL required).
+	Marker MarkerConfig
+	// Logger receives structured logs. Default slog.Default(); it is also
+	// the default logger of Publisher and Marker.
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Publisher.Logger == nil {
+		c.Publisher.Logger = c.Logger
+	}
+	if c.Marker.Logger == nil {
+		c.Marker.Logger = c.Logger
+	}
+	c.Publisher.setDefaults()
+	c.Marker.setDefaults()
+}
+
+// Validate reports a configuration error of either part.
+func (c Config) Validate() error {
+	if err := c.Publisher.Validate(); err != nil {
+		return err
+	}
+	return c.Marker.Validate()
+}
+
+// ConfigFromEnv reads the relay settings from the environment variables named
+// in package config: OUTBOX_TABLE_NAME, EVENT_BUS_NAME and PARKED_QUEUE_URL
+// (required), EVENT_SOURCE, MAX_ENTRY_BYTES, PUBLISHED_RETENTION_SECONDS
+// (optional). It returns an error naming a missing or malformed variable.
+func ConfigFromEnv() (Config, error) {
+	var c Config
+	var err error
+	if c.Marker.Table, err = config.Required(config.EnvOutboxTable); err != nil {
+		return c, err
+	}
+	if c.Publisher.EventBusName, err = config.Required(config.EnvEventBusName); err != nil {
+		return c, err
+	}
+	if c.Marker.ParkedQueueURL, err = config.Required(config.EnvParkedQueueURL); err != nil {
+		return c, err
+	}
+	c.Publisher.Source = config.String(config.EnvEventSource, config.DefaultEventSource)
+	if c.Publisher.MaxEntryBytes, err = config.Int(config.EnvMaxEntryBytes, config.DefaultMaxEntryBytes); err != nil {
+		return c, err
+	}
+	if c.Marker.PublishedRetention, err = config.Seconds(config.EnvPublishedRetentionSeconds, config.DefaultPublishedRetention); err != nil {
+		return c, err
+	}
+	return c, nil
+}
+
+// Relay is the DynamoDB Streams handler of the outbox table: it publishes
+// each new outbox record to EventBridge, then marks it published (or parks
+// it), and reports the first record not done as a partial batch failure. It
+// is safe for concurrent use.
+type Relay struct {
+	pub    *Publisher
+	marker *Marker
+	log    *slog.Logger
+}
+
+// New builds a Relay with its Publisher and Marker. It returns an error if
+// cfg does not validate or a client is nil.
+func New(eb EventBridgeAPI, ddb UpdateItemAPI, queue QueueSender, cfg Config) (*Relay, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	pub, err := NewPublisher(eb, cfg.Publisher)
+	if err != nil {
+		return nil, err
+	}
+	marker, err := NewMarker(ddb, queue, cfg.Marker)
+	if err != nil {
+		return nil, err
+	}
+	return &Relay{pub: pub, marker: marker, log: cfg.Logger}, nil
+}
+
+// Publisher returns the relay's Publisher (shared with the reconciler).
+func (r *Relay) Publisher() *Publisher { return r.pub }
+
+// Marker returns the relay's Marker (shared with the reconciler).
+func (r *Relay) Marker() *Marker { return r.marker }
+
+// work is one stream record the relay acts on.
+type work struct {
+	rec  int // index in ev.Records
+	mark Mark
+	done bool // set when no further action is possible or needed
+	err  error
+}
+
+// Handle processes one DynamoDB Streams batch as Lambda's event source
+// mapping delivers it (configure FunctionResponseTypes
+// ["ReportBatchItemFailures"]).
+//
+//   - Only INSERT records of outbox items are published. MODIFY records (the
+//     relay's own marking), REMOVE records (TTL deletions included) and items
+//     without an event_id in their NewImage (foreign items) are ignored.
+//   - An INSERT without NewImage returns ErrNoNewImage (wrapped) before
+//     anything is published: the whole batch is retried, never acknowledged.
+//   - A record whose NewImage does not decode as an outbox record (poison) is
+//     parked, keyed by the record's Keys.
+//   - Decodable records are published in batch order; those that got an
+//     EventId are marked published, permanent failures are parked.
+//   - The response names the dynamodb.SequenceNumber (never eventID) of the
+//     first record, in batch order, that is not done (retryable publish
+//     failure, marking or parking failure): one batchItemFailures entry, or
+//     none on full success. Lambda then retries from that record on.
+//
+// It returns ErrNoSequenceNumber (wrapped) when the record to report has no
+// sequence number.
+func (r *Relay) Handle(ctx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
+	for i, rec := range ev.Records {
+		if rec.EventName == string(events.DynamoDBOperationTypeInsert) && len(rec.Change.NewImage) == 0 {
+			return events.DynamoDBEventResponse{}, fmt.Errorf("%w (record %d, sequence number %s, stream view type %q)",
+				ErrNoNewImage, i, rec.Change.SequenceNumber, rec.Change.StreamViewType)
+		}
+	}
+
+	var items []*work
+	var envs []outbox.Envelope
+	var publishIdx []int // index into items of each envelope in envs
+	for i, rec := range ev.Records {
+		if rec.EventName != string(events.DynamoDBOperationTypeInsert) {
+			continue
+		}
+		if _, ok := rec.Change.NewImage[outbox.AttrEventID]; !ok {
+			continue // foreign item
+		}
+		w := &work{rec: i}
+		items = append(items, w)
+		record, err := decodeRecord(rec)
+		if err != nil {
+			r.poison(ctx, w, rec, err)
+			continue
+		}
+		w.mark = Mark{Key: record.Key, Envelope: record.Envelope}
+		publishIdx = append(publishIdx, len(items)-1)
+		envs = append(envs, record.Envelope)
+	}
+
+	if len(envs) > 0 {
+		results := r.pub.Publish(ctx, envs)
+		for j, res := range results {
+			w := items[publishIdx[j]]
+			w.mark.Result = res
+			if res.Status == RetryableFailure {
+				e := w.mark.Envelope
+				r.log.WarnContext(ctx, "relay: publish failed, will retry",
+					"event_id", e.EventID, "aggregate_id", e.AggregateID, "sequence", e.Sequence,
+					"error_code", res.ErrorCode, "error", res.ErrorMessage, "attempts", res.Attempts)
+			}
+		}
+	}
+
+	var marks []Mark
+	var markIdx []int
+	for i, w := range items {
+		if w.done || w.err != nil {
+			continue
+		}
+		marks = append(marks, w.mark)
+		markIdx = append(markIdx, i)
+	}
+	errs := r.marker.MarkAll(ctx, marks)
+	for j, err := range errs {
+		w := items[markIdx[j]]
+		switch {
+		case err != nil:
+			w.err = err
+			e := w.mark.Envelope
+			r.log.ErrorContext(ctx, "relay: marking failed, will retry",
+				"event_id", e.EventID, "aggregate_id", e.AggregateID, "sequence", e.Sequence, "error", err)
+		case w.mark.Result.Status != RetryableFailure:
+			w.done = true
+		}
+	}
+
+	for _, w := range items {
+		if w.done {
+			continue
+		}
+		seq := ev.Records[w.rec].Change.SequenceNumber
+		if seq == "" {
+			return events.DynamoDBEventResponse{}, fmt.Errorf("%w (record %d, eventID %s)", ErrNoSequenceNumber, w.rec, ev.Records[w.rec].EventID)
+		}
+		return events.DynamoDBEventResponse{
+			BatchItemFailures: []events.DynamoDBBatchItemFailure{{ItemIdentifier: seq}},
+		}, nil
+	}
+	return events.DynamoDBEventResponse{}, nil
+}
+
+// poison prepares an undecodable record for parking, keyed by its Keys.
+func (r *Relay) poison(ctx context.Context, w *work, rec events.DynamoDBEventRecord, cause error) {
+	image, _ := json.Marshal(rec.Change.NewImage) // DynamoDB JSON, lossless
+	key, err := keyFromImage(rec.Change.Keys)
+	if err != nil {
+		w.err = fmt.Errorf("poison record without a usable key: %w (decode error: %v)", err, cause)
+		r.log.ErrorContext(ctx, "relay: poison record cannot be parked", "sequence_number", rec.Change.SequenceNumber, "error", w.err)
+		return
+	}
+	r.log.ErrorContext(ctx, "relay: poison outbox record, parking", "pk", key.PK, "sk", key.SK, "error", cause)
+	w.mark = Mark{
+		Key:    key,
+		Image:  image,
+		Result: Result{Status: PermanentFailure, ErrorCode: CodePoisonRecord, ErrorMessage: cause.Error()},
+	}
+}
+
+// decodeRecord decodes a stream record's NewImage as an outbox record.
+func decodeRecord(rec events.DynamoDBEventRecord) (outbox.Record, error) {
+	item, err := streamimage.ToAttributeValueMap(rec.Change.NewImage)
+	if err != nil {
+		return outbox.Record{}, err
+	}
+	return outbox.RecordFromItem(item)
+}
+
+// keyFromImage reads the outbox key (pk, sk strings) from a stream Keys map.
+func keyFromImage(keys map[string]events.DynamoDBAttributeValue) (outbox.Key, error) {
+	item, err := streamimage.ToAttributeValueMap(keys)
+	if err != nil {
+		return outbox.Key{}, err
+	}
+	pk, ok1 := item[outbox.AttrPK].(*ddbtypes.AttributeValueMemberS)
+	sk, ok2 := item[outbox.AttrSK].(*ddbtypes.AttributeValueMemberS)
+	if !ok1 || !ok2 {
+		return outbox.Key{}, fmt.Errorf("keys lack string %s and %s", outbox.AttrPK, outbox.AttrSK)
+	}
+	return outbox.Key{PK: pk.Value, SK: sk.Value}, nil
+}
