@@ -17,6 +17,9 @@ help: ## list targets
 
 node_modules/.package-lock.json: package.json package-lock.json
 	npm ci --no-audit --no-fund
+	@# aws-cdk ships Go template files; a go.mod marks node_modules as another
+	@# module so `go build ./...` and `go test ./...` skip it.
+	printf 'module example.invalid/node_modules\n' > node_modules/go.mod
 
 deps: node_modules/.package-lock.json ## install the pinned Node tools (Dynoxide, CDK CLI)
 

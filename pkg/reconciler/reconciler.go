@@ -138,27 +138,6 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// ConfigFromEnv reads OUTBOX_TABLE_NAME (required), PENDING_SHARDS,
-// RECONCILE_AFTER_SECONDS and RECONCILE_BUDGET_SECONDS (optional). It returns
-// an error naming a missing or malformed variable.
-func ConfigFromEnv() (Config, error) {
-	var c Config
-	var err error
-	if c.Table, err = config.Required(config.EnvOutboxTable); err != nil {
-		return c, err
-	}
-	if c.PendingShards, err = config.Int(config.EnvPendingShards, config.DefaultPendingShards); err != nil {
-		return c, err
-	}
-	if c.ReconcileAfter, err = config.Seconds(config.EnvReconcileAfterSeconds, config.DefaultReconcileAfter); err != nil {
-		return c, err
-	}
-	if c.Budget, err = config.Seconds(config.EnvReconcileBudgetSeconds, config.DefaultReconcileBudget); err != nil {
-		return c, err
-	}
-	return c, nil
-}
-
 // Report summarises one run.
 type Report struct {
 	// Pending is the number of records in the pending index (any age) when

@@ -22,7 +22,10 @@
 //
 // # Example
 //
-//	cfg, err := relay.ConfigFromEnv()
+//	cfg := relay.Config{
+//		Publisher: relay.PublisherConfig{EventBusName: "orders"},
+//		Marker:    relay.MarkerConfig{Table: "outbox", ParkedQueueURL: queueURL},
+//	}
 //	r, err := relay.New(eventbridge.NewFromConfig(aws), dynamodb.NewFromConfig(aws), sqs.NewFromConfig(aws), cfg)
 //	lambda.Start(r.Handle)
 package relay

@@ -10,7 +10,6 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
 	"github.com/ddb-outbox/ddb-outbox/pkg/streamimage"
 )
@@ -56,32 +55,6 @@ func (c Config) Validate() error {
 		return err
 	}
 	return c.Marker.Validate()
-}
-
-// ConfigFromEnv reads the relay settings from the environment variables named
-// in package config: OUTBOX_TABLE_NAME, EVENT_BUS_NAME and PARKED_QUEUE_URL
-// (required), EVENT_SOURCE, MAX_ENTRY_BYTES, PUBLISHED_RETENTION_SECONDS
-// (optional). It returns an error naming a missing or malformed variable.
-func ConfigFromEnv() (Config, error) {
-	var c Config
-	var err error
-	if c.Marker.Table, err = config.Required(config.EnvOutboxTable); err != nil {
-		return c, err
-	}
-	if c.Publisher.EventBusName, err = config.Required(config.EnvEventBusName); err != nil {
-		return c, err
-	}
-	if c.Marker.ParkedQueueURL, err = config.Required(config.EnvParkedQueueURL); err != nil {
-		return c, err
-	}
-	c.Publisher.Source = config.String(config.EnvEventSource, config.DefaultEventSource)
-	if c.Publisher.MaxEntryBytes, err = config.Int(config.EnvMaxEntryBytes, config.DefaultMaxEntryBytes); err != nil {
-		return c, err
-	}
-	if c.Marker.PublishedRetention, err = config.Seconds(config.EnvPublishedRetentionSeconds, config.DefaultPublishedRetention); err != nil {
-		return c, err
-	}
-	return c, nil
 }
 
 // Relay is the DynamoDB Streams handler of the outbox table: it publishes

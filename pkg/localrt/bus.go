@@ -1,0 +1,612 @@
+package localrt
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
+	ebtypes "github.com/aws/aws-sdk-go-v2/service/eventbridge/types"
+	"github.com/aws/smithy-go"
+	"github.com/google/uuid"
+
+	"github.com/ddb-outbox/ddb-outbox/pkg/config"
+	"github.com/ddb-outbox/ddb-outbox/pkg/routing"
+)
+
+// EventHandler is a Lambda handler for EventBridge events: the shape of the
+// consumers and of the scheduled reconciler. A returned error is a failed
+// delivery (retried by the bus, or logged by the scheduler).
+type EventHandler func(ctx context.Context, ev events.EventBridgeEvent) error
+
+// PutEventsAPI is the EventBridge method the relay and reconciler call, with
+// the exact signature of (*eventbridge.Client).PutEvents. Bus implements it.
+type PutEventsAPI interface {
+	PutEvents(ctx context.Context, params *eventbridge.PutEventsInput, optFns ...func(*eventbridge.Options)) (*eventbridge.PutEventsOutput, error)
+}
+
+// PutEvents limits and entry error codes
+// (https://docs.aws.amazon.com/eventbridge/latest/APIReference/API_PutEvents.html,
+// https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-putevent-size.html).
+const (
+	// MaxPutEventsEntries is the number of entries one PutEvents accepts.
+	MaxPutEventsEntries = 10
+	// DefaultMaxEntryBytes is the default entry size limit, 262,144 bytes.
+	DefaultMaxEntryBytes = config.DefaultMaxEntryBytes
+	// MaxDetailTypeLength is the DetailType limit in characters.
+	MaxDetailTypeLength = 128
+	// ErrorCodeInvalidArgument: missing Source/DetailType/Detail, too long
+	// DetailType, or entry over the size limit. Not retryable.
+	ErrorCodeInvalidArgument = "InvalidArgument"
+	// ErrorCodeMalformedDetail: Detail is not a JSON object. Not retryable.
+	ErrorCodeMalformedDetail = "MalformedDetail"
+	// ErrorCodeNotAuthorizedForSource: Source starts with "aws.".
+	ErrorCodeNotAuthorizedForSource = "NotAuthorizedForSourceException"
+	// DefaultBusName is the bus an entry without EventBusName goes to.
+	DefaultBusName = "default"
+	// DefaultTargetMaxAttempts bounds delivery attempts per target (AWS
+	// rule target retry policy: up to 185 attempts over 24 h; locally 4).
+	DefaultTargetMaxAttempts = 4
+	// DefaultTargetRetryBaseDelay and DefaultTargetRetryMaxDelay bound the
+	// exponential backoff (with jitter) between delivery attempts.
+	DefaultTargetRetryBaseDelay = 50 * time.Millisecond
+	DefaultTargetRetryMaxDelay  = 2 * time.Second
+)
+
+// BusConfig configures a Bus. Zero values take the defaults stated per field.
+type BusConfig struct {
+	// Name is the event bus name; entries must name it (or its ARN) in
+	// EventBusName, or leave it empty when Name is "default". Default
+	// "default".
+	Name string
+	// Region and Account fill the event envelope and ARNs (defaults
+	// us-east-1 and 000000000000).
+	Region  string
+	Account string
+	// Source is the event source the rules match (routing.Rule.Pattern);
+	// default config.DefaultEventSource.
+	Source string
+	// Rules are the routing rules; nil means routing.Rules().
+	Rules []routing.Rule
+	// MaxEntryBytes is the entry size limit in bytes (default 262,144).
+	MaxEntryBytes int
+	// TargetMaxAttempts is the number of delivery attempts per event and
+	// target before dead-lettering (default 4, at least 1).
+	TargetMaxAttempts int
+	// TargetRetryBaseDelay and TargetRetryMaxDelay bound the backoff
+	// between attempts (defaults 50 ms and 2 s).
+	TargetRetryBaseDelay time.Duration
+	TargetRetryMaxDelay  time.Duration
+	// HandlerTimeout bounds one delivery (default 30 s); a timeout is a
+	// failed attempt.
+	HandlerTimeout time.Duration
+	// Interceptor, when set, wraps every delivery attempt (fault injection).
+	Interceptor Interceptor
+	// OnDeadLetter, when set, is called (synchronously, from the delivery
+	// goroutine) for every dead-lettered event, in addition to the
+	// in-memory list.
+	OnDeadLetter func(DeadLetter)
+	// Now returns the current time (default time.Now).
+	Now func() time.Time
+	// Logger receives the bus's logs (default slog.Default()).
+	Logger *slog.Logger
+}
+
+func (c *BusConfig) setDefaults() {
+	if c.Name == "" {
+		c.Name = DefaultBusName
+	}
+	if c.Region == "" {
+		c.Region = DefaultRegion
+	}
+	if c.Account == "" {
+		c.Account = DefaultAccount
+	}
+	if c.Source == "" {
+		c.Source = config.DefaultEventSource
+	}
+	if c.Rules == nil {
+		c.Rules = routing.Rules()
+	}
+	if c.MaxEntryBytes == 0 {
+		c.MaxEntryBytes = DefaultMaxEntryBytes
+	}
+	if c.TargetMaxAttempts == 0 {
+		c.TargetMaxAttempts = DefaultTargetMaxAttempts
+	}
+	if c.TargetRetryBaseDelay == 0 {
+		c.TargetRetryBaseDelay = DefaultTargetRetryBaseDelay
+	}
+	if c.TargetRetryMaxDelay == 0 {
+		c.TargetRetryMaxDelay = DefaultTargetRetryMaxDelay
+	}
+	if c.HandlerTimeout == 0 {
+		c.HandlerTimeout = DefaultFunctionTimeout
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Validate reports the first invalid setting (after defaults are applied).
+func (c *BusConfig) Validate() error {
+	switch {
+	case c.MaxEntryBytes < 1:
+		return errors.New("localrt: MaxEntryBytes must be positive")
+	case c.TargetMaxAttempts < 1:
+		return errors.New("localrt: TargetMaxAttempts must be at least 1")
+	case c.TargetRetryBaseDelay < 0 || c.TargetRetryMaxDelay < c.TargetRetryBaseDelay:
+		return errors.New("localrt: need 0 <= TargetRetryBaseDelay <= TargetRetryMaxDelay")
+	}
+	names := map[string]bool{}
+	for _, r := range c.Rules {
+		if r.Name == "" || r.Consumer == "" || len(r.DetailTypes) == 0 {
+			return fmt.Errorf("localrt: rule %q needs a name, a consumer and detail types", r.Name)
+		}
+		if names[r.Name] {
+			return fmt.Errorf("localrt: duplicate rule name %q", r.Name)
+		}
+		names[r.Name] = true
+	}
+	return nil
+}
+
+// Interceptor wraps one delivery attempt of event ev to consumer (attempt is
+// 1-based). It may call next zero times (to fail or drop), once, or several
+// times (to duplicate), and may return an error to fail the attempt. It is
+// called concurrently.
+type Interceptor func(ctx context.Context, consumer string, ev events.EventBridgeEvent, attempt int, next EventHandler) error
+
+// DeadLetter is an event the bus gave up delivering to one target, as a
+// target DLQ would receive it (the event JSON plus the last error).
+type DeadLetter struct {
+	Consumer  string
+	Rule      string
+	EventJSON []byte
+	Event     events.EventBridgeEvent
+	Attempts  int
+	Error     string
+	At        time.Time
+}
+
+// BusStats counts what a Bus did.
+type BusStats struct {
+	// Accepted counts entries accepted (given an EventId).
+	Accepted int64
+	// FailedEntries counts rejected entries by ErrorCode.
+	FailedEntries map[string]int64
+	// RejectedRequests counts whole PutEvents requests refused.
+	RejectedRequests int64
+	// Unmatched counts accepted events that matched no rule.
+	Unmatched int64
+	// Unsubscribed counts rule matches whose consumer has no handler.
+	Unsubscribed int64
+	// Deliveries counts successful deliveries per consumer.
+	Deliveries map[string]int64
+	// Attempts counts delivery attempts per consumer.
+	Attempts map[string]int64
+	// Retries counts re-attempts after a failed delivery, per consumer.
+	Retries map[string]int64
+	// DeadLettered counts events given up per consumer.
+	DeadLettered map[string]int64
+}
+
+// Bus is a local EventBridge event bus. PutEvents enforces the PutEvents
+// contract as AWS does; each accepted entry becomes the EventBridge event
+// JSON a target receives, is matched against the routing rules and
+// delivered asynchronously (no ordering, at-least-once) to the subscribed
+// consumers, each target with bounded retries and exponential backoff, then
+// a dead-letter list. Safe for concurrent use.
+type Bus struct {
+	cfg   BusConfig
+	log   *slog.Logger
+	rules []busRule
+
+	mu        sync.Mutex
+	handlers  map[string]EventHandler
+	stats     BusStats
+	accepted  []json.RawMessage
+	dead      []DeadLetter
+	inflight  int
+	idle      chan struct{}
+	closed    bool
+	closeCtx  context.Context
+	cancelAll context.CancelFunc
+}
+
+type busRule struct {
+	rule    routing.Rule
+	pattern *Pattern
+}
+
+// NewBus returns a bus routing by cfg.Rules. It returns an error for an
+// invalid configuration.
+func NewBus(cfg BusConfig) (*Bus, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	b := &Bus{cfg: cfg, log: cfg.Logger.With("component", "event-bus", "event_bus", cfg.Name), handlers: map[string]EventHandler{}}
+	for _, r := range cfg.Rules {
+		p, err := CompilePattern(r.Pattern(cfg.Source))
+		if err != nil {
+			return nil, fmt.Errorf("rule %s: %w", r.Name, err)
+		}
+		b.rules = append(b.rules, busRule{rule: r, pattern: p})
+	}
+	b.stats = BusStats{FailedEntries: map[string]int64{}, Deliveries: map[string]int64{}, Attempts: map[string]int64{}, Retries: map[string]int64{}, DeadLettered: map[string]int64{}}
+	b.closeCtx, b.cancelAll = context.WithCancel(context.Background())
+	return b, nil
+}
+
+// ARN returns the bus ARN: arn:aws:events:<region>:<account>:event-bus/<name>.
+func (b *Bus) ARN() string {
+	return fmt.Sprintf("arn:aws:events:%s:%s:event-bus/%s", b.cfg.Region, b.cfg.Account, b.cfg.Name)
+}
+
+// RuleARN returns a rule's ARN on this bus.
+func (b *Bus) RuleARN(rule string) string {
+	if b.cfg.Name == DefaultBusName {
+		return fmt.Sprintf("arn:aws:events:%s:%s:rule/%s", b.cfg.Region, b.cfg.Account, rule)
+	}
+	return fmt.Sprintf("arn:aws:events:%s:%s:rule/%s/%s", b.cfg.Region, b.cfg.Account, b.cfg.Name, rule)
+}
+
+// Subscribe registers h as the target of every rule whose Consumer is
+// consumer, replacing a previous handler. Events accepted before
+// Subscribe are not redelivered.
+func (b *Bus) Subscribe(consumer string, h EventHandler) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.handlers[consumer] = h
+}
+
+// PutEvents accepts up to 10 entries, like EventBridge PutEvents:
+//   - more than 10 (or zero) entries, or no entry with all of Source,
+//     DetailType and Detail: the whole request fails with a
+//     *smithy.GenericAPIError, Code "ValidationException";
+//   - an EventBusName that is neither this bus's name nor its ARN (empty
+//     means "default"): the whole request fails, Code
+//     "ResourceNotFoundException";
+//   - per entry, with HTTP-200 semantics (FailedEntryCount, Entries in
+//     request order): missing Source/DetailType/Detail or DetailType over
+//     128 characters → "InvalidArgument"; Source starting with "aws." →
+//     "NotAuthorizedForSourceException"; Detail not a JSON object →
+//     "MalformedDetail"; entry size over MaxEntryBytes → "InvalidArgument".
+//
+// Entry size follows eb-putevent-size: 14 bytes when Time is set plus the
+// UTF-8 bytes of Source, DetailType, Detail and each Resources element
+// (outbox.EntrySize). Each accepted entry gets a fresh UUID v4 EventId and
+// is routed asynchronously; PutEvents does not wait for deliveries (use
+// WaitIdle). After Close it fails with Code "InternalException".
+func (b *Bus) PutEvents(ctx context.Context, params *eventbridge.PutEventsInput, _ ...func(*eventbridge.Options)) (*eventbridge.PutEventsOutput, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if params == nil || len(params.Entries) == 0 || len(params.Entries) > MaxPutEventsEntries {
+		n := 0
+		if params != nil {
+			n = len(params.Entries)
+		}
+		b.reject()
+		return nil, &smithy.GenericAPIError{Code: "ValidationException", Fault: smithy.FaultClient,
+			Message: fmt.Sprintf("1 validation error detected: Value at 'entries' failed to satisfy constraint: Member must have length less than or equal to %d and greater than or equal to 1 (got %d)", MaxPutEventsEntries, n)}
+	}
+	complete := 0
+	for _, e := range params.Entries {
+		if aws.ToString(e.EventBusName) != "" && !b.isThisBus(aws.ToString(e.EventBusName)) ||
+			aws.ToString(e.EventBusName) == "" && b.cfg.Name != DefaultBusName {
+			b.reject()
+			name := aws.ToString(e.EventBusName)
+			if name == "" {
+				name = DefaultBusName
+			}
+			return nil, &smithy.GenericAPIError{Code: "ResourceNotFoundException", Fault: smithy.FaultClient,
+				Message: fmt.Sprintf("Event bus %s does not exist.", name)}
+		}
+		if aws.ToString(e.Source) != "" && aws.ToString(e.DetailType) != "" && aws.ToString(e.Detail) != "" {
+			complete++
+		}
+	}
+	if complete == 0 {
+		b.reject()
+		return nil, &smithy.GenericAPIError{Code: "ValidationException", Fault: smithy.FaultClient,
+			Message: "Parameters Source, DetailType and Detail are required in at least one entry."}
+	}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil, &smithy.GenericAPIError{Code: "InternalException", Fault: smithy.FaultServer, Message: "local bus is closed"}
+	}
+	b.mu.Unlock()
+
+	now := b.cfg.Now().UTC()
+	out := &eventbridge.PutEventsOutput{Entries: make([]ebtypes.PutEventsResultEntry, len(params.Entries))}
+	var accepted []json.RawMessage
+	for i, e := range params.Entries {
+		code, msg := b.checkEntry(e)
+		if code != "" {
+			out.Entries[i] = ebtypes.PutEventsResultEntry{ErrorCode: aws.String(code), ErrorMessage: aws.String(msg)}
+			out.FailedEntryCount++
+			b.mu.Lock()
+			b.stats.FailedEntries[code]++
+			b.mu.Unlock()
+			continue
+		}
+		id := uuid.NewString()
+		t := now
+		if e.Time != nil {
+			t = e.Time.UTC()
+		}
+		resources := e.Resources
+		if resources == nil {
+			resources = []string{}
+		}
+		raw, err := json.Marshal(eventEnvelope{
+			Version: "0", ID: id, DetailType: aws.ToString(e.DetailType), Source: aws.ToString(e.Source),
+			Account: b.cfg.Account, Time: t.Format(time.RFC3339), Region: b.cfg.Region,
+			Resources: resources, Detail: json.RawMessage(aws.ToString(e.Detail)),
+		})
+		if err != nil { // Detail was validated; cannot happen
+			out.Entries[i] = ebtypes.PutEventsResultEntry{ErrorCode: aws.String("InternalFailure"), ErrorMessage: aws.String(err.Error())}
+			out.FailedEntryCount++
+			continue
+		}
+		out.Entries[i] = ebtypes.PutEventsResultEntry{EventId: aws.String(id)}
+		accepted = append(accepted, raw)
+	}
+	for _, raw := range accepted {
+		b.route(raw)
+	}
+	return out, nil
+}
+
+// eventEnvelope is the event a target receives
+// (https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-events-structure.html).
+type eventEnvelope struct {
+	Version    string          `json:"version"`
+	ID         string          `json:"id"`
+	DetailType string          `json:"detail-type"`
+	Source     string          `json:"source"`
+	Account    string          `json:"account"`
+	Time       string          `json:"time"`
+	Region     string          `json:"region"`
+	Resources  []string        `json:"resources"`
+	Detail     json.RawMessage `json:"detail"`
+}
+
+func (b *Bus) isThisBus(name string) bool {
+	return name == b.cfg.Name || name == b.ARN()
+}
+
+func (b *Bus) reject() {
+	b.mu.Lock()
+	b.stats.RejectedRequests++
+	b.mu.Unlock()
+}
+
+// checkEntry returns an entry-level error code and message, or "".
+func (b *Bus) checkEntry(e ebtypes.PutEventsRequestEntry) (string, string) {
+	source, dt, detail := aws.ToString(e.Source), aws.ToString(e.DetailType), aws.ToString(e.Detail)
+	var missing []string
+	if source == "" {
+		missing = append(missing, "Source")
+	}
+	if dt == "" {
+		missing = append(missing, "DetailType")
+	}
+	if detail == "" {
+		missing = append(missing, "Detail")
+	}
+	if len(missing) > 0 {
+		return ErrorCodeInvalidArgument, fmt.Sprintf("Parameter(s) %s must be specified.", strings.Join(missing, ", "))
+	}
+	if utf8.RuneCountInString(dt) > MaxDetailTypeLength {
+		return ErrorCodeInvalidArgument, fmt.Sprintf("Parameter DetailType is not valid. Reason: longer than %d characters.", MaxDetailTypeLength)
+	}
+	if strings.HasPrefix(source, "aws.") {
+		return ErrorCodeNotAuthorizedForSource, fmt.Sprintf("Not authorized for the source %s.", source)
+	}
+	if v, err := decodeJSON([]byte(detail)); err != nil {
+		return ErrorCodeMalformedDetail, "Detail is malformed."
+	} else if _, ok := v.(map[string]any); !ok {
+		return ErrorCodeMalformedDetail, "Detail is malformed."
+	}
+	size := len(source) + len(dt) + len(detail)
+	if e.Time != nil {
+		size += 14
+	}
+	for _, r := range e.Resources {
+		size += len(r)
+	}
+	if size > b.cfg.MaxEntryBytes {
+		return ErrorCodeInvalidArgument, fmt.Sprintf("Event size %d bytes exceeds the limit of %d bytes.", size, b.cfg.MaxEntryBytes)
+	}
+	return "", ""
+}
+
+// route records an accepted event and starts one delivery per matching
+// rule with a subscribed consumer.
+func (b *Bus) route(raw json.RawMessage) {
+	v, _ := decodeJSON(raw)
+	m, _ := v.(map[string]any)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.stats.Accepted++
+	b.accepted = append(b.accepted, raw)
+	matched := false
+	for _, r := range b.rules {
+		if !r.pattern.Match(m) {
+			continue
+		}
+		matched = true
+		h, ok := b.handlers[r.rule.Consumer]
+		if !ok {
+			b.stats.Unsubscribed++
+			b.log.Warn("rule matched but its consumer has no handler", "rule", r.rule.Name, "consumer", r.rule.Consumer)
+			continue
+		}
+		b.inflight++
+		go b.deliver(r.rule, h, raw)
+	}
+	if !matched {
+		b.stats.Unmatched++
+	}
+}
+
+// deliver runs the target's attempts and dead-letters on exhaustion.
+func (b *Bus) deliver(rule routing.Rule, h EventHandler, raw json.RawMessage) {
+	defer b.done()
+	consumer := rule.Consumer
+	ctx := b.closeCtx
+	var lastErr error
+	var ev events.EventBridgeEvent
+	attempt := 0
+	for attempt < b.cfg.TargetMaxAttempts {
+		attempt++
+		if attempt > 1 {
+			b.count(func(s *BusStats) { s.Retries[consumer]++ })
+			if !sleepCtx(ctx, expBackoff(b.cfg.TargetRetryBaseDelay, b.cfg.TargetRetryMaxDelay, attempt-1)) {
+				lastErr = fmt.Errorf("bus closed: %w", ctx.Err())
+				break
+			}
+		}
+		// Every attempt decodes its own copy, like a fresh invocation.
+		ev = events.EventBridgeEvent{}
+		if err := json.Unmarshal(raw, &ev); err != nil {
+			lastErr = fmt.Errorf("decode EventBridge event: %w", err)
+			break
+		}
+		b.count(func(s *BusStats) { s.Attempts[consumer]++ })
+		lastErr = b.attempt(ctx, consumer, ev, attempt, h)
+		if lastErr == nil {
+			b.count(func(s *BusStats) { s.Deliveries[consumer]++ })
+			return
+		}
+		b.log.Warn("delivery failed", "consumer", consumer, "rule", rule.Name, "id", ev.ID, "attempt", attempt, "error", lastErr)
+	}
+	dl := DeadLetter{Consumer: consumer, Rule: rule.Name, EventJSON: raw, Event: ev, Attempts: attempt, Error: fmt.Sprint(lastErr), At: time.Now()}
+	b.mu.Lock()
+	b.dead = append(b.dead, dl)
+	b.stats.DeadLettered[consumer]++
+	b.mu.Unlock()
+	b.log.Error("event dead-lettered", "consumer", consumer, "rule", rule.Name, "id", ev.ID, "attempts", attempt, "error", lastErr)
+	if b.cfg.OnDeadLetter != nil {
+		b.cfg.OnDeadLetter(dl)
+	}
+}
+
+func (b *Bus) attempt(ctx context.Context, consumer string, ev events.EventBridgeEvent, attempt int, h EventHandler) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("handler panicked: %v", r)
+		}
+	}()
+	cctx, cancel := context.WithTimeout(ctx, b.cfg.HandlerTimeout)
+	defer cancel()
+	if b.cfg.Interceptor != nil {
+		return b.cfg.Interceptor(cctx, consumer, ev, attempt, h)
+	}
+	return h(cctx, ev)
+}
+
+func (b *Bus) count(f func(*BusStats)) {
+	b.mu.Lock()
+	f(&b.stats)
+	b.mu.Unlock()
+}
+
+func (b *Bus) done() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.inflight--
+	if b.inflight == 0 && b.idle != nil {
+		close(b.idle)
+		b.idle = nil
+	}
+}
+
+// WaitIdle blocks until no delivery is in flight (retries and backoff
+// included), or returns ctx.Err() when ctx ends first. Deliveries started
+// by a handler during the wait (a consumer that publishes) are waited for.
+func (b *Bus) WaitIdle(ctx context.Context) error {
+	for {
+		b.mu.Lock()
+		if b.inflight == 0 {
+			b.mu.Unlock()
+			return nil
+		}
+		if b.idle == nil {
+			b.idle = make(chan struct{})
+		}
+		ch := b.idle
+		b.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ch:
+		}
+	}
+}
+
+// Drain is WaitIdle (for symmetry with the dev command's shutdown).
+func (b *Bus) Drain(ctx context.Context) error { return b.WaitIdle(ctx) }
+
+// Close refuses further PutEvents, cancels the context of in-flight
+// deliveries (pending retries are dead-lettered) and waits for them, or
+// until ctx ends.
+func (b *Bus) Close(ctx context.Context) error {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	b.cancelAll()
+	return b.WaitIdle(ctx)
+}
+
+// Stats returns a snapshot of the counters.
+func (b *Bus) Stats() BusStats {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := b.stats
+	s.FailedEntries = copyCounts(b.stats.FailedEntries)
+	s.Deliveries = copyCounts(b.stats.Deliveries)
+	s.Attempts = copyCounts(b.stats.Attempts)
+	s.Retries = copyCounts(b.stats.Retries)
+	s.DeadLettered = copyCounts(b.stats.DeadLettered)
+	return s
+}
+
+// Events returns the JSON of every accepted event, in acceptance order:
+// {"version":"0","id":…,"detail-type":…,"source":…,"account":…,
+// "time":"2006-01-02T15:04:05Z","region":…,"resources":[…],"detail":{…}}.
+func (b *Bus) Events() []json.RawMessage {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]json.RawMessage(nil), b.accepted...)
+}
+
+// DeadLetters returns the dead-lettered deliveries in order.
+func (b *Bus) DeadLetters() []DeadLetter {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]DeadLetter(nil), b.dead...)
+}
+
+func copyCounts(m map[string]int64) map[string]int64 {
+	c := make(map[string]int64, len(m))
+	for k, v := range m {
+		c[k] = v
+	}
+	return c
+}

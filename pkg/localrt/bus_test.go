@@ -1,0 +1,391 @@
+package localrt
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
+	ebtypes "github.com/aws/aws-sdk-go-v2/service/eventbridge/types"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/smithy-go"
+
+	"github.com/ddb-outbox/ddb-outbox/pkg/config"
+	"github.com/ddb-outbox/ddb-outbox/pkg/order"
+	"github.com/ddb-outbox/ddb-outbox/pkg/routing"
+)
+
+const testBus = "orders-bus"
+
+func newTestBus(t *testing.T, mut func(*BusConfig)) *Bus {
+	t.Helper()
+	cfg := BusConfig{Name: testBus, TargetRetryBaseDelay: time.Millisecond, TargetRetryMaxDelay: 2 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)}
+	if mut != nil {
+		mut(&cfg)
+	}
+	b, err := NewBus(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func entry(detailType, detail string) ebtypes.PutEventsRequestEntry {
+	return ebtypes.PutEventsRequestEntry{
+		EventBusName: aws.String(testBus), Source: aws.String(config.DefaultEventSource),
+		DetailType: aws.String(detailType), Detail: aws.String(detail),
+	}
+}
+
+func waitIdle(t *testing.T, b *Bus) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := b.WaitIdle(ctx); err != nil {
+		t.Fatalf("WaitIdle: %v", err)
+	}
+}
+
+func apiCode(err error) string {
+	var ae smithy.APIError
+	if errors.As(err, &ae) {
+		return ae.ErrorCode()
+	}
+	return ""
+}
+
+// The Bus is a drop-in for the eventbridge client.
+var _ PutEventsAPI = (*eventbridge.Client)(nil)
+var _ PutEventsAPI = (*Bus)(nil)
+var _ MessageSender = (*MemoryQueue)(nil)
+
+func TestBusRejectsRequestsAsAWSDoes(t *testing.T) {
+	t.Parallel()
+	b := newTestBus(t, nil)
+	ctx := context.Background()
+	var eleven []ebtypes.PutEventsRequestEntry
+	for range 11 {
+		eleven = append(eleven, entry(order.EventOrderPlaced, `{}`))
+	}
+	tests := []struct {
+		name    string
+		entries []ebtypes.PutEventsRequestEntry
+		code    string
+	}{
+		{"11 entries", eleven, "ValidationException"},
+		{"no entries", nil, "ValidationException"},
+		{"no complete entry", []ebtypes.PutEventsRequestEntry{{EventBusName: aws.String(testBus), Source: aws.String("s")}}, "ValidationException"},
+		{"unknown bus", []ebtypes.PutEventsRequestEntry{func() ebtypes.PutEventsRequestEntry {
+			e := entry(order.EventOrderPlaced, `{}`)
+			e.EventBusName = aws.String("other")
+			return e
+		}()}, "ResourceNotFoundException"},
+		{"default bus when none named", []ebtypes.PutEventsRequestEntry{func() ebtypes.PutEventsRequestEntry {
+			e := entry(order.EventOrderPlaced, `{}`)
+			e.EventBusName = nil
+			return e
+		}()}, "ResourceNotFoundException"},
+	}
+	for _, tc := range tests {
+		out, err := b.PutEvents(ctx, &eventbridge.PutEventsInput{Entries: tc.entries})
+		if apiCode(err) != tc.code || out != nil {
+			t.Errorf("%s: err = %v, want code %s", tc.name, err, tc.code)
+		}
+	}
+	if st := b.Stats(); st.Accepted != 0 || st.RejectedRequests != int64(len(tests)) {
+		t.Errorf("stats = %+v", st)
+	}
+	// The bus ARN is accepted as EventBusName.
+	e := entry(order.EventOrderPlaced, `{}`)
+	e.EventBusName = aws.String(b.ARN())
+	if out, err := b.PutEvents(ctx, &eventbridge.PutEventsInput{Entries: []ebtypes.PutEventsRequestEntry{e}}); err != nil || out.FailedEntryCount != 0 {
+		t.Errorf("bus ARN: %v %+v", err, out)
+	}
+}
+
+func TestBusEntryLevelFailures(t *testing.T) {
+	t.Parallel()
+	b := newTestBus(t, func(c *BusConfig) { c.MaxEntryBytes = 1024 })
+	src := config.DefaultEventSource
+	ok := entry(order.EventOrderPlaced, `{"event_id":"a"}`)
+	// Exactly at the limit: 14 (Time) + source + detail type + detail + resource.
+	at := time.Date(2024, 5, 6, 7, 8, 9, 0, time.UTC)
+	fill := 1024 - 14 - len(src) - len(order.EventOrderPaid) - len(`{"x":""}`) - len("r1")
+	atLimit := entry(order.EventOrderPaid, `{"x":"`+strings.Repeat("é", fill/2)+`"}`) // é is 2 UTF-8 bytes
+	atLimit.Time, atLimit.Resources = &at, []string{"r1"}
+	over := atLimit
+	over.Detail = aws.String(`{"x":"` + strings.Repeat("é", fill/2) + `x"}`)
+	noDetail := entry(order.EventOrderPlaced, "")
+	array := entry(order.EventOrderPlaced, `[1,2]`)
+	broken := entry(order.EventOrderPlaced, `{"a":`)
+	awsSource := entry(order.EventOrderPlaced, `{}`)
+	awsSource.Source = aws.String("aws.events")
+	longType := entry(strings.Repeat("T", 129), `{}`)
+
+	in := []ebtypes.PutEventsRequestEntry{ok, broken, noDetail, array, atLimit, over, awsSource, longType}
+	want := []string{"", ErrorCodeMalformedDetail, ErrorCodeInvalidArgument, ErrorCodeMalformedDetail, "", ErrorCodeInvalidArgument, ErrorCodeNotAuthorizedForSource, ErrorCodeInvalidArgument}
+	if fill%2 != 0 {
+		t.Fatalf("test arithmetic: fill %d is odd", fill)
+	}
+	out, err := b.PutEvents(context.Background(), &eventbridge.PutEventsInput{Entries: in})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Entries) != len(in) || out.FailedEntryCount != 6 {
+		t.Fatalf("FailedEntryCount %d, entries %d", out.FailedEntryCount, len(out.Entries))
+	}
+	for i, r := range out.Entries {
+		if got := aws.ToString(r.ErrorCode); got != want[i] {
+			t.Errorf("entry %d: ErrorCode %q (%s), want %q", i, got, aws.ToString(r.ErrorMessage), want[i])
+		}
+		if (want[i] == "") != (aws.ToString(r.EventId) != "") {
+			t.Errorf("entry %d: EventId %q with error %q", i, aws.ToString(r.EventId), want[i])
+		}
+	}
+	waitIdle(t, b)
+	st := b.Stats()
+	if st.Accepted != 2 || st.FailedEntries[ErrorCodeMalformedDetail] != 2 || st.FailedEntries[ErrorCodeInvalidArgument] != 3 {
+		t.Errorf("stats = %+v", st)
+	}
+	// The event JSON a target receives.
+	evs := b.Events()
+	var ev map[string]any
+	if err := json.Unmarshal(evs[1], &ev); err != nil {
+		t.Fatal(err)
+	}
+	if ev["version"] != "0" || ev["detail-type"] != order.EventOrderPaid || ev["source"] != src || ev["time"] != "2024-05-06T07:08:09Z" ||
+		ev["account"] != DefaultAccount || ev["region"] != DefaultRegion || fmt.Sprint(ev["resources"]) != "[r1]" {
+		t.Errorf("event JSON = %s", evs[1])
+	}
+	if _, isObj := ev["detail"].(map[string]any); !isObj {
+		t.Errorf("detail is not an object: %s", evs[1])
+	}
+	if !strings.Contains(string(evs[0]), `"resources":[]`) {
+		t.Errorf("resources must be [] when none: %s", evs[0])
+	}
+}
+
+// consumerLog records events delivered to each consumer.
+type consumerLog struct {
+	mu  sync.Mutex
+	got map[string][]events.EventBridgeEvent
+}
+
+func (c *consumerLog) handler(name string, fail func(events.EventBridgeEvent) error) EventHandler {
+	return func(_ context.Context, ev events.EventBridgeEvent) error {
+		if fail != nil {
+			if err := fail(ev); err != nil {
+				return err
+			}
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.got == nil {
+			c.got = map[string][]events.EventBridgeEvent{}
+		}
+		c.got[name] = append(c.got[name], ev)
+		return nil
+	}
+}
+
+func (c *consumerLog) types(name string) map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := map[string]int{}
+	for _, ev := range c.got[name] {
+		m[ev.DetailType]++
+	}
+	return m
+}
+
+func TestBusRoutesByRulesWithUniqueIDs(t *testing.T) {
+	t.Parallel()
+	b := newTestBus(t, nil)
+	log := &consumerLog{}
+	b.Subscribe(routing.ConsumerLedger, log.handler(routing.ConsumerLedger, nil))
+	b.Subscribe(routing.ConsumerNotifier, log.handler(routing.ConsumerNotifier, nil))
+	var in []ebtypes.PutEventsRequestEntry
+	for _, dt := range order.EventTypes {
+		in = append(in, entry(dt, fmt.Sprintf(`{"event_id":"%s","amount":12345678901234567890}`, dt)))
+	}
+	foreign := entry(order.EventOrderPaid, `{}`)
+	foreign.Source = aws.String("com.other")
+	in = append(in, foreign)
+	// The same entry twice: a re-send gets a new id.
+	in = append(in, entry(order.EventOrderPaid, `{"event_id":"OrderPaid"}`))
+	out, err := b.PutEvents(context.Background(), &eventbridge.PutEventsInput{Entries: in})
+	if err != nil || out.FailedEntryCount != 0 {
+		t.Fatalf("PutEvents: %v %+v", err, out)
+	}
+	waitIdle(t, b)
+	if got := log.types(routing.ConsumerLedger); fmt.Sprint(got) != fmt.Sprint(map[string]int{order.EventOrderCancelled: 1, order.EventOrderPaid: 2}) {
+		t.Errorf("ledger got %v", got)
+	}
+	if got := log.types(routing.ConsumerNotifier); fmt.Sprint(got) != fmt.Sprint(map[string]int{
+		order.EventOrderCancelled: 1, order.EventOrderPaid: 2, order.EventOrderPlaced: 1, order.EventOrderShipped: 1}) {
+		t.Errorf("notifier got %v", got)
+	}
+	ids := map[string]bool{}
+	for _, r := range out.Entries {
+		id := aws.ToString(r.EventId)
+		if len(id) != 36 || id[14] != '4' || ids[id] {
+			t.Errorf("EventId %q is not a fresh UUID v4", id)
+		}
+		ids[id] = true
+	}
+	log.mu.Lock()
+	for _, evs := range log.got {
+		for _, ev := range evs {
+			if !ids[ev.ID] || ev.Version != "0" || ev.AccountID != DefaultAccount || ev.Time.IsZero() {
+				t.Errorf("delivered event %+v", ev)
+			}
+			if !strings.Contains(string(ev.Detail), "12345678901234567890") && strings.Contains(string(ev.Detail), "amount") {
+				t.Errorf("detail not byte-exact: %s", ev.Detail)
+			}
+		}
+	}
+	log.mu.Unlock()
+	if st := b.Stats(); st.Unmatched != 1 || st.Deliveries[routing.ConsumerLedger] != 3 || st.Deliveries[routing.ConsumerNotifier] != 5 {
+		t.Errorf("stats = %+v", st)
+	}
+}
+
+func TestBusRetriesThenDeadLetters(t *testing.T) {
+	t.Parallel()
+	var dlMu sync.Mutex
+	var hook []DeadLetter
+	b := newTestBus(t, func(c *BusConfig) {
+		c.TargetMaxAttempts = 3
+		c.OnDeadLetter = func(d DeadLetter) { dlMu.Lock(); hook = append(hook, d); dlMu.Unlock() }
+	})
+	log := &consumerLog{}
+	var attempts sync.Map
+	b.Subscribe(routing.ConsumerLedger, log.handler(routing.ConsumerLedger, func(ev events.EventBridgeEvent) error {
+		n, _ := attempts.LoadOrStore(ev.ID, new(int))
+		*(n.(*int))++
+		if strings.Contains(string(ev.Detail), "poison") {
+			return errors.New("ledger down")
+		}
+		if *(n.(*int)) == 1 {
+			return errors.New("transient")
+		}
+		return nil
+	}))
+	b.Subscribe(routing.ConsumerNotifier, log.handler(routing.ConsumerNotifier, nil))
+	out, err := b.PutEvents(context.Background(), &eventbridge.PutEventsInput{Entries: []ebtypes.PutEventsRequestEntry{
+		entry(order.EventOrderPaid, `{"event_id":"poison"}`),
+		entry(order.EventOrderPaid, `{"event_id":"ok"}`),
+	}})
+	if err != nil || out.FailedEntryCount != 0 {
+		t.Fatal(err)
+	}
+	waitIdle(t, b)
+	st := b.Stats()
+	if st.Deliveries[routing.ConsumerLedger] != 1 || st.DeadLettered[routing.ConsumerLedger] != 1 ||
+		st.Retries[routing.ConsumerLedger] != 3 || st.Attempts[routing.ConsumerLedger] != 5 || st.Deliveries[routing.ConsumerNotifier] != 2 {
+		t.Errorf("stats = %+v", st)
+	}
+	dl := b.DeadLetters()
+	if len(dl) != 1 || dl[0].Consumer != routing.ConsumerLedger || dl[0].Attempts != 3 || dl[0].Error != "ledger down" ||
+		!strings.Contains(string(dl[0].EventJSON), "poison") || dl[0].Event.ID != aws.ToString(out.Entries[0].EventId) {
+		t.Errorf("dead letters = %+v", dl)
+	}
+	dlMu.Lock()
+	defer dlMu.Unlock()
+	if len(hook) != 1 {
+		t.Errorf("OnDeadLetter called %d times", len(hook))
+	}
+}
+
+func TestBusInterceptorDuplicates(t *testing.T) {
+	t.Parallel()
+	b := newTestBus(t, func(c *BusConfig) {
+		c.Interceptor = func(ctx context.Context, consumer string, ev events.EventBridgeEvent, attempt int, next EventHandler) error {
+			if err := next(ctx, ev); err != nil {
+				return err
+			}
+			return next(ctx, ev) // at-least-once: deliver twice
+		}
+	})
+	log := &consumerLog{}
+	b.Subscribe(routing.ConsumerNotifier, log.handler(routing.ConsumerNotifier, nil))
+	if _, err := b.PutEvents(context.Background(), &eventbridge.PutEventsInput{Entries: []ebtypes.PutEventsRequestEntry{entry(order.EventOrderPlaced, `{}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	waitIdle(t, b)
+	if got := log.types(routing.ConsumerNotifier)[order.EventOrderPlaced]; got != 2 {
+		t.Errorf("delivered %d times, want 2", got)
+	}
+	if st := b.Stats(); st.Unsubscribed != 0 {
+		// ledger does not receive OrderPlaced, so nothing is unsubscribed.
+		t.Errorf("stats = %+v", st)
+	}
+}
+
+func TestSchedulerInvokesWithScheduledEvent(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var got []events.EventBridgeEvent
+	s, err := NewScheduler(SchedulerConfig{Interval: 20 * time.Millisecond, RunAtStart: true}, func(_ context.Context, ev events.EventBridgeEvent) error {
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, ev)
+		if len(got) == 2 {
+			return errors.New("sweep failed")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+	defer cancel()
+	if err := s.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) < 3 {
+		t.Fatalf("%d runs, want >= 3", len(got))
+	}
+	ev := got[0]
+	if ev.Source != "aws.events" || ev.DetailType != "Scheduled Event" || len(ev.Resources) != 1 || ev.Resources[0] != s.RuleARN() ||
+		ev.Version != "0" || ev.ID == "" || string(ev.Detail) != "{}" || ev.Time.IsZero() {
+		t.Errorf("scheduled event = %+v", ev)
+	}
+	if st := s.Stats(); st.Failures != 1 || st.Runs < 3 {
+		t.Errorf("stats = %+v", st)
+	}
+	if _, err := NewScheduler(SchedulerConfig{}, func(context.Context, events.EventBridgeEvent) error { return nil }); err == nil {
+		t.Error("zero interval accepted")
+	}
+}
+
+func TestMemoryQueue(t *testing.T) {
+	t.Parallel()
+	q := NewMemoryQueue("https://sqs.local/q")
+	ctx := context.Background()
+	if _, err := q.SendMessage(ctx, &sqsInput{QueueUrl: aws.String("https://sqs.local/q")}); apiCode(err) != "MissingParameter" {
+		t.Errorf("empty body: %v", err)
+	}
+	if _, err := q.SendMessage(ctx, &sqsInput{QueueUrl: aws.String("x"), MessageBody: aws.String("b")}); apiCode(err) != "AWS.SimpleQueueService.NonExistentQueue" {
+		t.Errorf("wrong queue: %v", err)
+	}
+	out, err := q.SendMessage(ctx, &sqsInput{QueueUrl: aws.String(q.URL()), MessageBody: aws.String("hello")})
+	if err != nil || aws.ToString(out.MessageId) == "" || aws.ToString(out.MD5OfMessageBody) != "5d41402abc4b2a76b9719d911017c592" {
+		t.Fatalf("send: %v %+v", err, out)
+	}
+	if q.Len() != 1 || q.Messages()[0].Body != "hello" || len(q.Purge()) != 1 || q.Len() != 0 {
+		t.Errorf("messages = %+v", q.Messages())
+	}
+}
+
+type sqsInput = sqs.SendMessageInput

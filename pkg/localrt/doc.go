@@ -1,0 +1,46 @@
+// Package localrt is the local runtime: it stands in for what AWS runs
+// around the Lambda handlers, so the dev command (cmd/outboxdev) and the
+// end-to-end tests run the same handlers as production against a
+// DynamoDB-compatible server (Dynoxide by default).
+//
+//   - StreamPoller behaves like a Lambda event source mapping on a DynamoDB
+//     stream: shards (parents before children), GetRecords in order, filter
+//     patterns (default outbox.StreamFilterPattern()), batch size and
+//     batching window, the exact JSON Lambda sends decoded into
+//     events.DynamoDBEvent, partial batch responses (ReportBatchItemFailures),
+//     bounded retries with backoff, bisect on function error, and the
+//     metadata-only on-failure record sent to an SQS-shaped destination.
+//   - Bus is a local EventBridge bus: PutEvents with AWS's validation rules
+//     and entry-level errors, the EventBridge event JSON decoded into
+//     events.EventBridgeEvent, routing by routing.Rules() (the same rules the
+//     CDK stack declares), asynchronous delivery with per-target retries and
+//     a dead-letter list.
+//   - Scheduler invokes a handler (the reconciler) with a scheduled event
+//     every interval.
+//   - MemoryQueue is an in-memory SQS SendMessage target (the parked-records
+//     DLQ and the on-failure destination).
+//   - Pattern is the event pattern matcher both the poller and the bus use.
+//
+// Invariants: the poller checkpoints a record only after the handler
+// succeeded for it, the filter passed it over, or its batch was given up
+// and reported to the on-failure destination; a partial batch response
+// resumes at the lowest reported sequence number (compared as big
+// integers); delivery is at-least-once everywhere, so handlers must be
+// idempotent (consumers deduplicate on the outbox event_id, never on the
+// EventBridge id, which is fresh for every accepted entry).
+//
+// Typical wiring (see cmd/outboxdev):
+//
+//	bus, _ := localrt.NewBus(localrt.BusConfig{Name: busName})
+//	bus.Subscribe(routing.ConsumerLedger, ledger.Handle)
+//	poller, _ := localrt.NewStreamPoller(localrt.StreamPollerConfig{
+//		Streams: streamsClient, TableName: outboxTable, Tables: ddbClient,
+//		OnFailure: dlq, OnFailureQueueURL: dlq.URL(),
+//	}, relay.Handle) // relay publishes with bus as its PutEventsAPI
+//	go poller.Run(ctx)
+//	_ = poller.WaitCaughtUp(ctx)
+//	_ = bus.WaitIdle(ctx)
+//
+// Sources: AWS-SEMANTICS.md §1–4 in the design notes, and the AWS pages cited
+// on each type.
+package localrt
