@@ -1,0 +1,69 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/ddb-outbox/ddb-outbox/pkg/devstack"
+)
+
+func runDemo(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("demo", flag.ExitOnError)
+	orders := fs.Int("orders", 300, "orders to create")
+	conc := fs.Int("concurrency", 8, "concurrent HTTP clients")
+	seed := fs.Uint64("seed", 1, "scenario seed")
+	endpoint := endpointFlag(fs)
+	verbose := fs.Bool("v", false, "show every component's logs")
+	_ = fs.Parse(args)
+
+	var logw io.Writer = io.Discard
+	if *verbose {
+		logw = os.Stderr
+	}
+	log := slog.New(slog.NewTextHandler(logw, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	s, err := devstack.Start(ctx, devstack.Options{
+		Endpoint: *endpoint, Prefix: fmt.Sprintf("demo%d", time.Now().Unix()), Logger: log,
+		ReconcileEvery: 2 * time.Second, ReconcileAfter: 30 * time.Second,
+	})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	fmt.Printf("demo: %d orders, %d clients, API %s, DynamoDB %s\n", *orders, *conc, s.URL, s.Endpoint)
+	rep := devstack.Drive(ctx, s.URL, devstack.DriveOptions{
+		Orders: *orders, Concurrency: *conc, Seed: *seed,
+		Logger:   slog.New(slog.NewTextHandler(os.Stderr, nil)),
+		Progress: func(r *devstack.DriveReport) { fmt.Println("  driving:", r) },
+	})
+	fmt.Printf("driven in %s: %s\n", rep.Elapsed.Round(time.Millisecond), rep)
+	fmt.Println("draining the pipeline ...")
+	dctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := s.Drain(dctx); err != nil {
+		return err
+	}
+	a, err := s.Audit(ctx)
+	if err != nil {
+		return err
+	}
+	for _, p := range a.Problems {
+		fmt.Println("  problem:", p)
+	}
+	fmt.Printf("committed=%d acked=%d ledger_expected=%d parked=%d balances=%v\n", a.Committed, rep.Acked, a.LedgerExpected, a.Parked, a.Balances)
+	fmt.Println(a.Summary())
+	switch {
+	case !a.OK():
+		return errors.New("audit failed: a promise is broken")
+	case rep.Unexpected > 0:
+		return fmt.Errorf("audit failed: %d unexpected API answers", rep.Unexpected)
+	case rep.Ambiguous == 0 && int64(a.Committed) != rep.Acked:
+		return fmt.Errorf("audit failed: %d changes committed, %d acknowledged", a.Committed, rep.Acked)
+	}
+	return nil
+}

@@ -1,0 +1,351 @@
+// Package devstack runs the whole order service locally: a DynamoDB-compatible
+// server (Dynoxide, or any endpoint), the tables, the HTTP API, the relay
+// behind an emulated Streams event source mapping, the local EventBridge bus
+// routing to the ledger and notifier consumers, and the reconciler on a
+// timer. The handlers are built by pkg/app exactly as the Lambda mains build
+// them; only what AWS runs around them (pkg/localrt) is emulated.
+//
+// It is used by cmd/outboxdev (make dev, make demo, make chaos, make bench)
+// and by the end-to-end tests.
+package devstack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
+
+	"github.com/ddb-outbox/ddb-outbox/pkg/app"
+	"github.com/ddb-outbox/ddb-outbox/pkg/awsclient"
+	"github.com/ddb-outbox/ddb-outbox/pkg/dedup"
+	"github.com/ddb-outbox/ddb-outbox/pkg/dynoxide"
+	"github.com/ddb-outbox/ddb-outbox/pkg/ledger"
+	"github.com/ddb-outbox/ddb-outbox/pkg/localrt"
+	"github.com/ddb-outbox/ddb-outbox/pkg/notifier"
+	"github.com/ddb-outbox/ddb-outbox/pkg/order"
+	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
+	"github.com/ddb-outbox/ddb-outbox/pkg/reconciler"
+	"github.com/ddb-outbox/ddb-outbox/pkg/relay"
+	"github.com/ddb-outbox/ddb-outbox/pkg/routing"
+)
+
+// Options configure a local stack. Zero values take the defaults.
+type Options struct {
+	// Endpoint is a running DynamoDB-compatible server (with Streams) to use,
+	// e.g. DynamoDB Local at http://localhost:8000. Empty: start an
+	// in-memory Dynoxide for the stack's lifetime.
+	Endpoint string
+	// Prefix prefixes every table name (default "local").
+	Prefix string
+	// APIAddr is the HTTP listen address (default "127.0.0.1:0", a free port).
+	APIAddr string
+	// BatchSize is the event source mapping batch size (default 100).
+	BatchSize int
+	// PollInterval is the poller's wait after an empty GetRecords (default 50 ms).
+	PollInterval time.Duration
+	// ReconcileEvery is the reconciler schedule (default 30 s).
+	ReconcileEvery time.Duration
+	// ReconcileAfter is the age after which pending records are re-sent
+	// (default 5 minutes, as in AWS).
+	ReconcileAfter time.Duration
+	// PendingShards is the pending index shard count (default 16).
+	PendingShards int
+	// Logger receives every component's logs (default: text to stderr).
+	Logger *slog.Logger
+	// AWSConfig, when set, adjusts the SDK configuration of every client
+	// (fault injection and call counting add middleware here).
+	AWSConfig func(*aws.Config)
+	// WrapEventBridge, WrapQueue and WrapStream, when set, wrap the relay's
+	// and reconciler's EventBridge client, the parked-records queue, and the
+	// relay handler as the event source mapping invokes it.
+	WrapEventBridge func(relay.EventBridgeAPI) relay.EventBridgeAPI
+	WrapQueue       func(relay.QueueSender) relay.QueueSender
+	WrapStream      func(localrt.StreamHandler) localrt.StreamHandler
+	// BusInterceptor wraps every consumer delivery (fault injection).
+	BusInterceptor localrt.Interceptor
+	// StreamRetries is the event source mapping's MaximumRetryAttempts
+	// (default 10).
+	StreamRetries int
+}
+
+func (o *Options) setDefaults() {
+	if o.Prefix == "" {
+		o.Prefix = "local"
+	}
+	if o.APIAddr == "" {
+		o.APIAddr = "127.0.0.1:0"
+	}
+	if o.BatchSize == 0 {
+		o.BatchSize = 100
+	}
+	if o.PollInterval == 0 {
+		o.PollInterval = 50 * time.Millisecond
+	}
+	if o.ReconcileEvery == 0 {
+		o.ReconcileEvery = 30 * time.Second
+	}
+	if o.ReconcileAfter == 0 {
+		o.ReconcileAfter = 5 * time.Minute
+	}
+	if o.PendingShards == 0 {
+		o.PendingShards = 16
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+}
+
+// Stack is a running local order service.
+type Stack struct {
+	// URL is the API base URL, e.g. http://127.0.0.1:8080.
+	URL string
+	// Endpoint is the DynamoDB endpoint the stack uses.
+	Endpoint string
+	// Settings are the function settings (table names, bus, ...).
+	Settings app.Settings
+
+	DDB            *dynamodb.Client
+	Streams        *dynamodbstreams.Client
+	Bus            *localrt.Bus
+	Poller         *localrt.StreamPoller
+	Scheduler      *localrt.Scheduler
+	ParkedQueue    *localrt.MemoryQueue
+	OnFailureQueue *localrt.MemoryQueue
+	Relay          *relay.Relay
+	Reconciler     *reconciler.Reconciler
+	Ledger         *ledger.Ledger
+	Notifier       *notifier.Notifier
+
+	log     *slog.Logger
+	server  *http.Server
+	dynox   *dynoxide.Server
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	closeMu sync.Once
+}
+
+// Start brings the whole stack up: server, tables, API, poller, bus and
+// scheduler. Stop it with Close. It returns an error if any part fails to
+// start (and stops what had started).
+func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
+	opts.setDefaults()
+	log := opts.Logger
+	s := &Stack{log: log, Endpoint: opts.Endpoint}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+	if s.Endpoint == "" {
+		if s.dynox, err = dynoxide.Start(ctx, nil); err != nil {
+			return nil, err
+		}
+		s.Endpoint = s.dynox.Endpoint
+		log.Info("dynoxide started", "endpoint", s.Endpoint)
+	}
+	cfg := awsclient.Local(s.Endpoint)
+	if opts.AWSConfig != nil {
+		opts.AWSConfig(&cfg)
+	}
+	s.DDB = dynamodb.NewFromConfig(cfg)
+	s.Streams = dynamodbstreams.NewFromConfig(cfg)
+
+	p := opts.Prefix
+	s.Settings = app.Settings{
+		OutboxTable:        p + "-outbox",
+		OrdersTable:        p + "-orders",
+		DedupTable:         p + "-dedup",
+		LedgerTable:        p + "-ledger",
+		NotificationsTable: p + "-notifications",
+		EventBus:           p + "-bus",
+		Source:             "com.ddb-outbox.orders",
+		ParkedQueueURL:     "https://sqs.us-east-1.amazonaws.com/000000000000/" + p + "-parked",
+		PendingShards:      opts.PendingShards,
+		ReconcileAfter:     opts.ReconcileAfter,
+		ReconcileBudget:    opts.ReconcileEvery / 2,
+		PublishedRetention: 7 * 24 * time.Hour,
+		DedupRetention:     7 * 24 * time.Hour,
+		MaxEntryBytes:      256 * 1024,
+	}
+	if err := s.createTables(ctx); err != nil {
+		return nil, err
+	}
+
+	// Queues and bus stand in for SQS and EventBridge.
+	s.ParkedQueue = localrt.NewMemoryQueue(s.Settings.ParkedQueueURL)
+	s.OnFailureQueue = localrt.NewMemoryQueue("https://sqs.us-east-1.amazonaws.com/000000000000/" + p + "-relay-onfailure")
+	if s.Bus, err = localrt.NewBus(localrt.BusConfig{
+		Name: s.Settings.EventBus, Source: s.Settings.Source, Interceptor: opts.BusInterceptor, Logger: log,
+	}); err != nil {
+		return nil, err
+	}
+
+	// The functions, built exactly as the Lambda mains build them.
+	var eb relay.EventBridgeAPI = s.Bus
+	if opts.WrapEventBridge != nil {
+		eb = opts.WrapEventBridge(eb)
+	}
+	var queue relay.QueueSender = s.ParkedQueue
+	if opts.WrapQueue != nil {
+		queue = opts.WrapQueue(queue)
+	}
+	apiHandler, err := app.NewAPI(s.Settings, s.DDB, log.With("fn", "api"))
+	if err != nil {
+		return nil, err
+	}
+	if s.Relay, err = app.NewRelay(s.Settings, eb, s.DDB, queue, log.With("fn", "relay")); err != nil {
+		return nil, err
+	}
+	if s.Reconciler, err = app.NewReconciler(s.Settings, app.ReconcilerClients{DDB: s.DDB, EventBridge: eb, Queue: queue}, log.With("fn", "reconciler")); err != nil {
+		return nil, err
+	}
+	if s.Ledger, err = app.NewLedger(s.Settings, s.DDB, log.With("fn", routing.ConsumerLedger)); err != nil {
+		return nil, err
+	}
+	if s.Notifier, err = app.NewNotifier(s.Settings, s.DDB, log.With("fn", routing.ConsumerNotifier)); err != nil {
+		return nil, err
+	}
+	s.Bus.Subscribe(routing.ConsumerLedger, s.Ledger.Handle)
+	s.Bus.Subscribe(routing.ConsumerNotifier, s.Notifier.Handle)
+
+	var streamHandler localrt.StreamHandler = s.Relay.Handle
+	if opts.WrapStream != nil {
+		streamHandler = opts.WrapStream(streamHandler)
+	}
+	if s.Poller, err = localrt.NewStreamPoller(localrt.StreamPollerConfig{
+		Streams:                    s.Streams,
+		TableName:                  s.Settings.OutboxTable,
+		Tables:                     s.DDB,
+		BatchSize:                  opts.BatchSize,
+		PollInterval:               opts.PollInterval,
+		BisectBatchOnFunctionError: true,
+		MaximumRetryAttempts:       opts.StreamRetries,
+		OnFailure:                  s.OnFailureQueue,
+		OnFailureQueueURL:          s.OnFailureQueue.URL(),
+		Logger:                     log.With("fn", "event-source-mapping"),
+	}, streamHandler); err != nil {
+		return nil, err
+	}
+	if s.Scheduler, err = localrt.NewScheduler(localrt.SchedulerConfig{
+		Interval: opts.ReconcileEvery, Logger: log.With("fn", "schedule"),
+	}, s.Reconciler.Handle); err != nil {
+		return nil, err
+	}
+
+	ln, err := net.Listen("tcp", opts.APIAddr)
+	if err != nil {
+		return nil, fmt.Errorf("devstack: listen on %s: %w", opts.APIAddr, err)
+	}
+	s.URL = "http://" + ln.Addr().String()
+	s.server = &http.Server{Handler: apiHandler, ReadHeaderTimeout: 5 * time.Second}
+
+	runCtx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	s.goRun(func() {
+		if err := s.server.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("api server stopped", "error", err)
+		}
+	})
+	s.goRun(func() {
+		if err := s.Poller.Run(runCtx); err != nil {
+			log.Error("stream poller stopped", "error", err)
+		}
+	})
+	s.goRun(func() { s.Scheduler.Run(runCtx) })
+	log.Info("local stack ready", "api", s.URL, "dynamodb", s.Endpoint, "outbox_table", s.Settings.OutboxTable)
+	return s, nil
+}
+
+func (s *Stack) goRun(f func()) {
+	s.wg.Add(1)
+	go func() { defer s.wg.Done(); f() }()
+}
+
+// createTables creates the five tables and enables TTL where the stack
+// declares it (a server without TTL support only logs a warning).
+func (s *Stack) createTables(ctx context.Context) error {
+	st := s.Settings
+	inputs := []*dynamodb.CreateTableInput{
+		outbox.CreateTableInput(st.OutboxTable),
+		order.CreateTableInput(st.OrdersTable),
+		dedup.CreateTableInput(st.DedupTable),
+		ledger.CreateTableInput(st.LedgerTable),
+		notifier.CreateTableInput(st.NotificationsTable),
+	}
+	for _, in := range inputs {
+		if _, err := s.DDB.CreateTable(ctx, in); err != nil {
+			return fmt.Errorf("devstack: create table %s: %w", aws.ToString(in.TableName), err)
+		}
+	}
+	w := dynamodb.NewTableExistsWaiter(s.DDB, func(o *dynamodb.TableExistsWaiterOptions) {
+		o.MinDelay, o.MaxDelay = 50*time.Millisecond, 500*time.Millisecond
+	})
+	for _, in := range inputs {
+		if err := w.Wait(ctx, &dynamodb.DescribeTableInput{TableName: in.TableName}, 30*time.Second); err != nil {
+			return fmt.Errorf("devstack: wait for table %s: %w", aws.ToString(in.TableName), err)
+		}
+	}
+	ttl := map[string]string{st.OutboxTable: outbox.TTLAttribute, st.OrdersTable: order.AttrExpiresAt, st.DedupTable: dedup.TTLAttribute}
+	for table, attr := range ttl {
+		_, err := s.DDB.UpdateTimeToLive(ctx, &dynamodb.UpdateTimeToLiveInput{
+			TableName:               aws.String(table),
+			TimeToLiveSpecification: &ddbtypes.TimeToLiveSpecification{Enabled: aws.Bool(true), AttributeName: aws.String(attr)},
+		})
+		if err != nil {
+			s.log.Warn("could not enable TTL", "table", table, "error", err)
+		}
+	}
+	return nil
+}
+
+// Drain waits until the pipeline is quiet: the poller has read the stream to
+// its end and every bus delivery has finished, twice in a row with no new
+// events in between. It returns ctx's error on timeout.
+func (s *Stack) Drain(ctx context.Context) error {
+	last := int64(-1)
+	for {
+		if err := s.Poller.WaitCaughtUp(ctx); err != nil {
+			return fmt.Errorf("devstack: drain stream: %w", err)
+		}
+		if err := s.Bus.WaitIdle(ctx); err != nil {
+			return fmt.Errorf("devstack: drain bus: %w", err)
+		}
+		st := s.Poller.Stats()
+		seen := st.RecordsDelivered + st.RecordsFiltered + s.Bus.Stats().Accepted
+		if seen == last {
+			return nil
+		}
+		last = seen
+	}
+}
+
+// Close stops the API, poller, scheduler, bus and (if started here) Dynoxide.
+func (s *Stack) Close() {
+	s.closeMu.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if s.server != nil {
+			_ = s.server.Shutdown(ctx)
+		}
+		if s.cancel != nil {
+			s.cancel()
+		}
+		s.wg.Wait()
+		if s.Bus != nil {
+			_ = s.Bus.Close(ctx)
+		}
+		if s.dynox != nil {
+			s.dynox.Stop()
+		}
+	})
+}
