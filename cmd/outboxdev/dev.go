@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/devstack"
@@ -20,7 +21,7 @@ func runDev(ctx context.Context, args []string) error {
 
 	s, err := devstack.Start(ctx, devstack.Options{
 		Endpoint: *endpoint, APIAddr: *addr, Prefix: *prefix,
-		ReconcileEvery: *every, ReconcileAfter: *after,
+		ReconcileEvery: *every, ReconcileAfter: *after, Metrics: os.Stderr,
 	})
 	if err != nil {
 		return err

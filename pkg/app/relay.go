@@ -16,7 +16,7 @@ func NewRelay(s Settings, eb relay.EventBridgeAPI, ddb relay.UpdateItemAPI, queu
 	}
 	return relay.New(eb, ddb, queue, relay.Config{
 		Publisher: relay.PublisherConfig{EventBusName: s.EventBus, Source: s.Source, MaxEntryBytes: s.MaxEntryBytes},
-		Marker:    relay.MarkerConfig{Table: s.OutboxTable, ParkedQueueURL: s.ParkedQueueURL, PublishedRetention: s.PublishedRetention},
+		Marker:    relay.MarkerConfig{Table: s.OutboxTable, ParkedQueueURL: s.ParkedQueueURL, PublishedRetention: s.PublishedRetention, Metrics: s.Metrics},
 		Logger:    log,
 	})
 }
@@ -46,6 +46,7 @@ func NewReconciler(s Settings, c ReconcilerClients, log *slog.Logger) (*reconcil
 		PendingShards:  s.PendingShards,
 		ReconcileAfter: s.ReconcileAfter,
 		Budget:         s.ReconcileBudget,
+		Metrics:        s.Metrics,
 		Logger:         log,
 	})
 }

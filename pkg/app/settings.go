@@ -8,6 +8,7 @@ package app
 import (
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
@@ -39,6 +40,10 @@ type Settings struct {
 	DedupRetention time.Duration
 	// MaxEntryBytes is the EventBridge entry size limit in bytes.
 	MaxEntryBytes int
+	// Metrics receives the CloudWatch embedded-metric-format lines of the
+	// relay and reconciler. Not read from the environment; nil means
+	// standard output (where Lambda ships them to CloudWatch).
+	Metrics io.Writer
 }
 
 // SettingsFromEnv reads Settings from the environment variables in

@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -73,6 +74,9 @@ type Options struct {
 	WrapStream      func(localrt.StreamHandler) localrt.StreamHandler
 	// BusInterceptor wraps every consumer delivery (fault injection).
 	BusInterceptor localrt.Interceptor
+	// Metrics receives the relay's and reconciler's EMF metric lines
+	// (default: discarded).
+	Metrics io.Writer
 	// StreamRetries is the event source mapping's MaximumRetryAttempts
 	// (default 10).
 	StreamRetries int
@@ -99,6 +103,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.PendingShards == 0 {
 		o.PendingShards = 16
+	}
+	if o.Metrics == nil {
+		o.Metrics = io.Discard
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -176,6 +183,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		PublishedRetention: 7 * 24 * time.Hour,
 		DedupRetention:     7 * 24 * time.Hour,
 		MaxEntryBytes:      256 * 1024,
+		Metrics:            opts.Metrics,
 	}
 	if err := s.createTables(ctx); err != nil {
 		return nil, err
