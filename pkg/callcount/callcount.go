@@ -24,7 +24,7 @@ type Row struct {
 	// whatever the SDK's retries did, plus the n given to Add.
 	Calls int64
 	// Attempts counts HTTP requests sent for those calls, SDK retries
-	// included (0 for Add). DynamoDB bills and throttles per request.
+	// included (0 for Add): what the service sees and throttles.
 	Attempts int64
 	// Errors counts calls that returned an error (after the SDK's retries).
 	// Per-entry failures inside an HTTP 200 response (PutEvents

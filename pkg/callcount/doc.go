@@ -17,7 +17,7 @@
 // # Invariants
 //
 //   - One Calls per client method call, whatever the SDK retried; Attempts
-//     counts the HTTP requests (what DynamoDB throttles and bills).
+//     counts the HTTP requests (what the service sees and throttles).
 //   - Errors counts calls that returned an error. Partial failures inside an
 //     HTTP 200 response (PutEvents FailedEntryCount, BatchExecuteStatement
 //     per-statement errors) are not errors here.
