@@ -1,0 +1,126 @@
+// Package gofunc creates the project's Go Lambda functions the one way this
+// repository deploys them: a pre-built `bootstrap` executable (compiled by
+// `make build` for linux/arm64, see AWS-SEMANTICS §9) packaged as a zip asset,
+// the provided.al2023 runtime on ARM_64 (Graviton), handler "bootstrap", and
+// an explicit CloudWatch Logs log group with a retention period. There is no
+// Docker bundling: the CDK app never compiles Go, it only zips dist/<name>/.
+//
+// Each function gets its own IAM role whose only built-in permission is
+// logs:CreateLogStream + logs:PutLogEvents on its own log group (instead of
+// the AWS managed AWSLambdaBasicExecutionRole policy, which allows writing to
+// any log group); callers add the rest with grants.
+package gofunc
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
+	"github.com/aws/constructs-go/constructs/v10"
+	"github.com/aws/jsii-runtime-go"
+)
+
+// Handler is the handler name of a provided.al2023 function: the runtime
+// executes the file named bootstrap at the root of the zip.
+const Handler = "bootstrap"
+
+// Defaults applied by New for zero Props fields.
+const (
+	// DefaultMemoryMB is the function memory in MB (128..10240).
+	DefaultMemoryMB = 256
+	// DefaultTimeout is the function timeout.
+	DefaultTimeout = 30 * time.Second
+	// DefaultLogRetention is the log group retention.
+	DefaultLogRetention = awslogs.RetentionDays_ONE_MONTH
+)
+
+// ErrMissingBootstrap is returned by New when AssetDir holds no bootstrap
+// file: run `make build` first (or point AssetDir at a directory that has one).
+var ErrMissingBootstrap = errors.New("gofunc: bootstrap executable not found")
+
+// Props configures one function. Zero fields take the defaults above.
+type Props struct {
+	// AssetDir is the directory whose contents become the function's zip; it
+	// must contain an executable named bootstrap (for example
+	// <repo>/dist/relay). Required.
+	AssetDir string
+	// Description is the function description shown in the console.
+	Description string
+	// Environment holds the function's environment variables (names from
+	// pkg/config). May be nil; more can be added later with AddEnvironment.
+	Environment map[string]string
+	// MemoryMB is the memory size in MB. Default DefaultMemoryMB.
+	MemoryMB int
+	// Timeout is the function timeout (whole seconds, 1 s..15 min). Default
+	// DefaultTimeout.
+	Timeout time.Duration
+	// LogRetention is the retention of the function's log group. Default
+	// DefaultLogRetention (one month).
+	LogRetention awslogs.RetentionDays
+	// RemovalPolicy applies to the log group. Default RETAIN.
+	RemovalPolicy awscdk.RemovalPolicy
+}
+
+// New creates a Go function with id under scope, its log group (id +
+// "Logs") and its role (id + "Role"). It returns an error wrapping ErrMissingBootstrap when
+// AssetDir/bootstrap does not exist, and an error when Timeout is not a whole
+// number of seconds between 1 s and 15 min.
+func New(scope constructs.Construct, id string, p Props) (awslambda.Function, error) {
+	if p.AssetDir == "" {
+		return nil, fmt.Errorf("gofunc: %s: AssetDir is required", id)
+	}
+	abs, err := filepath.Abs(p.AssetDir)
+	if err != nil {
+		return nil, fmt.Errorf("gofunc: %s: %w", id, err)
+	}
+	if st, err := os.Stat(filepath.Join(abs, Handler)); err != nil || st.IsDir() {
+		return nil, fmt.Errorf("%w in %s (function %s): run `make build` first", ErrMissingBootstrap, abs, id)
+	}
+	if p.MemoryMB == 0 {
+		p.MemoryMB = DefaultMemoryMB
+	}
+	if p.Timeout == 0 {
+		p.Timeout = DefaultTimeout
+	}
+	if p.Timeout%time.Second != 0 || p.Timeout < time.Second || p.Timeout > 15*time.Minute {
+		return nil, fmt.Errorf("gofunc: %s: timeout %s must be whole seconds in 1s..15m", id, p.Timeout)
+	}
+	if p.LogRetention == "" {
+		p.LogRetention = DefaultLogRetention
+	}
+	if p.RemovalPolicy == "" {
+		p.RemovalPolicy = awscdk.RemovalPolicy_RETAIN
+	}
+	logs := awslogs.NewLogGroup(scope, jsii.String(id+"Logs"), &awslogs.LogGroupProps{
+		Retention:     p.LogRetention,
+		RemovalPolicy: p.RemovalPolicy,
+	})
+	role := awsiam.NewRole(scope, jsii.String(id+"Role"), &awsiam.RoleProps{
+		AssumedBy:   awsiam.NewServicePrincipal(jsii.String("lambda.amazonaws.com"), nil),
+		Description: jsii.String("Execution role of the " + id + " function"),
+	})
+	logs.GrantWrite(role)
+	env := make(map[string]*string, len(p.Environment))
+	for k, v := range p.Environment {
+		env[k] = jsii.String(v)
+	}
+	fn := awslambda.NewFunction(scope, jsii.String(id), &awslambda.FunctionProps{
+		Runtime:      awslambda.Runtime_PROVIDED_AL2023(),
+		Architecture: awslambda.Architecture_ARM_64(),
+		Handler:      jsii.String(Handler),
+		Code:         awslambda.Code_FromAsset(jsii.String(abs), nil),
+		Description:  jsii.String(p.Description),
+		MemorySize:   jsii.Number(p.MemoryMB),
+		Timeout:      awscdk.Duration_Seconds(jsii.Number(p.Timeout.Seconds())),
+		Environment:  &env,
+		LogGroup:     logs,
+		Role:         role,
+	})
+	return fn, nil
+}

@@ -1,0 +1,35 @@
+// Package outboxcdk is the reusable AWS CDK construct of the transactional
+// outbox: New creates the outbox table, the relay and its DynamoDB Streams
+// event source mapping, the scheduled reconciler, the dead-letter queues and
+// the alarms; GrantWriteEvents gives a writer function exactly the IAM access
+// and the environment variables (names from pkg/config) it needs.
+//
+// # Invariants
+//
+//   - Table shape, attribute names, index name and the stream filter come
+//     from pkg/outbox constants and outbox.StreamFilterPattern(); env var
+//     and metric names from pkg/config. Infra imports the runtime, never the
+//     reverse, so the two cannot drift.
+//   - The event source mapping always has bounded retries, a maximum record
+//     age, bisect-on-error, ReportBatchItemFailures and an SQS on-failure
+//     destination (promise I5). That queue receives batch metadata only:
+//     unpublished records stay in the pending index for the reconciler.
+//   - Every queue is encrypted (SSE-SQS) and TLS-only; the table is
+//     encrypted with the AWS managed key or a customer key and has PITR;
+//     no IAM statement uses a wildcard action.
+//   - Props.Validate checks every tunable against the AWS limit it maps to
+//     and touches nothing in the CDK.
+//
+// # Example
+//
+//	bus := awsevents.NewEventBus(stack, jsii.String("Bus"), nil)
+//	ob, err := outboxcdk.New(stack, "Outbox", outboxcdk.Props{
+//		EventBus:  bus,
+//		AssetRoot: "../dist",
+//		BatchSize: 200,
+//	})
+//	if err != nil {
+//		return err
+//	}
+//	ob.GrantWriteEvents(apiFunction)
+package outboxcdk

@@ -1,0 +1,365 @@
+package outboxcdk
+
+import (
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatchactions"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsdynamodb"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsevents"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awseventstargets"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslambdaeventsources"
+	"github.com/aws/constructs-go/constructs/v10"
+	"github.com/aws/jsii-runtime-go"
+	"github.com/cdklabs/cdk-nag-go/cdknag/v2"
+
+	"github.com/ddb-outbox/ddb-outbox/infra/deadletter"
+	"github.com/ddb-outbox/ddb-outbox/infra/gofunc"
+	"github.com/ddb-outbox/ddb-outbox/pkg/config"
+	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
+)
+
+// Function names: the relay's and reconciler's assets are
+// <AssetRoot>/<name>/bootstrap (functions/<name> compiled by `make build`).
+const (
+	RelayFunction      = "relay"
+	ReconcilerFunction = "reconciler"
+)
+
+// IAM actions granted by the construct. Each list is exactly what the
+// runtime calls; no wildcards.
+var (
+	// WriteEventsActions lets a writer put outbox records inside its
+	// TransactWriteItems call (a transaction is authorized per action:
+	// dynamodb:PutItem for each Put).
+	WriteEventsActions = []string{"dynamodb:PutItem"}
+	// MarkActions lets the relay and the reconciler mark records published
+	// or parked (UpdateItem, or PartiQL UPDATE via BatchExecuteStatement).
+	MarkActions = []string{"dynamodb:UpdateItem", "dynamodb:PartiQLUpdate"}
+	// PendingQueryActions lets the reconciler query the pending index.
+	PendingQueryActions = []string{"dynamodb:Query"}
+	// PublishActions lets the relay and the reconciler publish to the bus.
+	PublishActions = []string{"events:PutEvents"}
+	// ParkActions lets the relay and the reconciler park a record on the
+	// parked-records queue.
+	ParkActions = []string{"sqs:SendMessage"}
+)
+
+// Outbox is the reusable transactional-outbox construct: the outbox table
+// (with stream, TTL and the sparse pending index), the relay function fed by
+// a DynamoDB Streams event source mapping, the scheduled reconciler, the
+// parked-records DLQ, the mapping's on-failure queue, and the alarms.
+//
+// Drop it into a stack, pass an event bus, and call GrantWriteEvents on every
+// function that appends outbox records:
+//
+//	ob, err := outboxcdk.New(stack, "Outbox", outboxcdk.Props{EventBus: bus, AssetRoot: dist})
+//	ob.GrantWriteEvents(apiFn)
+type Outbox struct {
+	constructs.Construct
+
+	// Table is the outbox table: pk (S) + sk (S), stream NEW_IMAGE, TTL on
+	// outbox.TTLAttribute, sparse GSI outbox.PendingIndexName, PITR,
+	// encrypted with the AWS managed key or Props.EncryptionKey.
+	Table awsdynamodb.Table
+	// Relay publishes outbox records from the table's stream.
+	Relay awslambda.Function
+	// StreamSource is the relay's DynamoDB Streams event source mapping.
+	StreamSource awslambdaeventsources.DynamoEventSource
+	// Reconciler re-publishes pending records older than ReconcileAfter.
+	Reconciler awslambda.Function
+	// ReconcileSchedule is the EventBridge rule that runs the reconciler.
+	ReconcileSchedule awsevents.Rule
+	// ParkedQueue receives parked (unpublishable) outbox records with their
+	// full envelope; its URL is the relay's and reconciler's
+	// config.EnvParkedQueueURL.
+	ParkedQueue *deadletter.Queue
+	// StreamFailureQueue is the mapping's on-failure destination: it gets
+	// batch metadata (shard, sequence numbers) after retries are exhausted.
+	StreamFailureQueue *deadletter.Queue
+	// Alarms lists every alarm the construct created, DLQ alarms included.
+	Alarms []awscloudwatch.Alarm
+
+	props Props
+}
+
+// New creates an Outbox with id under scope. It returns an error wrapping
+// ErrInvalidProps when props do not validate, and an error wrapping
+// gofunc.ErrMissingBootstrap when a function's bootstrap is missing from
+// AssetRoot.
+func New(scope constructs.Construct, id string, props Props) (*Outbox, error) {
+	if err := props.Validate(); err != nil {
+		return nil, err
+	}
+	props.SetDefaults()
+	c := constructs.NewConstruct(scope, jsii.String(id))
+	o := &Outbox{Construct: c, props: props}
+
+	encryption := awsdynamodb.TableEncryption_AWS_MANAGED
+	if props.EncryptionKey != nil {
+		encryption = awsdynamodb.TableEncryption_CUSTOMER_MANAGED
+	}
+	o.Table = awsdynamodb.NewTable(c, jsii.String("Table"), &awsdynamodb.TableProps{
+		PartitionKey:        &awsdynamodb.Attribute{Name: jsii.String(outbox.AttrPK), Type: awsdynamodb.AttributeType_STRING},
+		SortKey:             &awsdynamodb.Attribute{Name: jsii.String(outbox.AttrSK), Type: awsdynamodb.AttributeType_STRING},
+		BillingMode:         awsdynamodb.BillingMode_PAY_PER_REQUEST,
+		Stream:              awsdynamodb.StreamViewType_NEW_IMAGE,
+		TimeToLiveAttribute: jsii.String(outbox.TTLAttribute),
+		PointInTimeRecoverySpecification: &awsdynamodb.PointInTimeRecoverySpecification{
+			PointInTimeRecoveryEnabled: jsii.Bool(true),
+		},
+		Encryption:    encryption,
+		EncryptionKey: props.EncryptionKey,
+		RemovalPolicy: props.RemovalPolicy,
+	})
+	o.Table.AddGlobalSecondaryIndex(&awsdynamodb.GlobalSecondaryIndexProps{
+		IndexName:      jsii.String(outbox.PendingIndexName),
+		PartitionKey:   &awsdynamodb.Attribute{Name: jsii.String(outbox.AttrPendingShard), Type: awsdynamodb.AttributeType_STRING},
+		SortKey:        &awsdynamodb.Attribute{Name: jsii.String(outbox.AttrCreatedAt), Type: awsdynamodb.AttributeType_NUMBER},
+		ProjectionType: awsdynamodb.ProjectionType_ALL,
+	})
+
+	o.ParkedQueue = deadletter.New(c, "ParkedQueue", "parked outbox records", props.RemovalPolicy)
+	o.StreamFailureQueue = deadletter.New(c, "StreamFailureQueue", "outbox stream batches the relay could not process", props.RemovalPolicy)
+
+	publishEnv := map[string]string{
+		config.EnvEventBusName:              *props.EventBus.EventBusName(),
+		config.EnvParkedQueueURL:            *o.ParkedQueue.Queue.QueueUrl(),
+		config.EnvPublishedRetentionSeconds: seconds(props.PublishedRetention),
+	}
+	var err error
+	o.Relay, err = gofunc.New(c, "Relay", gofunc.Props{
+		AssetDir:      filepath.Join(props.AssetRoot, RelayFunction),
+		Description:   "Outbox relay: publishes outbox records from the table stream to EventBridge, then marks them published.",
+		Environment:   publishEnv,
+		Timeout:       props.RelayTimeout,
+		LogRetention:  props.LogRetention,
+		RemovalPolicy: props.RemovalPolicy,
+	})
+	if err != nil {
+		return nil, err
+	}
+	reconcileEnv := map[string]string{
+		config.EnvReconcileAfterSeconds:  seconds(props.ReconcileAfter),
+		config.EnvReconcileBudgetSeconds: seconds(props.ReconcileBudget),
+	}
+	for k, v := range publishEnv {
+		reconcileEnv[k] = v
+	}
+	o.Reconciler, err = gofunc.New(c, "Reconciler", gofunc.Props{
+		AssetDir:      filepath.Join(props.AssetRoot, ReconcilerFunction),
+		Description:   "Outbox reconciler: re-publishes pending outbox records the relay missed.",
+		Environment:   reconcileEnv,
+		Timeout:       props.ReconcileBudget + 15*time.Second,
+		LogRetention:  props.LogRetention,
+		RemovalPolicy: props.RemovalPolicy,
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, fn := range []awslambda.Function{o.Relay, o.Reconciler} {
+		o.setOutboxEnv(fn)
+		grant(fn, MarkActions, o.Table.TableArn())
+		grant(fn, PublishActions, props.EventBus.EventBusArn())
+		grant(fn, ParkActions, o.ParkedQueue.Queue.QueueArn())
+		o.grantKey(fn)
+	}
+	grant(o.Reconciler, PendingQueryActions, o.PendingIndexArn())
+
+	filter := outbox.StreamFilterPattern()
+	o.StreamSource = awslambdaeventsources.NewDynamoEventSource(o.Table, &awslambdaeventsources.DynamoEventSourceProps{
+		StartingPosition:        awslambda.StartingPosition_TRIM_HORIZON,
+		BatchSize:               jsii.Number(props.BatchSize),
+		MaxBatchingWindow:       awscdk.Duration_Seconds(jsii.Number(props.MaxBatchingWindow.Seconds())),
+		BisectBatchOnError:      jsii.Bool(true),
+		ReportBatchItemFailures: jsii.Bool(true),
+		RetryAttempts:           jsii.Number(props.RetryAttempts),
+		MaxRecordAge:            awscdk.Duration_Seconds(jsii.Number(props.MaxRecordAge.Seconds())),
+		ParallelizationFactor:   jsii.Number(props.ParallelizationFactor),
+		OnFailure:               awslambdaeventsources.NewSqsDlq(o.StreamFailureQueue.Queue),
+		Filters:                 &[]*map[string]any{awslambda.FilterCriteria_Filter(&filter)},
+	})
+	o.Relay.AddEventSource(o.StreamSource)
+	// DynamoEventSource grants dynamodb:ListStreams on "*" (the action has no
+	// resource-level permissions); the stream-scoped actions are on the
+	// stream ARN.
+	cdknag.NagSuppressions_AddResourceSuppressions(o.Relay.Role(), &[]*cdknag.NagPackSuppression{{
+		Id: jsii.String("AwsSolutions-IAM5"),
+		Reason: jsii.String("dynamodb:ListStreams, required by the Lambda DynamoDB Streams event source mapping, " +
+			"supports no resource-level permissions, so its resource is *. All other actions are scoped to ARNs."),
+		AppliesTo: &[]any{jsii.String("Resource::*")},
+	}}, jsii.Bool(true))
+
+	rate := awscdk.Duration_Minutes(jsii.Number(props.ReconcileRate.Minutes()))
+	maxAge := min(props.ReconcileRate, 24*time.Hour)
+	o.ReconcileSchedule = awsevents.NewRule(c, jsii.String("ReconcileSchedule"), &awsevents.RuleProps{
+		Description: jsii.String("Runs the outbox reconciler."),
+		Schedule:    awsevents.Schedule_Rate(rate),
+		Targets: &[]awsevents.IRuleTarget{awseventstargets.NewLambdaFunction(o.Reconciler, &awseventstargets.LambdaFunctionProps{
+			RetryAttempts: jsii.Number(2),
+			MaxEventAge:   awscdk.Duration_Seconds(jsii.Number(maxAge.Seconds())),
+		})},
+	})
+
+	o.addAlarms()
+	return o, nil
+}
+
+// Props returns the construct's effective props (defaults applied).
+func (o *Outbox) Props() Props { return o.props }
+
+// PendingIndexArn returns the ARN of the pending index (a token).
+func (o *Outbox) PendingIndexArn() *string {
+	return jsii.String(*o.Table.TableArn() + "/index/" + outbox.PendingIndexName)
+}
+
+// GrantWriteEvents lets fn append outbox records in its transactions: it
+// grants exactly WriteEventsActions on the outbox table (plus
+// kms:Encrypt/Decrypt on Props.EncryptionKey when one is set) and sets
+// config.EnvOutboxTable, config.EnvPendingShards, config.EnvEventSource and
+// config.EnvMaxEntryBytes on fn.
+func (o *Outbox) GrantWriteEvents(fn awslambda.Function) {
+	o.setOutboxEnv(fn)
+	grant(fn, WriteEventsActions, o.Table.TableArn())
+	o.grantKey(fn)
+}
+
+// setOutboxEnv sets the variables every outbox writer, the relay and the
+// reconciler share.
+func (o *Outbox) setOutboxEnv(fn awslambda.Function) {
+	env := map[string]string{
+		config.EnvOutboxTable:   *o.Table.TableName(),
+		config.EnvPendingShards: strconv.Itoa(o.props.PendingShards),
+		config.EnvEventSource:   o.props.EventSource,
+		config.EnvMaxEntryBytes: strconv.Itoa(o.props.MaxEntryBytes),
+	}
+	for k, v := range env {
+		fn.AddEnvironment(jsii.String(k), jsii.String(v), nil)
+	}
+}
+
+func (o *Outbox) grantKey(fn awslambda.Function) {
+	if o.props.EncryptionKey != nil {
+		o.props.EncryptionKey.GrantEncryptDecrypt(fn)
+	}
+}
+
+// grant adds one IAM statement with actions on arns to g's policy.
+func grant(g awsiam.IGrantable, actions []string, arns ...*string) {
+	awsiam.Grant_AddToPrincipal(&awsiam.GrantOnPrincipalOptions{
+		Grantee:      g,
+		Actions:      jsii.Strings(actions...),
+		ResourceArns: &arns,
+	})
+}
+
+// seconds formats d as whole seconds.
+func seconds(d time.Duration) string { return strconv.FormatInt(int64(d/time.Second), 10) }
+
+// OldestPendingAgeMetric is the reconciler's oldest-pending-record age in
+// seconds (maximum over five minutes), emitted via EMF as
+// config.MetricNamespace/config.MetricOldestPendingAge with dimension
+// config.MetricDimensionOutboxTable = the outbox table name.
+func (o *Outbox) OldestPendingAgeMetric() awscloudwatch.Metric {
+	return o.customMetric(config.MetricOldestPendingAge, "Maximum")
+}
+
+// ReconcilerResentMetric is the number of records the reconciler re-sent
+// (sum over five minutes); anything above 0 means the relay missed records.
+func (o *Outbox) ReconcilerResentMetric() awscloudwatch.Metric {
+	return o.customMetric(config.MetricReconcilerResent, "Sum")
+}
+
+// PendingCountMetric is the number of pending records the reconciler saw.
+func (o *Outbox) PendingCountMetric() awscloudwatch.Metric {
+	return o.customMetric(config.MetricPendingCount, "Maximum")
+}
+
+// ParkedMetric is the number of records parked by the relay or reconciler.
+func (o *Outbox) ParkedMetric() awscloudwatch.Metric {
+	return o.customMetric(config.MetricParked, "Sum")
+}
+
+func (o *Outbox) customMetric(name, stat string) awscloudwatch.Metric {
+	return awscloudwatch.NewMetric(&awscloudwatch.MetricProps{
+		Namespace:     jsii.String(config.MetricNamespace),
+		MetricName:    jsii.String(name),
+		DimensionsMap: &map[string]*string{config.MetricDimensionOutboxTable: o.Table.TableName()},
+		Statistic:     jsii.String(stat),
+		Period:        awscdk.Duration_Minutes(jsii.Number(5)),
+	})
+}
+
+// IteratorAgeMetric is the relay's stream IteratorAge in milliseconds
+// (maximum over one minute): how far behind the stream the relay is.
+func (o *Outbox) IteratorAgeMetric() awscloudwatch.Metric {
+	return o.Relay.Metric(jsii.String("IteratorAge"), &awscloudwatch.MetricOptions{
+		Statistic: jsii.String("Maximum"),
+		Period:    awscdk.Duration_Minutes(jsii.Number(1)),
+	})
+}
+
+func (o *Outbox) addAlarms() {
+	five := awscdk.Duration_Minutes(jsii.Number(5))
+	sum := &awscloudwatch.MetricOptions{Period: five, Statistic: jsii.String("Sum")}
+	alarm := func(id, desc string, m awscloudwatch.IMetric, threshold float64, cmp awscloudwatch.ComparisonOperator, periods float64) {
+		a := awscloudwatch.NewAlarm(o.Construct, jsii.String(id), &awscloudwatch.AlarmProps{
+			AlarmDescription:   jsii.String(desc),
+			Metric:             m,
+			Threshold:          jsii.Number(threshold),
+			ComparisonOperator: cmp,
+			EvaluationPeriods:  jsii.Number(periods),
+			TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
+		})
+		o.Alarms = append(o.Alarms, a)
+	}
+	alarm("RelayErrorsAlarm", "Outbox relay invocations failed (the event source mapping retries the batch).",
+		o.Relay.MetricErrors(sum), 1, awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD, 1)
+	alarm("IteratorAgeAlarm", fmt.Sprintf("Outbox relay is more than %s behind the table stream (records expire after 24 h).", o.props.IteratorAgeThreshold),
+		o.IteratorAgeMetric(), float64(o.props.IteratorAgeThreshold.Milliseconds()), awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD, 5)
+	alarm("OldestPendingAgeAlarm", fmt.Sprintf("An outbox record has been pending (unpublished) for more than %s.", o.props.OldestPendingThreshold),
+		o.OldestPendingAgeMetric(), o.props.OldestPendingThreshold.Seconds(), awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD, 1)
+	alarm("ReconcilerResentAlarm", "The reconciler re-sent outbox records the relay had not published.",
+		o.ReconcilerResentMetric(), 0, awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD, 1)
+	alarm("ReconcilerErrorsAlarm", "Outbox reconciler runs failed.",
+		o.Reconciler.MetricErrors(sum), 1, awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD, 1)
+	o.Alarms = append(o.Alarms, o.ParkedQueue.Alarm, o.StreamFailureQueue.Alarm)
+	if o.props.AlarmTopic != nil {
+		action := awscloudwatchactions.NewSnsAction(o.props.AlarmTopic)
+		for _, a := range o.Alarms {
+			a.AddAlarmAction(action)
+			a.AddOkAction(action)
+		}
+	}
+}
+
+// Widgets returns CloudWatch dashboard widgets for the outbox signals: relay
+// invocations and errors, iterator age, oldest pending age, pending count,
+// re-sent and parked records, and the two queues' depth.
+func (o *Outbox) Widgets() []awscloudwatch.IWidget {
+	five := &awscloudwatch.MetricOptions{Period: awscdk.Duration_Minutes(jsii.Number(5)), Statistic: jsii.String("Sum")}
+	graph := func(title string, metrics ...awscloudwatch.IMetric) awscloudwatch.IWidget {
+		return awscloudwatch.NewGraphWidget(&awscloudwatch.GraphWidgetProps{
+			Title: jsii.String(title),
+			Left:  &metrics,
+			Width: jsii.Number(8),
+		})
+	}
+	return []awscloudwatch.IWidget{
+		graph("Relay invocations / errors", o.Relay.MetricInvocations(five), o.Relay.MetricErrors(five)),
+		graph("Relay iterator age (ms)", o.IteratorAgeMetric()),
+		graph("Oldest pending record age (s)", o.OldestPendingAgeMetric()),
+		graph("Pending records", o.PendingCountMetric()),
+		graph("Reconciler re-sent / parked records", o.ReconcilerResentMetric(), o.ParkedMetric()),
+		graph("Reconciler invocations / errors", o.Reconciler.MetricInvocations(five), o.Reconciler.MetricErrors(five)),
+		graph("Outbox DLQ depth",
+			o.ParkedQueue.Queue.MetricApproximateNumberOfMessagesVisible(nil),
+			o.StreamFailureQueue.Queue.MetricApproximateNumberOfMessagesVisible(nil)),
+	}
+}
