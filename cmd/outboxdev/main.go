@@ -6,6 +6,7 @@
 //
 //	outboxdev dev  [-addr 127.0.0.1:8080] [-endpoint URL] [-reconcile-every 30s]
 //	outboxdev demo [-orders 300] [-concurrency 8] [-seed 1] [-endpoint URL]
+//	outboxdev bench [-loads 25,50,max] [-orders 1500] [-poll 50ms] [-out results]
 //
 // Without -endpoint (or AWS_ENDPOINT_URL_DYNAMODB) an in-memory Dynoxide is
 // started from node_modules (run `npm ci` first; `make dev` does).
@@ -33,6 +34,8 @@ func main() {
 		err = runDev(ctx, args)
 	case "demo":
 		err = runDemo(ctx, args)
+	case "bench":
+		err = runBench(ctx, args)
 	case "-h", "-help", "--help", "help":
 		usage()
 		return
@@ -53,6 +56,8 @@ func usage() {
 commands:
   dev    run the whole stack locally and serve the API until interrupted
   demo   drive orders through the local stack, audit the tables, print a summary
+  bench  measure throughput, latency, calls and cost per event, store saturation,
+         write-path latency and Lambda init; report under results/
 
 Run "outboxdev <command> -h" for the flags of a command.
 `)

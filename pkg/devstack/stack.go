@@ -25,6 +25,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
+	"github.com/aws/smithy-go/middleware"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/app"
 	"github.com/ddb-outbox/ddb-outbox/pkg/awsclient"
@@ -66,6 +67,11 @@ type Options struct {
 	// AWSConfig, when set, adjusts the SDK configuration of every client
 	// (fault injection and call counting add middleware here).
 	AWSConfig func(*aws.Config)
+	// RelayAWSConfig, when set, gives the relay and the reconciler their own
+	// DynamoDB client, built from a copy of the stack's SDK configuration
+	// (AWSConfig applied) adjusted by this function: make bench counts the
+	// relay's calls apart from the API's and the consumers'.
+	RelayAWSConfig func(*aws.Config)
 	// WrapEventBridge, WrapQueue and WrapStream, when set, wrap the relay's
 	// and reconciler's EventBridge client, the parked-records queue, and the
 	// relay handler as the event source mapping invokes it.
@@ -211,10 +217,17 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if s.Relay, err = app.NewRelay(s.Settings, eb, s.DDB, queue, log.With("fn", "relay")); err != nil {
+	relayDDB := s.DDB
+	if opts.RelayAWSConfig != nil {
+		rcfg := cfg.Copy()
+		rcfg.APIOptions = append([]func(*middleware.Stack) error(nil), cfg.APIOptions...) // no aliasing
+		opts.RelayAWSConfig(&rcfg)
+		relayDDB = dynamodb.NewFromConfig(rcfg)
+	}
+	if s.Relay, err = app.NewRelay(s.Settings, eb, relayDDB, queue, log.With("fn", "relay")); err != nil {
 		return nil, err
 	}
-	if s.Reconciler, err = app.NewReconciler(s.Settings, app.ReconcilerClients{DDB: s.DDB, EventBridge: eb, Queue: queue}, log.With("fn", "reconciler")); err != nil {
+	if s.Reconciler, err = app.NewReconciler(s.Settings, app.ReconcilerClients{DDB: relayDDB, EventBridge: eb, Queue: queue}, log.With("fn", "reconciler")); err != nil {
 		return nil, err
 	}
 	if s.Ledger, err = app.NewLedger(s.Settings, s.DDB, log.With("fn", routing.ConsumerLedger)); err != nil {

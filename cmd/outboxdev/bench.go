@@ -1,0 +1,524 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/ddb-outbox/ddb-outbox/pkg/awsclient"
+	"github.com/ddb-outbox/ddb-outbox/pkg/bench"
+	"github.com/ddb-outbox/ddb-outbox/pkg/callcount"
+	"github.com/ddb-outbox/ddb-outbox/pkg/config"
+	"github.com/ddb-outbox/ddb-outbox/pkg/devstack"
+	"github.com/ddb-outbox/ddb-outbox/pkg/dynoxide"
+	"github.com/ddb-outbox/ddb-outbox/pkg/localrt"
+	"github.com/ddb-outbox/ddb-outbox/pkg/relay"
+)
+
+// benchFlags are the knobs of `outboxdev bench`.
+type benchFlags struct {
+	orders      int
+	loads       []string
+	concurrency int
+	poll        time.Duration
+	naiveOrders int
+	writeN      int
+	initRuns    int
+	storeConc   int
+	out         string
+	profile     bool
+	skipLambda  bool
+	verbose     bool
+}
+
+func runBench(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("bench", flag.ExitOnError)
+	var f benchFlags
+	loads := fs.String("loads", "25,50,max", "offered loads: orders/s paced open-loop, or \"max\" (closed loop of -concurrency clients)")
+	fs.IntVar(&f.orders, "orders", 1500, "orders per load level (each order = create + pay = 2 events); same data size at every level")
+	fs.IntVar(&f.concurrency, "concurrency", 16, "HTTP clients of the closed-loop (max) level")
+	fs.DurationVar(&f.poll, "poll", 50*time.Millisecond, "local event source mapping poll interval (devstack Options.PollInterval)")
+	fs.IntVar(&f.naiveOrders, "naive-orders", 500, "orders driven through the naive relay")
+	fs.IntVar(&f.writeN, "write-samples", 300, "sequential POST /orders and PutItem samples for the write-path latency")
+	fs.IntVar(&f.initRuns, "init-runs", 5, "starts per Lambda binary for the init time")
+	fs.IntVar(&f.storeConc, "store-concurrency", 16, "clients of the raw TransactWriteItems rate")
+	fs.StringVar(&f.out, "out", "results", "directory for the Markdown, JSON and CPU profile")
+	fs.BoolVar(&f.profile, "cpuprofile", true, "write a CPU profile of the highest load level (results/bench-<ts>.cpu.pprof)")
+	fs.BoolVar(&f.skipLambda, "skip-lambda", false, "skip the Lambda binary sizes and init times")
+	fs.BoolVar(&f.verbose, "v", false, "show every component's logs")
+	_ = fs.Parse(args)
+	f.loads = strings.Split(*loads, ",")
+
+	started := time.Now()
+	ts := started.UTC().Format("20060102T150405Z")
+	if err := os.MkdirAll(f.out, 0o755); err != nil {
+		return err
+	}
+	logw := io.Discard
+	if f.verbose {
+		logw = os.Stderr
+	}
+	b := &benchRun{f: f, log: slog.New(slog.NewTextHandler(logw, nil)), ts: ts}
+	r := &b.rep
+	r.Started = started.UTC().Format(time.RFC3339)
+	r.Host = fmt.Sprintf("%s/%s, %d CPUs, %s", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version())
+	r.PollIntervalMs = float64(f.poll) / 1e6
+	r.Prices = bench.ListPrices
+
+	steps := []struct {
+		name string
+		run  func(context.Context) error
+	}{
+		{"lambda binaries", b.lambdas},
+		{"pipeline", b.pipeline},
+		{"naive relay", b.naive},
+		{"raw store rate and dual write", b.store},
+		{"write path", b.writePath},
+	}
+	for _, s := range steps {
+		if err := s.run(ctx); err != nil {
+			return fmt.Errorf("bench %s: %w", s.name, err)
+		}
+	}
+	b.derive()
+	r.WallSeconds = time.Since(started).Seconds()
+
+	md := b.markdown()
+	js, _ := json.MarshalIndent(r, "", "  ")
+	for name, data := range map[string][]byte{
+		"bench-" + ts + ".md": []byte(md), "bench-" + ts + ".json": js, "latest.md": []byte(md), "latest.json": js,
+	} {
+		if err := os.WriteFile(filepath.Join(f.out, name), data, 0o644); err != nil {
+			return err
+		}
+	}
+	fmt.Print(md)
+	fmt.Printf("\nreport: %s (and .json), wall time %.0f s\n", filepath.Join(f.out, "bench-"+ts+".md"), r.WallSeconds)
+	fmt.Println(r.Summary)
+	if !r.AuditOK {
+		return bench.ErrAuditFailed
+	}
+	return nil
+}
+
+type benchRun struct {
+	f   benchFlags
+	log *slog.Logger
+	ts  string
+	rep benchReport
+}
+
+func progress(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "bench: "+format+"\n", args...)
+}
+
+// writeOps are the DynamoDB operations that write: the "write calls" of
+// pipeline_to_store_ratio.
+var writeOps = map[string]bool{
+	"TransactWriteItems": true, "PutItem": true, "UpdateItem": true, "DeleteItem": true,
+	"BatchWriteItem": true, "BatchExecuteStatement": true, "ExecuteStatement": true, "ExecuteTransaction": true,
+}
+
+func writeCalls(t callcount.Table) int64 {
+	var n int64
+	for _, r := range t {
+		if r.Service == "DynamoDB" && writeOps[r.Operation] {
+			n += r.Calls
+		}
+	}
+	return n
+}
+
+// levelRun is one pipeline run on a fresh Dynoxide.
+type levelRun struct {
+	Label         string             `json:"label"`
+	OfferedPerSec float64            `json:"offered_orders_per_second"` // 0 = closed loop
+	Concurrency   int                `json:"concurrency,omitempty"`
+	NaiveRelay    bool               `json:"naive_relay,omitempty"`
+	Load          bench.LoadResult   `json:"load"`
+	OrdersPerSec  float64            `json:"orders_per_second"`
+	Apply         bench.ApplyStats   `json:"apply"`
+	EventsPerSec  float64            `json:"events_applied_per_second"`
+	WindowSeconds float64            `json:"window_seconds"`
+	WriteCalls    int64              `json:"write_calls"`
+	WritesPerSec  float64            `json:"write_calls_per_second"`
+	StoreCalls    int64              `json:"store_calls"` // every DynamoDB and DynamoDB Streams call, reads included
+	StorePerSec   float64            `json:"store_calls_per_second"`
+	StoreRatio    float64            `json:"pipeline_to_store_ratio"`
+	All           callcount.Table    `json:"all_calls"`
+	Relay         callcount.Table    `json:"relay_calls"`
+	APITx         bench.SplitRow     `json:"api_transactions"`
+	ConsumerTx    bench.SplitRow     `json:"consumer_transactions"`
+	RelayInvokes  int64              `json:"relay_invocations"`
+	RelaySeconds  float64            `json:"relay_handler_seconds"`
+	Audit         devstack.Audit     `json:"audit"`
+	AuditOK       bool               `json:"audit_ok"`
+	CPU           cpuSplit           `json:"cpu"`
+	Poller        localrtPollerStats `json:"poller"`
+}
+
+type localrtPollerStats struct {
+	Invocations, RecordsDelivered, RecordsFiltered, Retries int64
+}
+
+type cpuSplit struct {
+	BenchSeconds    float64 `json:"bench_process_cpu_seconds"`
+	DynoxideSeconds float64 `json:"dynoxide_cpu_seconds"`
+	WallSeconds     float64 `json:"wall_seconds"`
+}
+
+func (c cpuSplit) String() string {
+	if c.WallSeconds == 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("Go process %.2f cores, Dynoxide %.2f cores (of %d)", c.BenchSeconds/c.WallSeconds, c.DynoxideSeconds/c.WallSeconds, runtime.NumCPU())
+}
+
+// runLevel starts a fresh Dynoxide and stack, drives orders through it,
+// drains and audits it.
+func (b *benchRun) runLevel(ctx context.Context, label string, rate float64, orders int, naive bool, profilePath string) (*levelRun, error) {
+	dx, err := dynoxide.Start(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer dx.Stop()
+	all, relayC := callcount.New(), callcount.New()
+	split := &bench.TransactSplit{}
+	rec := bench.NewApplyRecorder()
+	var invokes atomic.Int64
+	var handlerNs atomic.Int64
+	var bus relay.EventBridgeAPI
+	opts := devstack.Options{
+		Endpoint: dx.Endpoint, Prefix: "bench", Logger: b.log, PollInterval: b.f.poll,
+		AWSConfig: func(c *aws.Config) {
+			c.APIOptions = append(c.APIOptions, all.Register, callcount.RequestConsumedCapacity, split.Register)
+		},
+		RelayAWSConfig: func(c *aws.Config) { c.APIOptions = append(c.APIOptions, relayC.Register) },
+		WrapEventBridge: func(eb relay.EventBridgeAPI) relay.EventBridgeAPI {
+			bus = eb
+			return callcount.CountingPutEvents(relayC, eb)
+		},
+		BusInterceptor: rec.Interceptor(),
+	}
+	var naiveHandler localrt.StreamHandler
+	opts.WrapStream = func(h localrt.StreamHandler) localrt.StreamHandler {
+		if naive {
+			h = func(ctx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
+				return naiveHandler(ctx, ev)
+			}
+		}
+		return func(ctx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
+			t := time.Now()
+			resp, err := h(ctx, ev)
+			invokes.Add(1)
+			handlerNs.Add(int64(time.Since(t)))
+			return resp, err
+		}
+	}
+	var s *devstack.Stack
+	if naive {
+		// The naive relay has its own counted DynamoDB client; it publishes to
+		// the stack's bus. It is bound before Start's poller sees a record:
+		// no order exists before Load.
+		cfg := awsclient.Local(dx.Endpoint)
+		cfg.APIOptions = append(cfg.APIOptions, relayC.Register, callcount.RequestConsumedCapacity, all.Register)
+		ddb := dynamodb.NewFromConfig(cfg)
+		var once sync.Once
+		var nr *bench.NaiveRelay
+		var nerr error
+		naiveHandler = func(ctx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
+			once.Do(func() {
+				nr, nerr = bench.NewNaiveRelay(callcount.CountingPutEvents(relayC, bus), ddb, s.ParkedQueue,
+					s.Settings.EventBus, s.Settings.Source, s.Settings.OutboxTable, s.Settings.ParkedQueueURL, b.log)
+			})
+			if nerr != nil {
+				return events.DynamoDBEventResponse{}, nerr
+			}
+			return nr.Handle(ctx, ev)
+		}
+	}
+	s, err = devstack.Start(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	split.OutboxTable, split.DedupTable = s.Settings.OutboxTable, s.Settings.DedupTable
+	all.Reset()
+	relayC.Reset()
+
+	dxPID, self := bench.ChildPID("dynoxide"), os.Getpid()
+	cpu0, dcpu0 := bench.CPUTime(self), bench.CPUTime(dxPID)
+	if profilePath != "" {
+		pf, err := os.Create(profilePath)
+		if err != nil {
+			return nil, err
+		}
+		defer pf.Close()
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			return nil, err
+		}
+	}
+	lr := &levelRun{Label: label, OfferedPerSec: rate, NaiveRelay: naive}
+	if rate == 0 {
+		lr.Concurrency = b.f.concurrency
+	}
+	start := time.Now()
+	lr.Load = bench.Load(ctx, s.URL, bench.LoadOptions{
+		Orders: orders, Rate: rate, Concurrency: lr.Concurrency, Prefix: label + "-" + b.ts,
+		Progress: func(done, failed int64, el time.Duration) {
+			ap := rec.Stats()
+			progress("  %-10s %4.0fs  orders=%d/%d failed=%d events_applied=%d", label, el.Seconds(), done, orders, failed, ap.Events)
+		},
+	})
+	loadEnd := time.Now()
+	dctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	err = s.Drain(dctx)
+	cancel()
+	if profilePath != "" {
+		pprof.StopCPUProfile()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", label, err)
+	}
+	lr.Apply = rec.Stats()
+	end := loadEnd
+	if lr.Apply.LastApplied.After(end) {
+		end = lr.Apply.LastApplied
+	}
+	window := end.Sub(start)
+	lr.CPU = cpuSplit{BenchSeconds: (bench.CPUTime(self) - cpu0).Seconds(), DynoxideSeconds: (bench.CPUTime(dxPID) - dcpu0).Seconds(), WallSeconds: time.Since(start).Seconds()}
+	lr.WindowSeconds = window.Seconds()
+	lr.OrdersPerSec = lr.Load.OrdersPerSecond()
+	lr.All, lr.Relay = all.Snapshot(), relayC.Snapshot()
+	lr.WriteCalls = writeCalls(lr.All)
+	lr.WritesPerSec = float64(lr.WriteCalls) / window.Seconds()
+	for _, row := range lr.All {
+		if row.Service == "DynamoDB" || row.Service == "DynamoDB Streams" {
+			lr.StoreCalls += row.Calls
+		}
+	}
+	lr.StorePerSec = float64(lr.StoreCalls) / window.Seconds()
+	if lr.Apply.Events > 0 && !lr.Apply.FirstCommit.IsZero() {
+		lr.EventsPerSec = float64(lr.Apply.Events) / lr.Apply.LastApplied.Sub(lr.Apply.FirstCommit).Seconds()
+	}
+	lr.APITx, lr.ConsumerTx = split.Get("api"), split.Get("consumer")
+	lr.RelayInvokes, lr.RelaySeconds = invokes.Load(), float64(handlerNs.Load())/1e9
+	ps := s.Poller.Stats()
+	lr.Poller = localrtPollerStats{ps.Invocations, ps.RecordsDelivered, ps.RecordsFiltered, ps.Retries}
+	a, err := s.Audit(ctx)
+	if err != nil {
+		return nil, err
+	}
+	lr.Audit = a
+	lr.AuditOK = a.OK() && lr.Load.Failed == 0 && int64(a.Committed) == lr.Load.Commands
+	progress("  %-10s done: %.1f orders/s, %d events, p99 commit→applied %.0f ms, %.0f write calls/s, audit ok=%v (%s)",
+		label, lr.OrdersPerSec, a.Events, lr.Apply.Latency.P99, lr.WritesPerSec, lr.AuditOK, a.Summary())
+	for _, p := range a.Problems {
+		progress("  problem: %s", p)
+	}
+	return lr, nil
+}
+
+func (b *benchRun) pipeline(ctx context.Context) error {
+	for i, l := range b.f.loads {
+		l = strings.TrimSpace(l)
+		rate := 0.0
+		if l != "max" {
+			v, err := strconv.ParseFloat(l, 64)
+			if err != nil || v <= 0 {
+				return fmt.Errorf("bad -loads entry %q", l)
+			}
+			rate = v
+		}
+		label := l + "/s"
+		if rate == 0 {
+			label = fmt.Sprintf("max(c=%d)", b.f.concurrency)
+		}
+		prof := ""
+		if b.f.profile && i == len(b.f.loads)-1 {
+			prof = filepath.Join(b.f.out, "bench-"+b.ts+".cpu.pprof")
+			b.rep.ProfilePath = prof
+		}
+		progress("pipeline %s: %d orders on a fresh Dynoxide, poll interval %s", label, b.f.orders, b.f.poll)
+		lr, err := b.runLevel(ctx, label, rate, b.f.orders, false, prof)
+		if err != nil {
+			return err
+		}
+		b.rep.Levels = append(b.rep.Levels, lr)
+	}
+	return nil
+}
+
+func (b *benchRun) naive(ctx context.Context) error {
+	progress("naive relay: %d orders (closed loop, c=%d) on a fresh Dynoxide", b.f.naiveOrders, b.f.concurrency)
+	lr, err := b.runLevel(ctx, "naive", 0, b.f.naiveOrders, true, "")
+	if err != nil {
+		return err
+	}
+	b.rep.Naive = lr
+	return nil
+}
+
+// store measures the raw TransactWriteItems rate on a fresh server with
+// as many 2-item transactions as the highest level wrote events (so the
+// stream ends with the outbox stream's record count: INSERT + MODIFY per
+// event), and counts the dual write on the same server afterwards.
+func (b *benchRun) store(ctx context.Context) error {
+	last := b.rep.Levels[len(b.rep.Levels)-1]
+	n := last.Audit.Events
+	dx, err := dynoxide.Start(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer dx.Stop()
+	ddb := dynamodb.NewFromConfig(awsclient.Local(dx.Endpoint))
+	if err := bench.CreatePlainTable(ctx, ddb, "raw-nostream", false); err != nil {
+		return err
+	}
+	if err := bench.CreatePlainTable(ctx, ddb, "raw-stream", true); err != nil {
+		return err
+	}
+	progress("raw store: %d 2-item TransactWriteItems, %d clients, table without stream", n, b.f.storeConc)
+	b.rep.StoreNoStream = bench.StoreRate(ctx, ddb, "raw-nostream", n, 2, b.f.storeConc, false)
+	progress("  %.0f transactions/s", b.rep.StoreNoStream.PerSecond)
+	progress("raw store: %d 2-item TransactWriteItems, %d clients, table WITH a stream (fresh server)", n, b.f.storeConc)
+	dxPID, self := bench.ChildPID("dynoxide"), os.Getpid()
+	cpu0, dcpu0, t0 := bench.CPUTime(self), bench.CPUTime(dxPID), time.Now()
+	b.rep.Store = bench.StoreRate(ctx, ddb, "raw-stream", n, 2, b.f.storeConc, true)
+	b.rep.StoreCPU = cpuSplit{BenchSeconds: (bench.CPUTime(self) - cpu0).Seconds(), DynoxideSeconds: (bench.CPUTime(dxPID) - dcpu0).Seconds(), WallSeconds: time.Since(t0).Seconds()}
+	progress("  %.0f transactions/s (%s)", b.rep.Store.PerSecond, b.rep.StoreCPU)
+
+	// Dual write: calls only (no stream on its table).
+	dual := callcount.New()
+	cfg := awsclient.Local(dx.Endpoint)
+	cfg.APIOptions = append(cfg.APIOptions, dual.Register, callcount.RequestConsumedCapacity)
+	dclient := dynamodb.NewFromConfig(cfg)
+	if err := bench.CreatePlainTable(ctx, ddb, "dual-orders", false); err != nil {
+		return err
+	}
+	bus, err := localrt.NewBus(localrt.BusConfig{Name: "dual-bus", Logger: b.log})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = bus.Close(context.Background()) }()
+	dw := bench.DualWriter{DDB: dclient, EB: callcount.CountingPutEvents(dual, bus), Table: "dual-orders", Bus: "dual-bus", Source: config.DefaultEventSource}
+	orders := b.f.naiveOrders
+	progress("dual write: %d orders (PutItem/UpdateItem then PutEvents, no outbox)", orders)
+	for i := 0; i < orders; i++ {
+		if err := dw.CreateAndPay(ctx, i); err != nil {
+			return err
+		}
+	}
+	b.rep.DualWrite = dualRun{Orders: orders, Events: int64(2 * orders), Calls: dual.Snapshot()}
+	return nil
+}
+
+func (b *benchRun) writePath(ctx context.Context) error {
+	dx, err := dynoxide.Start(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer dx.Stop()
+	timer := bench.NewOpTimer()
+	s, err := devstack.Start(ctx, devstack.Options{Endpoint: dx.Endpoint, Prefix: "wp", Logger: b.log, PollInterval: b.f.poll,
+		AWSConfig: func(c *aws.Config) { c.APIOptions = append(c.APIOptions, timer.Register) }})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	if err := bench.CreatePlainTable(ctx, s.DDB, "wp-plain", false); err != nil {
+		return err
+	}
+	progress("write path: %d sequential POST /orders interleaved with PutItem (fresh Dynoxide)", b.f.writeN)
+	b.rep.WritePath = bench.WritePath(ctx, s.URL, s.DDB, "wp-plain", b.f.writeN)
+	b.rep.RepoTransact = timer.Get("TransactWriteItems")
+	b.rep.RepoPutItem = timer.Get("PutItem")
+	return nil
+}
+
+// lambdas reports each dist/<name>/bootstrap size (building dist with the
+// Makefile's flags if missing) and the init time of a host build of each
+// function against a fake Runtime API.
+func (b *benchRun) lambdas(ctx context.Context) error {
+	if b.f.skipLambda {
+		return nil
+	}
+	fns := []string{"api", "relay", "reconciler", "ledger", "notifier"}
+	ldflags := []string{"-tags", "lambda.norpc", "-trimpath", "-ldflags=-s -w"}
+	for _, fn := range fns {
+		p := filepath.Join("dist", fn, "bootstrap")
+		if bench.FileSize(p) < 0 {
+			progress("lambda: %s missing, building linux/arm64", p)
+			args := append([]string{"build"}, ldflags...)
+			args = append(args, "-o", p, "./functions/"+fn)
+			cmd := exec.CommandContext(ctx, "go", args...)
+			cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=arm64")
+			cmd.Stderr = os.Stderr
+			if err := cmd.Run(); err != nil {
+				return fmt.Errorf("build %s: %w", fn, err)
+			}
+		}
+	}
+	tmp, err := os.MkdirTemp("", "outboxdev-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	progress("lambda: building the %d functions for the host (%s/%s) into %s", len(fns), runtime.GOOS, runtime.GOARCH, tmp)
+	args := append([]string{"build"}, ldflags...)
+	args = append(args, "-o", tmp+string(os.PathSeparator))
+	for _, fn := range fns {
+		args = append(args, "./functions/"+fn)
+	}
+	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("host build: %w", err)
+	}
+	dx, err := dynoxide.Start(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer dx.Stop()
+	// A complete, minimal environment: dummy credentials, an explicit local
+	// endpoint, no shared config files, no instance metadata; never AWS.
+	env := []string{
+		"AWS_REGION=us-east-1", "AWS_ACCESS_KEY_ID=local", "AWS_SECRET_ACCESS_KEY=local",
+		"AWS_ENDPOINT_URL=" + dx.Endpoint, "AWS_EC2_METADATA_DISABLED=true",
+		"AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null",
+		"AWS_LAMBDA_FUNCTION_NAME=bench", "AWS_LAMBDA_FUNCTION_MEMORY_SIZE=128", "AWS_LAMBDA_FUNCTION_VERSION=$LATEST",
+		"AWS_LAMBDA_LOG_GROUP_NAME=/aws/lambda/bench", "AWS_LAMBDA_LOG_STREAM_NAME=bench",
+		config.EnvOutboxTable + "=bench-outbox", config.EnvOrdersTable + "=bench-orders", config.EnvDedupTable + "=bench-dedup",
+		config.EnvLedgerTable + "=bench-ledger", config.EnvNotificationsTable + "=bench-notifications",
+		config.EnvEventBusName + "=bench-bus", config.EnvParkedQueueURL + "=https://sqs.us-east-1.amazonaws.com/000000000000/bench-parked",
+		"AWS_ENDPOINT_URL_SQS=" + dx.Endpoint, "AWS_ENDPOINT_URL_EVENTBRIDGE=" + dx.Endpoint,
+	}
+	for _, fn := range fns {
+		lr := lambdaRow{Name: fn, DistBytes: bench.FileSize(filepath.Join("dist", fn, "bootstrap")), HostBytes: bench.FileSize(filepath.Join(tmp, fn))}
+		lr.Init = bench.MeasureInit(ctx, fn, filepath.Join(tmp, fn), env, b.f.initRuns)
+		progress("lambda: %-10s dist %5.1f MB, init median %.1f ms %s", fn, float64(lr.DistBytes)/1e6, lr.Init.MedianMs, lr.Init.Error)
+		b.rep.Lambdas = append(b.rep.Lambdas, lr)
+	}
+	return nil
+}
+
+var errNoLevels = errors.New("bench: no load level ran")

@@ -1,0 +1,353 @@
+package main
+
+import (
+	"fmt"
+	"os/exec"
+	"runtime"
+	"strings"
+
+	"github.com/ddb-outbox/ddb-outbox/pkg/bench"
+	"github.com/ddb-outbox/ddb-outbox/pkg/callcount"
+)
+
+// benchReport is everything `outboxdev bench` measured in one run; it is
+// written as JSON next to the Markdown report.
+type benchReport struct {
+	Started        string                `json:"started"`
+	Host           string                `json:"host"`
+	WallSeconds    float64               `json:"wall_seconds"`
+	PollIntervalMs float64               `json:"poll_interval_ms"`
+	Levels         []*levelRun           `json:"levels"`
+	Naive          *levelRun             `json:"naive_relay_run"`
+	Store          bench.StoreRateResult `json:"store_with_stream"`
+	StoreNoStream  bench.StoreRateResult `json:"store_without_stream"`
+	StoreCPU       cpuSplit              `json:"store_with_stream_cpu"`
+	DualWrite      dualRun               `json:"dual_write"`
+	WritePath      bench.WritePathResult `json:"write_path"`
+	RepoTransact   bench.Percentiles     `json:"repository_transact_write_items"`
+	RepoPutItem    bench.Percentiles     `json:"repository_put_item"`
+	Lambdas        []lambdaRow           `json:"lambdas"`
+	Designs        []designRow           `json:"designs"`
+	Prices         bench.Prices          `json:"prices"`
+	Ratio          float64               `json:"pipeline_to_store_ratio"`
+	P99Ms          float64               `json:"p99_commit_to_applied_ms"`
+	ProfilePath    string                `json:"cpu_profile,omitempty"`
+	ProfileTop     string                `json:"cpu_profile_top,omitempty"`
+	AuditOK        bool                  `json:"audit_ok"`
+	Summary        string                `json:"summary"`
+}
+
+type dualRun struct {
+	Orders int             `json:"orders"`
+	Events int64           `json:"events"`
+	Calls  callcount.Table `json:"calls"`
+}
+
+type lambdaRow struct {
+	Name      string           `json:"name"`
+	DistBytes int64            `json:"dist_arm64_bytes"`
+	HostBytes int64            `json:"host_bytes"`
+	Init      bench.InitResult `json:"init"`
+}
+
+// designRow is one design of section c/d: calls per 1,000 events by
+// operation and USD per million events.
+type designRow struct {
+	Name     string             `json:"name"`
+	Measured string             `json:"measured_on"`
+	Events   int64              `json:"events"`
+	Per1000  map[string]float64 `json:"calls_per_1000_events"`
+	Total    float64            `json:"total_calls_per_1000_events"`
+	Usage    bench.Usage        `json:"usage"`
+	Cost     bench.Cost         `json:"usd_per_million_events"`
+}
+
+// relayOps are the operations a relay design makes per event (the
+// reconciler's pending-index Query is shown apart: it runs on a timer, not
+// per event).
+var relayOps = []struct{ service, op string }{
+	{"EventBridge", "PutEvents"}, {"DynamoDB", "BatchExecuteStatement"}, {"DynamoDB", "UpdateItem"}, {"DynamoDB", "PutItem"}, {"DynamoDB", "TransactWriteItems"},
+}
+
+func per1000(t callcount.Table, events int64) (map[string]float64, float64) {
+	m := map[string]float64{}
+	var total float64
+	if events == 0 {
+		return m, 0
+	}
+	for _, o := range relayOps {
+		if c := t.Calls(o.service, o.op); c > 0 {
+			v := float64(c) * 1000 / float64(events)
+			m[o.op] = v
+			total += v
+		}
+	}
+	if c := t.Calls("DynamoDB", "Query"); c > 0 {
+		m["Query (reconciler, not in total)"] = float64(c) * 1000 / float64(events)
+	}
+	return m, total
+}
+
+func capacity(t callcount.Table, ops ...string) float64 {
+	var n float64
+	for _, o := range ops {
+		n += t.Get("DynamoDB", o).CapacityUnits
+	}
+	return n
+}
+
+// derive computes the ratios, the cost model, the summary, and the CPU
+// profile's top when the store is not kept busy enough.
+func (b *benchRun) derive() {
+	r := &b.rep
+	if len(r.Levels) == 0 {
+		r.Summary = errNoLevels.Error()
+		return
+	}
+	r.AuditOK = r.Naive == nil || r.Naive.AuditOK
+	for _, l := range r.Levels {
+		r.AuditOK = r.AuditOK && l.AuditOK
+		if r.Store.PerSecond > 0 {
+			l.StoreRatio = l.WritesPerSec / r.Store.PerSecond
+		}
+	}
+	if r.Naive != nil && r.Store.PerSecond > 0 {
+		r.Naive.StoreRatio = r.Naive.WritesPerSec / r.Store.PerSecond
+	}
+	top := r.Levels[len(r.Levels)-1]
+	r.Ratio = top.StoreRatio
+	r.P99Ms = top.Apply.Latency.P99
+
+	// Designs, at the highest level (same concurrency as the naive run).
+	ev := int64(top.Audit.Events)
+	m, tot := per1000(top.Relay, ev)
+	outbox := designRow{Name: "outbox + this relay (batched PutEvents, PartiQL batch marking)", Measured: top.Label, Events: ev, Per1000: m, Total: tot,
+		Usage: bench.Usage{Events: ev, WRU: top.APITx.Capacity + capacity(top.Relay, "BatchExecuteStatement", "UpdateItem"),
+			RRU: capacity(top.Relay, "Query"), EventBridgeChunks: ev, LambdaInvocations: top.RelayInvokes, LambdaSeconds: top.RelaySeconds}}
+	r.Designs = append(r.Designs, outbox)
+	if n := r.Naive; n != nil {
+		nev := int64(n.Audit.Events)
+		m, tot := per1000(n.Relay, nev)
+		r.Designs = append(r.Designs, designRow{Name: "outbox + naive relay (1 PutEvents + 1 UpdateItem per event)", Measured: n.Label, Events: nev, Per1000: m, Total: tot,
+			Usage: bench.Usage{Events: nev, WRU: n.APITx.Capacity + capacity(n.Relay, "UpdateItem", "BatchExecuteStatement"),
+				EventBridgeChunks: nev, LambdaInvocations: n.RelayInvokes, LambdaSeconds: n.RelaySeconds}})
+	}
+	d := r.DualWrite
+	m, tot = per1000(d.Calls, d.Events)
+	r.Designs = append(r.Designs, designRow{Name: "dual write, no outbox (PutItem/UpdateItem then PutEvents in the request)", Measured: "direct", Events: d.Events, Per1000: m, Total: tot,
+		Usage: bench.Usage{Events: d.Events, WRU: capacity(d.Calls, "PutItem", "UpdateItem"), EventBridgeChunks: d.Events}})
+	for i := range r.Designs {
+		r.Designs[i].Cost = r.Prices.PerMillion(r.Designs[i].Usage)
+	}
+	naiveTotal := 0.0
+	if len(r.Designs) > 2 {
+		naiveTotal = r.Designs[1].Total
+	}
+	if r.Ratio < 0.8 && r.ProfilePath != "" {
+		out, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=25", r.ProfilePath).CombinedOutput()
+		if err != nil {
+			r.ProfileTop = fmt.Sprintf("go tool pprof failed: %v\n%s", err, out)
+		} else {
+			r.ProfileTop = string(out)
+		}
+	}
+	r.Summary = fmt.Sprintf("relay_calls_per_1000=%.1f naive_relay_calls_per_1000=%.1f pipeline_to_store_ratio=%.2f p99_commit_to_applied_ms=%.0f",
+		r.Designs[0].Total, naiveTotal, r.Ratio, r.P99Ms)
+}
+
+func (b *benchRun) markdown() string {
+	r := &b.rep
+	var w strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&w, format+"\n", args...) }
+	p("# ddb-outbox bench, %s", r.Started)
+	p("")
+	p("Host %s. Local stack: Dynoxide (fresh server per measurement), event source mapping poll interval **%.0f ms**, batch size 100. Wall time %.0f s.", r.Host, r.PollIntervalMs, r.WallSeconds)
+	p("Each order = POST /orders + POST /orders/{id}/pay = 2 committed changes = 2 outbox events (OrderPlaced → notifier; OrderPaid → notifier + ledger). %d orders per level, so every level ends at the same data size.", b.f.orders)
+	p("")
+	p("## a) End-to-end throughput and commit → applied latency")
+	p("")
+	p("Commit = envelope `occurred_at` (stamped when the change is written); applied = when the last consumer taking the event saw its TransactWriteItems (side effect + dedup marker) succeed, recorded by a bus interceptor in the same process (one wall clock, ns resolution).")
+	p("")
+	p("| load | orders | orders/s | events | events applied/s | POST /orders p50/p99 ms | commit→applied p50 / p95 / p99 / max ms | arrival lag p99 ms | write calls/s | store ratio | audit |")
+	p("|---|---|---|---|---|---|---|---|---|---|---|")
+	for _, l := range append(append([]*levelRun{}, r.Levels...), r.Naive) {
+		if l == nil {
+			continue
+		}
+		lat := l.Apply.Latency
+		p("| %s | %d | %.1f | %d | %.1f | %.1f / %.1f | %.0f / %.0f / %.0f / %.0f | %.1f | %.0f | %.2f | %s |",
+			l.Label, l.Load.Orders, l.OrdersPerSec, l.Audit.Events, l.EventsPerSec, l.Load.Create.P50, l.Load.Create.P99,
+			lat.P50, lat.P95, lat.P99, lat.Max, l.Load.Lag.P99, l.WritesPerSec, l.StoreRatio, okStr(l.AuditOK))
+	}
+	p("")
+	p("(The `naive` row is the same pipeline with the naive relay in place of ours, for section c, at a smaller data size: its store ratio is not comparable with the levels above.)")
+	p("")
+	p("## b) Store raw rate and how busy the pipeline keeps it")
+	p("")
+	p("| raw store (fresh Dynoxide) | transactions | clients | tx/s | latency p50 / p99 ms |")
+	p("|---|---|---|---|---|")
+	for _, s := range []bench.StoreRateResult{r.StoreNoStream, r.Store} {
+		kind := "2-item TransactWriteItems, table without stream"
+		if s.Stream {
+			kind = "2-item TransactWriteItems, table WITH stream"
+		}
+		p("| %s | %d | %d | %.0f | %.1f / %.1f |", kind, s.Transactions, s.Concurrency, s.PerSecond, s.Latency.P50, s.Latency.P99)
+	}
+	p("")
+	p("CPU during the raw run with a stream: %s.", r.StoreCPU)
+	p("")
+	p("The raw run writes as many 2-item transactions as the highest level wrote outbox events, so its stream ends with as many records as the outbox stream (INSERT + MODIFY per event). `pipeline_to_store_ratio` = DynamoDB write calls per second the pipeline drove (order transactions, relay marking, consumer transactions; from the first order to the last consumer commit) ÷ raw tx/s with a stream.")
+	p("")
+	p("| level | order tx | consumer tx | BatchExecuteStatement | UpdateItem | write calls | window s | write calls/s | ratio | all store calls/s (reads incl.) | CPU (share of the run) |")
+	p("|---|---|---|---|---|---|---|---|---|---|---|")
+	for _, l := range append(append([]*levelRun{}, r.Levels...), r.Naive) {
+		if l == nil {
+			continue
+		}
+		p("| %s | %d | %d | %d | %d | %d | %.1f | %.0f | %.2f | %.0f | %s |", l.Label, l.APITx.Calls, l.ConsumerTx.Calls,
+			l.All.Calls("DynamoDB", "BatchExecuteStatement"), l.All.Calls("DynamoDB", "UpdateItem"), l.WriteCalls, l.WindowSeconds, l.WritesPerSec, l.StoreRatio, l.StorePerSec, l.CPU)
+	}
+	p("")
+	p("**pipeline_to_store_ratio at the highest load = %.2f** (target ≥ 0.80).", r.Ratio)
+	if r.ProfileTop != "" {
+		p("")
+		p("CPU profile of the highest level (%s), `go tool pprof -top`:", r.ProfilePath)
+		p("")
+		p("```")
+		p("%s", strings.TrimRight(r.ProfileTop, "\n"))
+		p("```")
+		p("")
+		p("%s", bottleneck(r))
+	}
+	p("")
+	p("## c) AWS calls per 1,000 events")
+	p("")
+	p("Counted with pkg/callcount: this relay and the reconciler on their own DynamoDB client and a counting EventBridge wrapper; the naive relay on its own client; the dual write on its own client. The API's order transactions (1 TransactWriteItems per event) and the consumers' transactions are the same for both outbox designs and are not included.")
+	p("")
+	p("| design | measured on | events | PutEvents | BatchExecuteStatement | UpdateItem | PutItem | total /1000 | × this relay | reconciler Query /1000 |")
+	p("|---|---|---|---|---|---|---|---|---|---|")
+	for _, d := range r.Designs {
+		x := "1.0"
+		if r.Designs[0].Total > 0 {
+			x = fmt.Sprintf("%.1f", d.Total/r.Designs[0].Total)
+		}
+		p("| %s | %s | %d | %.1f | %.1f | %.1f | %.1f | **%.1f** | %s | %.1f |", d.Name, d.Measured, d.Events, d.Per1000["PutEvents"], d.Per1000["BatchExecuteStatement"],
+			d.Per1000["UpdateItem"], d.Per1000["PutItem"], d.Total, x, d.Per1000["Query (reconciler, not in total)"])
+	}
+	p("")
+	p("This relay at each load (batching depends on how many records one poll finds):")
+	p("")
+	p("| level | events | relay invocations | PutEvents /1000 | BatchExecuteStatement /1000 | UpdateItem /1000 | total /1000 |")
+	p("|---|---|---|---|---|---|---|")
+	for _, l := range r.Levels {
+		m, t := per1000(l.Relay, int64(l.Audit.Events))
+		p("| %s | %d | %d | %.1f | %.1f | %.1f | %.1f |", l.Label, l.Audit.Events, l.RelayInvokes, m["PutEvents"], m["BatchExecuteStatement"], m["UpdateItem"], t)
+	}
+	p("")
+	p("## d) Cost model, USD per million events")
+	p("")
+	pr := r.Prices
+	p("List prices (us-east-1, %s): DynamoDB on-demand $%.3f per million WRU, $%.3f per million RRU; EventBridge custom events $%.2f per million (each 64 KB chunk of an entry is one event); Lambda $%.2f per million requests + $%.10f per GB-s (arm64, %d MB assumed); DynamoDB Streams GetRecords by a Lambda event source mapping: free; SQS: not used on the happy path. Sources: %s.",
+		pr.AsOf, pr.WRUPerMillion, pr.RRUPerMillion, pr.EventsPerMillion, pr.LambdaRequestsPerMillion, pr.LambdaGBSecond, pr.LambdaMemoryMB, pr.Source)
+	p("")
+	p("Assumptions: capacity units are what Dynoxide reports with ReturnConsumedCapacity=TOTAL (DynamoDB's rules: 1 WRU per KB written, 2 for transactional writes; index writes may not be included by the emulator); each event is one EventBridge chunk (entries are < 1 KB); relay Lambda duration = the relay handler's measured wall time here (against a local server: an estimate, AWS latencies differ). Costs cover the producer side only: write path + relay. The API Lambda, API Gateway, the consumers and storage are the same for every design (the dual write's API runs a little longer, not priced) and are left out.")
+	p("")
+	p("| design | WRU/event | RRU/event | relay invocations/event | DynamoDB writes | DynamoDB reads | EventBridge | Lambda requests | Lambda duration | **total $/M events** |")
+	p("|---|---|---|---|---|---|---|---|---|---|")
+	for _, d := range r.Designs {
+		u, c := d.Usage, d.Cost
+		ev := float64(max(u.Events, 1))
+		p("| %s | %.2f | %.3f | %.3f | %.3f | %.4f | %.3f | %.4f | %.4f | **%.3f** |", d.Name, u.WRU/ev, u.RRU/ev, float64(u.LambdaInvocations)/ev,
+			c.DynamoDBWrites, c.DynamoDBReads, c.EventBridge, c.LambdaRequests, c.LambdaDuration, c.Total)
+	}
+	p("")
+	p("## e) Write path: POST /orders vs a plain PutItem")
+	p("")
+	wp := r.WritePath
+	ratio := func(a, b float64) string {
+		if b == 0 {
+			return "n/a"
+		}
+		return fmt.Sprintf("%.1f×", a/b)
+	}
+	p("%d sequential samples each, interleaved, on one fresh Dynoxide (errors: %d).", wp.Samples, wp.Errors)
+	p("")
+	p("| measure | p50 ms | p95 ms | p99 ms |")
+	p("|---|---|---|---|")
+	p("| POST /orders, client side (HTTP + validation + 1 TransactWriteItems) | %.2f | %.2f | %.2f |", wp.PostOrders.P50, wp.PostOrders.P95, wp.PostOrders.P99)
+	p("| TransactWriteItems at the SDK, every one on that stack (the orders' and the notifier's, running alongside) | %.2f | %.2f | %.2f |", r.RepoTransact.P50, r.RepoTransact.P95, r.RepoTransact.P99)
+	p("| plain single-item PutItem, same server, no stream | %.2f | %.2f | %.2f |", wp.PutItem.P50, wp.PutItem.P95, wp.PutItem.P99)
+	p("| **ratio POST /orders ÷ PutItem** | %s | | %s |", ratio(wp.PostOrders.P50, wp.PutItem.P50), ratio(wp.PostOrders.P99, wp.PutItem.P99))
+	p("| ratio TransactWriteItems ÷ PutItem | %s | | %s |", ratio(r.RepoTransact.P50, wp.PutItem.P50), ratio(r.RepoTransact.P99, wp.PutItem.P99))
+	p("")
+	p("## f) Lambda binaries")
+	p("")
+	if len(r.Lambdas) == 0 {
+		p("(skipped)")
+	} else {
+		p("Size of dist/<name>/bootstrap (`make build`: linux/arm64, -trimpath -s -w, lambda.norpc). Init = process start → first `GET /2018-06-01/runtime/invocation/next` on an in-process fake Runtime API, host build (%s/%s, same flags), median of %d starts, dummy credentials, AWS_ENDPOINT_URL = a local Dynoxide.", runtime.GOOS, runtime.GOARCH, b.f.initRuns)
+		p("")
+		p("| function | dist arm64 MB | host build MB | init median ms | runs ms |")
+		p("|---|---|---|---|---|")
+		for _, l := range r.Lambdas {
+			var runs []string
+			for _, d := range l.Init.Runs {
+				runs = append(runs, fmt.Sprintf("%.1f", float64(d)/1e6))
+			}
+			extra := ""
+			if l.Init.Error != "" {
+				extra = " (error: " + l.Init.Error + ")"
+			}
+			p("| %s | %.2f | %.2f | %.1f | %s%s |", l.Name, float64(l.DistBytes)/1e6, float64(l.HostBytes)/1e6, l.Init.MedianMs, strings.Join(runs, ", "), extra)
+		}
+	}
+	p("")
+	p("## Summary")
+	p("")
+	p("Audit of every pipeline run: %s.", okStr(r.AuditOK))
+	p("")
+	p("`%s`", r.Summary)
+	return w.String()
+}
+
+// profileSeconds reads "Total samples = 2.63s" from pprof -top output.
+func profileSeconds(top string) float64 {
+	i := strings.Index(top, "Total samples = ")
+	if i < 0 {
+		return 0
+	}
+	var v float64
+	_, _ = fmt.Sscanf(top[i+len("Total samples = "):], "%fs", &v)
+	return v
+}
+
+func okStr(ok bool) string {
+	if ok {
+		return "ok"
+	}
+	return "FAILED"
+}
+
+// bottleneck writes the automatic part of the analysis: where the CPU went.
+func bottleneck(r *benchReport) string {
+	top := r.Levels[len(r.Levels)-1]
+	c := top.CPU
+	if c.WallSeconds == 0 {
+		return ""
+	}
+	used := (c.BenchSeconds + c.DynoxideSeconds) / c.WallSeconds
+	dxBusy := 0.0
+	if r.StoreCPU.DynoxideSeconds > 0 {
+		dxBusy = (c.DynoxideSeconds / c.WallSeconds) / (r.StoreCPU.DynoxideSeconds / r.StoreCPU.WallSeconds)
+	}
+	reads := top.All.Calls("DynamoDB", "GetItem") + top.All.Calls("DynamoDB", "Query") + top.All.Calls("DynamoDB Streams", "GetRecords")
+	relayCalls := top.All.Calls("DynamoDB", "BatchExecuteStatement") + top.All.Calls("DynamoDB", "UpdateItem")
+	return fmt.Sprintf("Where the CPU went during the highest level: %s, together %.2f of %d cores; during the raw run Dynoxide used %.2f cores, so by CPU the store was %.0f%% as busy as when saturated. "+
+		"The Go process (load generator, API, emulated event source mapping, relay, bus, both consumers) is not CPU-bound: the profile holds %.2f s of samples in a %.1f s run, spread over the SDK middleware stack, SigV4 signing, JSON and GC, with no hot spot in our code. "+
+		"All store calls, reads included: %.0f/s = %.2f of the raw rate. The write-only ratio leaves out %d reads (%d GetItem: each pay command reads the order before its conditional transaction; GetRecords; Query) that queue in the same server. "+
+		"Of %d write calls, %d are order transactions, %d consumer transactions (side effect + dedup marker: %.1f per event here) and only %d the relay's marking. "+
+		"Bottleneck: the store (Dynoxide serves a streamed table from about one core) and the calls each event needs besides the raw write, not the relay. What would remove it: fewer store round trips per event — the read before each command's transaction (conditional update on the version instead), and consumer transactions (the notifier and the ledger each write a dedup marker: one shared marker table write per event and consumer is the price of I3) — or a store that scales with cores (DynamoDB itself partitions the keys).",
+		c, used, runtime.NumCPU(), r.StoreCPU.DynoxideSeconds/r.StoreCPU.WallSeconds, dxBusy*100,
+		profileSeconds(r.ProfileTop), c.WallSeconds, top.StorePerSec, top.StorePerSec/max(r.Store.PerSecond, 1), reads, top.All.Calls("DynamoDB", "GetItem"),
+		top.WriteCalls, top.APITx.Calls, top.ConsumerTx.Calls, float64(top.ConsumerTx.Calls)/float64(max(top.Audit.Events, 1)), relayCalls)
+}

@@ -1,0 +1,22 @@
+// Package bench holds the measurement logic of `make bench` (cmd/outboxdev
+// bench): what one outbox event costs in AWS calls, capacity units, latency
+// and dollars, measured against the local stack (pkg/devstack) on a
+// DynamoDB-compatible server, never against AWS.
+//
+// It provides:
+//   - ApplyRecorder, a local-bus Interceptor that records when each
+//     consumer's transaction committed, for commit → applied latency;
+//   - Load, an HTTP load generator (paced open-loop arrivals or a closed
+//     loop of clients) creating and paying orders through the real API;
+//   - StoreRate and Interleaved, the store's raw TransactWriteItems rate and
+//     a plain PutItem latency on the same server;
+//   - NaiveRelay and DualWriter, the two designs the outbox relay is
+//     compared with (one PutEvents and one UpdateItem per event; a request
+//     path that writes the order, then publishes, with no outbox);
+//   - CostModel, USD per million events from counted calls and capacity;
+//   - MeasureInit, a Lambda binary's init time against a fake Lambda
+//     Runtime API.
+//
+// Durations are wall-clock on a shared, noisy machine: compare the ratios
+// measured in one run, not absolute numbers across runs.
+package bench

@@ -1,0 +1,136 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"math"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/ddb-outbox/ddb-outbox/pkg/localrt"
+)
+
+// ApplyRecorder records, for every event and consumer, when the consumer's
+// handler first returned success: the moment its TransactWriteItems (side
+// effect + dedup marker) had committed, observed in the same process that
+// stamped the envelope's occurred_at (same wall clock, nanosecond
+// resolution). It is safe for concurrent use; the zero value is not ready,
+// use NewApplyRecorder.
+type ApplyRecorder struct {
+	mu     sync.Mutex
+	events map[string]*applied // event_id -> timings
+}
+
+type applied struct {
+	committed time.Time            // envelope occurred_at
+	consumers map[string]time.Time // consumer -> first successful apply
+}
+
+// NewApplyRecorder returns an empty recorder.
+func NewApplyRecorder() *ApplyRecorder {
+	return &ApplyRecorder{events: map[string]*applied{}}
+}
+
+// Interceptor returns a localrt.Interceptor (devstack Options.BusInterceptor)
+// that calls next once and, when it succeeds, records the time.
+func (r *ApplyRecorder) Interceptor() localrt.Interceptor {
+	return func(ctx context.Context, consumer string, ev events.EventBridgeEvent, attempt int, next localrt.EventHandler) error {
+		err := next(ctx, ev)
+		if err != nil {
+			return err
+		}
+		now := time.Now()
+		var env struct {
+			EventID    string    `json:"event_id"`
+			OccurredAt time.Time `json:"occurred_at"`
+		}
+		if json.Unmarshal(ev.Detail, &env) != nil || env.EventID == "" {
+			return nil
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		a := r.events[env.EventID]
+		if a == nil {
+			a = &applied{committed: env.OccurredAt, consumers: map[string]time.Time{}}
+			r.events[env.EventID] = a
+		}
+		if _, seen := a.consumers[consumer]; !seen {
+			a.consumers[consumer] = now
+		}
+		return nil
+	}
+}
+
+// ApplyStats summarise an ApplyRecorder.
+type ApplyStats struct {
+	// Events is the number of events applied by at least one consumer.
+	Events int
+	// Latency is commit (occurred_at) → applied by the last consumer that
+	// took the event, over every event.
+	Latency Percentiles
+	// FirstCommit and LastApplied bound the run: the first envelope's
+	// occurred_at and the last consumer commit.
+	FirstCommit, LastApplied time.Time
+}
+
+// Stats computes the per-event latencies recorded so far.
+func (r *ApplyRecorder) Stats() ApplyStats {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var st ApplyStats
+	lat := make([]time.Duration, 0, len(r.events))
+	for _, a := range r.events {
+		var last time.Time
+		for _, t := range a.consumers {
+			if t.After(last) {
+				last = t
+			}
+		}
+		lat = append(lat, last.Sub(a.committed))
+		if st.FirstCommit.IsZero() || a.committed.Before(st.FirstCommit) {
+			st.FirstCommit = a.committed
+		}
+		if last.After(st.LastApplied) {
+			st.LastApplied = last
+		}
+	}
+	st.Events = len(lat)
+	st.Latency = NewPercentiles(lat)
+	return st
+}
+
+// Percentiles of a latency sample, in milliseconds (float, for reports).
+type Percentiles struct {
+	N    int     `json:"n"`
+	P50  float64 `json:"p50_ms"`
+	P95  float64 `json:"p95_ms"`
+	P99  float64 `json:"p99_ms"`
+	Max  float64 `json:"max_ms"`
+	Mean float64 `json:"mean_ms"`
+}
+
+// NewPercentiles computes nearest-rank percentiles of d (d is sorted in
+// place). An empty sample gives zeros.
+func NewPercentiles(d []time.Duration) Percentiles {
+	if len(d) == 0 {
+		return Percentiles{}
+	}
+	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+	rank := func(p float64) float64 {
+		i := int(math.Ceil(p*float64(len(d)))) - 1
+		if i < 0 {
+			i = 0
+		}
+		return ms(d[i])
+	}
+	var sum time.Duration
+	for _, x := range d {
+		sum += x
+	}
+	return Percentiles{N: len(d), P50: rank(0.50), P95: rank(0.95), P99: rank(0.99), Max: ms(d[len(d)-1]), Mean: ms(sum / time.Duration(len(d)))}
+}
+
+func ms(d time.Duration) float64 { return math.Round(float64(d)/1e4) / 100 }
