@@ -6,6 +6,7 @@
 //
 //	outboxdev dev  [-addr 127.0.0.1:8080] [-endpoint URL] [-reconcile-every 30s]
 //	outboxdev demo [-orders 300] [-concurrency 8] [-seed 1] [-endpoint URL]
+//	outboxdev chaos [-orders 10000] [-epoch-orders 500] [-seed 1] [-rate 0.05] [-epoch N]
 //	outboxdev bench [-loads 25,50,max] [-orders 1500] [-poll 50ms] [-out results]
 //
 // Without -endpoint (or AWS_ENDPOINT_URL_DYNAMODB) an in-memory Dynoxide is
@@ -34,6 +35,8 @@ func main() {
 		err = runDev(ctx, args)
 	case "demo":
 		err = runDemo(ctx, args)
+	case "chaos":
+		err = runChaos(ctx, args)
 	case "bench":
 		err = runBench(ctx, args)
 	case "-h", "-help", "--help", "help":
@@ -56,6 +59,7 @@ func usage() {
 commands:
   dev    run the whole stack locally and serve the API until interrupted
   demo   drive orders through the local stack, audit the tables, print a summary
+  chaos  the same under seeded fault injection at every boundary, in epochs
   bench  measure throughput, latency, calls and cost per event, store saturation,
          write-path latency and Lambda init; report under results/
 

@@ -35,6 +35,10 @@ type Audit struct {
 	// ledger must book (OrderPaid, and OrderCancelled after payment).
 	LedgerApplied  int
 	LedgerExpected int
+	// LedgerRouted counts the events routed to the ledger (OrderPaid and
+	// every OrderCancelled, parked ones excluded); the difference from
+	// LedgerExpected is cancellations that moved no money.
+	LedgerRouted int
 	// Notifications counts notifier records (one per event expected).
 	Notifications int
 	// Lost counts committed changes without an outbox record, and events
@@ -150,6 +154,9 @@ func (s *Stack) Audit(ctx context.Context) (Audit, error) {
 	for id, e := range eventsByID {
 		if e.status == outbox.StatusParked {
 			continue // parked events are not applied: counted, alarmed, redriven by an operator
+		}
+		if e.typ == order.EventOrderPaid || e.typ == order.EventOrderCancelled {
+			a.LedgerRouted++
 		}
 		switch e.typ {
 		case order.EventOrderPaid:

@@ -1,0 +1,378 @@
+// Package chaos is the seeded fault-injection audit of the local stack: it
+// drives orders through the real HTTP API while pkg/faults injects failures
+// at every boundary (DynamoDB and Streams calls through SDK middleware,
+// PutEvents and the parked-records queue through their narrow interfaces,
+// relay and consumer crashes, poller restarts, the reconciler racing the
+// relay), lets the pipeline drain, and audits the tables (devstack.Audit).
+//
+// Dynoxide's cost per stream write grows with the stream's length, so a long
+// run is split into epochs, each on a fresh server with its own seed
+// (Seed*1_000_003 + epoch): a failing epoch replays alone with -epoch.
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+
+	"github.com/ddb-outbox/ddb-outbox/pkg/devstack"
+	"github.com/ddb-outbox/ddb-outbox/pkg/faults"
+	"github.com/ddb-outbox/ddb-outbox/pkg/localrt"
+	"github.com/ddb-outbox/ddb-outbox/pkg/relay"
+	"github.com/ddb-outbox/ddb-outbox/pkg/routing"
+)
+
+// Config shapes a chaos run. Zero values take the defaults.
+type Config struct {
+	// Orders is the total number of orders (default 10,000).
+	Orders int
+	// EpochOrders is the number of orders per epoch, each on a fresh
+	// Dynoxide (default 500).
+	EpochOrders int
+	// Concurrency is the number of concurrent HTTP clients (default 8).
+	Concurrency int
+	// Seed makes the run reproducible (default 1).
+	Seed int64
+	// Rate is the probability of each fault kind at every boundary
+	// (default 0.05). EntryPermanent (an event EventBridge rejects for good,
+	// which is parked) defaults to Rate/100.
+	Rate float64
+	// OnlyEpoch, when >= 0, runs that single epoch (to replay a failure).
+	OnlyEpoch int
+	// DrainTimeout bounds the drain of one epoch (default 3 minutes).
+	DrainTimeout time.Duration
+	// Endpoint uses a running DynamoDB-compatible server instead of a fresh
+	// Dynoxide per epoch (tables get a per-epoch prefix).
+	Endpoint string
+	// Progress, when set, receives a line per epoch and while driving.
+	Progress func(string)
+	// Logger receives the components' logs (default: discarded).
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.Orders == 0 {
+		c.Orders = 10000
+	}
+	if c.EpochOrders == 0 {
+		c.EpochOrders = 500
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = 8
+	}
+	if c.Seed == 0 {
+		c.Seed = 1
+	}
+	if c.Rate == 0 {
+		c.Rate = 0.05
+	}
+	if c.DrainTimeout == 0 {
+		c.DrainTimeout = 3 * time.Minute
+	}
+	if c.Progress == nil {
+		c.Progress = func(string) {}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+}
+
+// Report sums every epoch.
+type Report struct {
+	Epochs             int
+	Orders             int
+	Committed          int
+	Events             int
+	Published          int
+	Pending            int
+	Parked             int
+	Lost               int
+	Ghost              int
+	DoubleApplied      int
+	DuplicatesAbsorbed int64
+	LedgerApplied      int
+	Notifications      int
+	// Client-side view: acknowledged changes and ambiguous answers.
+	Acked, Ambiguous, Conflicts, Unexpected int64
+	// Pipeline counters.
+	PollerRestarts    int
+	ESMRetries        int64
+	ESMDiscarded      int64 // batches sent to the on-failure destination (records stay pending)
+	BusRetries        int64
+	BusDeadLettered   int64
+	ReconcilerResends int
+	ParkedMessages    int // messages on the parked-records DLQ
+	// Faults counts injected faults by kind, over all epochs.
+	Faults map[faults.Kind]int64
+	// Problems are the audit's findings (first 20).
+	Problems []string
+	// FailedEpochs lists epochs whose audit failed.
+	FailedEpochs []int
+	Elapsed      time.Duration
+}
+
+// OK reports whether every promise held in every epoch.
+func (r Report) OK() bool {
+	return r.Lost == 0 && r.Ghost == 0 && r.DoubleApplied == 0 && r.Pending == 0 && len(r.FailedEpochs) == 0
+}
+
+// Summary is the one-line result of make chaos.
+func (r Report) Summary() string {
+	return fmt.Sprintf("orders=%d committed=%d events=%d published=%d lost=%d ghost=%d double_applied=%d duplicates_absorbed=%d parked=%d",
+		r.Orders, r.Committed, r.Events, r.Published, r.Lost, r.Ghost, r.DoubleApplied, r.DuplicatesAbsorbed, r.Parked)
+}
+
+// Table renders the per-kind fault counts and pipeline counters.
+func (r Report) Table() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-28s %10s\n", "injected fault", "count")
+	kinds := make([]string, 0, len(r.Faults))
+	for k := range r.Faults {
+		kinds = append(kinds, string(k))
+	}
+	sort.Strings(kinds)
+	for _, k := range kinds {
+		fmt.Fprintf(&b, "%-28s %10d\n", k, r.Faults[faults.Kind(k)])
+	}
+	fmt.Fprintf(&b, "\n%-28s %10s\n", "pipeline", "count")
+	rows := []struct {
+		name string
+		v    int64
+	}{
+		{"epochs", int64(r.Epochs)},
+		{"orders", int64(r.Orders)},
+		{"committed changes", int64(r.Committed)},
+		{"client-acknowledged", r.Acked},
+		{"client ambiguous answers", r.Ambiguous},
+		{"client 409 conflicts", r.Conflicts},
+		{"outbox events", int64(r.Events)},
+		{"published", int64(r.Published)},
+		{"parked (DLQ + counted)", int64(r.Parked)},
+		{"parked DLQ messages", int64(r.ParkedMessages)},
+		{"pending after drain", int64(r.Pending)},
+		{"ledger entries", int64(r.LedgerApplied)},
+		{"notifications", int64(r.Notifications)},
+		{"duplicates absorbed", r.DuplicatesAbsorbed},
+		{"ESM retries", r.ESMRetries},
+		{"ESM batches to on-failure", r.ESMDiscarded},
+		{"poller restarts", int64(r.PollerRestarts)},
+		{"bus delivery retries", r.BusRetries},
+		{"bus dead letters", r.BusDeadLettered},
+		{"reconciler re-sends", int64(r.ReconcilerResends)},
+		{"lost", int64(r.Lost)},
+		{"ghost", int64(r.Ghost)},
+		{"double applied", int64(r.DoubleApplied)},
+	}
+	for _, row := range rows {
+		fmt.Fprintf(&b, "%-28s %10d\n", row.name, row.v)
+	}
+	return b.String()
+}
+
+// EpochSeed is the fault and scenario seed of one epoch.
+func EpochSeed(seed int64, epoch int) int64 { return seed*1_000_003 + int64(epoch) }
+
+// Run runs every epoch (or only Config.OnlyEpoch) and returns the summed
+// report. It returns an error only when the stack cannot run; broken
+// promises are in the report (Report.OK).
+func Run(ctx context.Context, cfg Config) (Report, error) {
+	cfg.setDefaults()
+	start := time.Now()
+	rep := Report{Faults: map[faults.Kind]int64{}}
+	epochs := (cfg.Orders + cfg.EpochOrders - 1) / cfg.EpochOrders
+	for e := 0; e < epochs; e++ {
+		if cfg.OnlyEpoch >= 0 && e != cfg.OnlyEpoch {
+			continue
+		}
+		n := cfg.EpochOrders
+		if rest := cfg.Orders - e*cfg.EpochOrders; rest < n {
+			n = rest
+		}
+		if err := runEpoch(ctx, cfg, e, n, &rep); err != nil {
+			return rep, fmt.Errorf("chaos: epoch %d (seed %d): %w", e, EpochSeed(cfg.Seed, e), err)
+		}
+	}
+	rep.Elapsed = time.Since(start)
+	return rep, nil
+}
+
+func runEpoch(ctx context.Context, cfg Config, epoch, orders int, rep *Report) error {
+	seed := EpochSeed(cfg.Seed, epoch)
+	inj, err := faults.New(faults.Config{Seed: seed, Rate: cfg.Rate})
+	if err != nil {
+		return err
+	}
+	epochStart := time.Now()
+	s, err := devstack.Start(ctx, devstack.Options{
+		Endpoint: cfg.Endpoint,
+		Prefix:   fmt.Sprintf("chaos%d", epoch),
+		Logger:   cfg.Logger,
+		AWSConfig: func(c *aws.Config) {
+			c.APIOptions = append(c.APIOptions, inj.Middleware())
+			// A fault storm empties the SDK's retry token bucket ("retry quota
+			// exceeded"); production sees far fewer faults.
+			c.Retryer = func() aws.Retryer {
+				return retry.NewStandard(func(o *retry.StandardOptions) { o.RateLimiter = ratelimit.None })
+			}
+		},
+		WrapEventBridge: func(eb relay.EventBridgeAPI) relay.EventBridgeAPI { return inj.EventBridge(eb) },
+		WrapQueue:       func(q relay.QueueSender) relay.QueueSender { return inj.Queue(q) },
+		WrapStream:      func(h localrt.StreamHandler) localrt.StreamHandler { return inj.StreamHandler(h) },
+		BusInterceptor:  inj.Interceptor(),
+		// EventBridge retries a target for up to 24 h and 185 attempts.
+		BusTargetMaxAttempts: 40,
+		// The reconciler races the relay on purpose: records older than 1 s
+		// are re-sent every 500 ms while the relay may be publishing them.
+		ReconcileEvery: 500 * time.Millisecond,
+		ReconcileAfter: time.Second,
+		PollInterval:   20 * time.Millisecond,
+	})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+
+	// Poller restarts from the checkpoint, at the fault rate per 200 ms tick.
+	restartCtx, stopRestarts := context.WithCancel(ctx)
+	restarts := make(chan int, 1)
+	go func() {
+		rng := rand.New(rand.NewPCG(uint64(seed), 0x5eed))
+		n := 0
+		t := time.NewTicker(200 * time.Millisecond)
+		defer t.Stop()
+		defer func() { restarts <- n }()
+		for {
+			select {
+			case <-restartCtx.Done():
+				return
+			case <-t.C:
+				if rng.Float64() < cfg.Rate {
+					if _, err := s.RestartPoller(); err == nil {
+						n++
+						inj.Record(faults.BoundaryPoller, faults.PollerRestart, "restart from checkpoint")
+					}
+				}
+			}
+		}
+	}()
+
+	drive := devstack.Drive(ctx, s.URL, devstack.DriveOptions{
+		Orders: orders, Concurrency: cfg.Concurrency, Seed: uint64(seed), Logger: cfg.Logger,
+	})
+	stopRestarts()
+	rep.PollerRestarts += <-restarts
+
+	dctx, cancel := context.WithTimeout(ctx, cfg.DrainTimeout)
+	defer cancel()
+	a, err := drainAndAudit(dctx, s)
+	if err != nil {
+		return err
+	}
+
+	rep.Epochs++
+	rep.Orders += a.Orders
+	rep.Committed += a.Committed
+	rep.Events += a.Events
+	rep.Published += a.Published
+	rep.Pending += a.Pending
+	rep.Parked += a.Parked
+	rep.Lost += a.Lost
+	rep.Ghost += a.Ghost
+	rep.DoubleApplied += a.DoubleApplied
+	rep.LedgerApplied += a.LedgerApplied
+	rep.Notifications += a.Notifications
+	rep.Acked += drive.Acked
+	rep.Ambiguous += drive.Ambiguous
+	rep.Conflicts += drive.Conflicts
+	rep.Unexpected += drive.Unexpected
+	bs := s.Bus.Stats()
+	// Every successful delivery beyond the first per event and consumer
+	// found its dedup marker and changed nothing.
+	rep.DuplicatesAbsorbed += bs.Deliveries[routing.ConsumerNotifier] - int64(a.Notifications) +
+		bs.Deliveries[routing.ConsumerLedger] - int64(a.LedgerRouted)
+	for _, n := range bs.Retries {
+		rep.BusRetries += n
+	}
+	for _, n := range bs.DeadLettered {
+		rep.BusDeadLettered += n
+	}
+	ps := s.Poller.Stats()
+	rep.ESMRetries += ps.Retries
+	rep.ESMDiscarded += int64(s.OnFailureQueue.Len())
+	rep.ParkedMessages += s.ParkedQueue.Len()
+	rep.ReconcilerResends += a.ReconcilerResent
+	for k, n := range inj.Stats().ByKind() {
+		rep.Faults[k] += n
+	}
+	if !a.OK() {
+		rep.FailedEpochs = append(rep.FailedEpochs, epoch)
+		for _, p := range a.Problems {
+			if len(rep.Problems) < 20 {
+				rep.Problems = append(rep.Problems, fmt.Sprintf("epoch %d: %s", epoch, p))
+			}
+		}
+	}
+	cfg.Progress(fmt.Sprintf("epoch %d seed %d: %d orders in %s: %s | faults %d, ambiguous answers %d, duplicates absorbed so far %d",
+		epoch, seed, a.Orders, time.Since(epochStart).Round(time.Millisecond), a.Summary(), sum(inj.Stats().ByKind()), drive.Ambiguous, rep.DuplicatesAbsorbed))
+	return nil
+}
+
+// auditResult is the audit plus what the reconciler did during the drain.
+type auditResult struct {
+	devstack.Audit
+	ReconcilerResent int
+}
+
+// drainAndAudit waits until the stream is read, the bus is idle and no
+// outbox record is pending (running the reconciler for records whose
+// event source mapping retries were exhausted), then audits.
+func drainAndAudit(ctx context.Context, s *devstack.Stack) (auditResult, error) {
+	var res auditResult
+	for {
+		if err := s.Drain(ctx); err != nil {
+			return res, err
+		}
+		a, err := s.Audit(ctx)
+		if err != nil {
+			// The audit's own reads can be faulted: try again.
+			if ctx.Err() != nil {
+				return res, err
+			}
+			continue
+		}
+		if a.Pending == 0 && a.Lost == 0 {
+			res.Audit = a
+			break
+		}
+		// Records left pending (ESM retries exhausted, or a crash after
+		// publish) are the reconciler's job: run it now rather than wait.
+		r, err := s.Reconciler.Run(ctx)
+		if err == nil {
+			res.ReconcilerResent += r.Resent
+		}
+		select {
+		case <-ctx.Done():
+			res.Audit = a
+			return res, nil
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return res, nil
+}
+
+func sum(m map[faults.Kind]int64) int64 {
+	var n int64
+	for _, v := range m {
+		n += v
+	}
+	return n
+}

@@ -1,0 +1,43 @@
+package chaos_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ddb-outbox/ddb-outbox/pkg/chaos"
+	"github.com/ddb-outbox/ddb-outbox/pkg/faults"
+)
+
+// TestChaosSmall is the small chaos audit run by make test: a few hundred
+// orders through the real HTTP API with faults at every boundary. It fails
+// if any promise is broken, and also if the faults did not actually bite.
+func TestChaosSmall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos audit skipped in -short mode")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	rep, err := chaos.Run(ctx, chaos.Config{Orders: 250, EpochOrders: 250, Seed: 42, Rate: 0.05, OnlyEpoch: -1})
+	if err != nil {
+		t.Fatalf("chaos run: %v", err)
+	}
+	t.Log(rep.Summary())
+	for _, p := range rep.Problems {
+		t.Error(p)
+	}
+	if !rep.OK() {
+		t.Fatalf("promises broken:\n%s", rep.Table())
+	}
+	if rep.Published+rep.Parked != rep.Events || rep.Events != rep.Committed {
+		t.Fatalf("events=%d committed=%d published=%d parked=%d", rep.Events, rep.Committed, rep.Published, rep.Parked)
+	}
+	for _, k := range []faults.Kind{faults.FailBeforeSend, faults.ResponseLost, faults.Throttle, faults.EntryRetryable, faults.CrashAfterEffect} {
+		if rep.Faults[k] == 0 {
+			t.Errorf("no %s fault was injected: the audit proved nothing about it", k)
+		}
+	}
+	if rep.DuplicatesAbsorbed == 0 {
+		t.Error("no duplicate delivery was absorbed: consumer dedup was not exercised")
+	}
+}
