@@ -55,6 +55,11 @@ type Options struct {
 	BatchSize int
 	// PollInterval is the poller's wait after an empty GetRecords (default 50 ms).
 	PollInterval time.Duration
+	// MaxBatchingWindow is the event source mapping's
+	// MaximumBatchingWindowInSeconds: how long the poller gathers records
+	// across polls before invoking the relay (earlier when BatchSize records
+	// are buffered). Default 0: invoke as soon as a poll returns records.
+	MaxBatchingWindow time.Duration
 	// ReconcileEvery is the reconciler schedule (default 30 s).
 	ReconcileEvery time.Duration
 	// ReconcileAfter is the age after which pending records are re-sent
@@ -83,6 +88,9 @@ type Options struct {
 	// Metrics receives the relay's and reconciler's EMF metric lines
 	// (default: discarded).
 	Metrics io.Writer
+	// BusTargetMaxAttempts is each rule target's delivery attempts before
+	// its DLQ (default 4; EventBridge's own default is 185 over 24 h).
+	BusTargetMaxAttempts int
 	// StreamRetries is the event source mapping's MaximumRetryAttempts
 	// (default 10).
 	StreamRetries int
@@ -139,8 +147,16 @@ type Stack struct {
 	Ledger         *ledger.Ledger
 	Notifier       *notifier.Notifier
 
-	log     *slog.Logger
-	server  *http.Server
+	log    *slog.Logger
+	server *http.Server
+	runCtx context.Context
+
+	pollMu      sync.Mutex
+	pollCfg     localrt.StreamPollerConfig
+	pollHandler localrt.StreamHandler
+	pollStop    context.CancelFunc
+	pollDone    chan struct{}
+
 	dynox   *dynoxide.Server
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
@@ -200,6 +216,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	s.OnFailureQueue = localrt.NewMemoryQueue("https://sqs.us-east-1.amazonaws.com/000000000000/" + p + "-relay-onfailure")
 	if s.Bus, err = localrt.NewBus(localrt.BusConfig{
 		Name: s.Settings.EventBus, Source: s.Settings.Source, Interceptor: opts.BusInterceptor, Logger: log,
+		TargetMaxAttempts: opts.BusTargetMaxAttempts,
 	}); err != nil {
 		return nil, err
 	}
@@ -243,18 +260,21 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	if opts.WrapStream != nil {
 		streamHandler = opts.WrapStream(streamHandler)
 	}
-	if s.Poller, err = localrt.NewStreamPoller(localrt.StreamPollerConfig{
+	s.pollHandler = streamHandler
+	s.pollCfg = localrt.StreamPollerConfig{
 		Streams:                    s.Streams,
 		TableName:                  s.Settings.OutboxTable,
 		Tables:                     s.DDB,
 		BatchSize:                  opts.BatchSize,
 		PollInterval:               opts.PollInterval,
+		MaxBatchingWindow:          opts.MaxBatchingWindow,
 		BisectBatchOnFunctionError: true,
 		MaximumRetryAttempts:       opts.StreamRetries,
 		OnFailure:                  s.OnFailureQueue,
 		OnFailureQueueURL:          s.OnFailureQueue.URL(),
 		Logger:                     log.With("fn", "event-source-mapping"),
-	}, streamHandler); err != nil {
+	}
+	if s.Poller, err = localrt.NewStreamPoller(s.pollCfg, streamHandler); err != nil {
 		return nil, err
 	}
 	if s.Scheduler, err = localrt.NewScheduler(localrt.SchedulerConfig{
@@ -277,14 +297,54 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 			log.Error("api server stopped", "error", err)
 		}
 	})
-	s.goRun(func() {
-		if err := s.Poller.Run(runCtx); err != nil {
-			log.Error("stream poller stopped", "error", err)
-		}
-	})
+	s.runCtx = runCtx
+	s.startPoller()
 	s.goRun(func() { s.Scheduler.Run(runCtx) })
 	log.Info("local stack ready", "api", s.URL, "dynamodb", s.Endpoint, "outbox_table", s.Settings.OutboxTable)
 	return s, nil
+}
+
+// startPoller runs s.Poller until the stack closes or RestartPoller stops
+// it; s.pollMu must be held or the stack not yet shared.
+func (s *Stack) startPoller() {
+	ctx, cancel := context.WithCancel(s.runCtx)
+	done := make(chan struct{})
+	s.pollStop, s.pollDone = cancel, done
+	p := s.Poller
+	s.goRun(func() {
+		defer close(done)
+		if err := p.Run(ctx); err != nil {
+			s.log.Error("stream poller stopped", "error", err)
+		}
+	})
+}
+
+// RestartPoller stops the event source mapping emulator and starts a new
+// one from the old one's checkpoints, as happens when Lambda replaces the
+// poller of a shard: records after the checkpoint are delivered (again, if
+// an invocation was in flight), nothing before it. It returns the
+// checkpoints it resumed from.
+func (s *Stack) RestartPoller() (map[string]string, error) {
+	s.pollMu.Lock()
+	defer s.pollMu.Unlock()
+	s.pollStop()
+	<-s.pollDone
+	cfg := s.pollCfg
+	cfg.Checkpoints = s.Poller.Checkpoint()
+	p, err := localrt.NewStreamPoller(cfg, s.pollHandler)
+	if err != nil {
+		return nil, fmt.Errorf("devstack: restart poller: %w", err)
+	}
+	s.Poller = p
+	s.startPoller()
+	return cfg.Checkpoints, nil
+}
+
+// poller returns the current poller (RestartPoller replaces it).
+func (s *Stack) poller() *localrt.StreamPoller {
+	s.pollMu.Lock()
+	defer s.pollMu.Unlock()
+	return s.Poller
 }
 
 func (s *Stack) goRun(f func()) {
@@ -335,13 +395,14 @@ func (s *Stack) createTables(ctx context.Context) error {
 func (s *Stack) Drain(ctx context.Context) error {
 	last := int64(-1)
 	for {
-		if err := s.Poller.WaitCaughtUp(ctx); err != nil {
+		p := s.poller()
+		if err := p.WaitCaughtUp(ctx); err != nil {
 			return fmt.Errorf("devstack: drain stream: %w", err)
 		}
 		if err := s.Bus.WaitIdle(ctx); err != nil {
 			return fmt.Errorf("devstack: drain bus: %w", err)
 		}
-		st := s.Poller.Stats()
+		st := p.Stats()
 		seen := st.RecordsDelivered + st.RecordsFiltered + s.Bus.Stats().Accepted
 		if seen == last {
 			return nil
