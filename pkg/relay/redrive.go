@@ -1,0 +1,134 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
+)
+
+// RedriveAPI is the DynamoDB subset the redrive operations call, with the
+// SDK's exact signatures.
+type RedriveAPI interface {
+	GetItem(ctx context.Context, params *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
+	UpdateItem(ctx context.Context, params *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
+	Scan(ctx context.Context, params *dynamodb.ScanInput, optFns ...func(*dynamodb.Options)) (*dynamodb.ScanOutput, error)
+}
+
+// ErrNotParked is returned by Redrive when the record does not exist or is
+// not PARKED (nothing is changed).
+var ErrNotParked = errors.New("relay: outbox record is not parked")
+
+// ParkedRecord is a parked outbox record as ListParked returns it.
+type ParkedRecord struct {
+	Key       outbox.Key
+	EventID   string
+	EventType string
+	Reason    string
+	ParkedAt  string
+}
+
+// ListParked returns every PARKED record of the outbox table. Parked records
+// are not indexed (they are rare and alarmed), so this is a Scan with a
+// filter: an operator tool, never a request path. limit > 0 stops after that
+// many records.
+func ListParked(ctx context.Context, ddb RedriveAPI, table string, limit int) ([]ParkedRecord, error) {
+	expr, err := expression.NewBuilder().
+		WithFilter(expression.Name(outbox.AttrStatus).Equal(expression.Value(outbox.StatusParked))).Build()
+	if err != nil {
+		return nil, err
+	}
+	in := &dynamodb.ScanInput{
+		TableName:                 aws.String(table),
+		FilterExpression:          expr.Filter(),
+		ExpressionAttributeNames:  expr.Names(),
+		ExpressionAttributeValues: expr.Values(),
+	}
+	var out []ParkedRecord
+	p := dynamodb.NewScanPaginator(ddb, in)
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return out, fmt.Errorf("list parked records in %s: %w", table, err)
+		}
+		for _, it := range page.Items {
+			out = append(out, ParkedRecord{
+				Key:       outbox.Key{PK: attrS(it, outbox.AttrPK), SK: attrS(it, outbox.AttrSK)},
+				EventID:   attrS(it, outbox.AttrEventID),
+				EventType: attrS(it, outbox.AttrEventType),
+				Reason:    attrS(it, outbox.AttrParkedReason),
+				ParkedAt:  attrS(it, outbox.AttrParkedAt),
+			})
+			if limit > 0 && len(out) >= limit {
+				return out, nil
+			}
+		}
+	}
+	return out, nil
+}
+
+// Redrive returns one parked record to the pending state once its cause is
+// fixed (a permission, a rule, a payload): status PENDING, its pending index
+// shard set again (shards must match the writers' PENDING_SHARDS) and
+// created_at_ms kept, so the reconciler's next run (it is older than the
+// threshold) publishes it through the normal path, at least once, with
+// consumer dedup absorbing any duplicate. No TTL is set. It returns
+// ErrNotParked (wrapped) when the record is absent or not PARKED.
+func Redrive(ctx context.Context, ddb RedriveAPI, table string, shards int, key outbox.Key, now time.Time) error {
+	got, err := ddb.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: aws.String(table), Key: key.AttributeValues(), ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return fmt.Errorf("redrive %s/%s: read: %w", key.PK, key.SK, err)
+	}
+	if got.Item == nil || attrS(got.Item, outbox.AttrStatus) != outbox.StatusParked {
+		return fmt.Errorf("redrive %s/%s: %w", key.PK, key.SK, ErrNotParked)
+	}
+	eventID := attrS(got.Item, outbox.AttrEventID)
+	shard := outbox.PendingShard(eventID, shards)
+	if eventID == "" { // a poison record without an event id cannot be re-published
+		return fmt.Errorf("redrive %s/%s: record has no event_id: %w", key.PK, key.SK, ErrNotParked)
+	}
+	cond := expression.Name(outbox.AttrStatus).Equal(expression.Value(outbox.StatusParked))
+	upd := expression.
+		Set(expression.Name(outbox.AttrStatus), expression.Value(outbox.StatusPending)).
+		Set(expression.Name(outbox.AttrPendingShard), expression.Value(shard)).
+		Set(expression.Name("redriven_at"), expression.Value(now.UTC().Format(time.RFC3339Nano)))
+	if _, ok := got.Item[outbox.AttrCreatedAt]; !ok {
+		upd = upd.Set(expression.Name(outbox.AttrCreatedAt), expression.Value(now.UnixMilli()))
+	}
+	expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(upd).Build()
+	if err != nil {
+		return err
+	}
+	_, err = ddb.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(table),
+		Key:                       key.AttributeValues(),
+		ConditionExpression:       expr.Condition(),
+		UpdateExpression:          expr.Update(),
+		ExpressionAttributeNames:  expr.Names(),
+		ExpressionAttributeValues: expr.Values(),
+	})
+	var ccf *types.ConditionalCheckFailedException
+	if errors.As(err, &ccf) {
+		return fmt.Errorf("redrive %s/%s: %w", key.PK, key.SK, ErrNotParked)
+	}
+	if err != nil {
+		return fmt.Errorf("redrive %s/%s: %w", key.PK, key.SK, err)
+	}
+	return nil
+}
+
+func attrS(item map[string]types.AttributeValue, name string) string {
+	if v, ok := item[name].(*types.AttributeValueMemberS); ok {
+		return v.Value
+	}
+	return ""
+}
