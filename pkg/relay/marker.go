@@ -487,8 +487,17 @@ func (m *Marker) Park(ctx context.Context, mk Mark) error {
 		Set(expression.Name(outbox.AttrParkedAt), expression.Value(now.Format(time.RFC3339Nano))).
 		Remove(expression.Name(outbox.AttrPendingShard)).
 		Remove(expression.Name(outbox.AttrExpiresAt))
-	if err := m.update(ctx, mk.Key, upd); err != nil && !isConditionFailed(err) {
-		return fmt.Errorf("park %s/%s: mark parked: %w", mk.Key.PK, mk.Key.SK, err)
+	// A record another delivery already published (an at-least-once
+	// re-send that failed where the first send succeeded) stays PUBLISHED:
+	// its event reached the bus. The DLQ message then describes a duplicate
+	// that needs no redrive (Redrive refuses a record that is not PARKED).
+	notPublished := expression.Name(outbox.AttrStatus).NotEqual(expression.Value(outbox.StatusPublished))
+	if err := m.update(ctx, mk.Key, upd, notPublished); err != nil {
+		if !isConditionFailed(err) {
+			return fmt.Errorf("park %s/%s: mark parked: %w", mk.Key.PK, mk.Key.SK, err)
+		}
+		m.log(ctx, slog.LevelWarn, "relay: record to park was already published or is gone; left as is", mk.Envelope, mk.Key, "error_code", mk.Result.ErrorCode)
+		return nil
 	}
 	m.parked.Add(1)
 	m.emf.Emit(map[string]Metric{config.MetricParked: {Value: 1, Unit: UnitCount}})
@@ -541,10 +550,14 @@ func (m *Marker) parkedBody(mk Mark, now time.Time) (string, error) {
 	return string(b), nil
 }
 
-func (m *Marker) update(ctx context.Context, key outbox.Key, upd expression.UpdateBuilder) error {
+func (m *Marker) update(ctx context.Context, key outbox.Key, upd expression.UpdateBuilder, extra ...expression.ConditionBuilder) error {
+	cond := expression.AttributeExists(expression.Name(outbox.AttrPK))
+	for _, c := range extra {
+		cond = cond.And(c)
+	}
 	expr, err := expression.NewBuilder().
 		WithUpdate(upd).
-		WithCondition(expression.AttributeExists(expression.Name(outbox.AttrPK))).
+		WithCondition(cond).
 		Build()
 	if err != nil {
 		return fmt.Errorf("build expression: %w", err)

@@ -95,4 +95,16 @@ func TestParkThenRedrive(t *testing.T) {
 	if err != nil || r2.Status != outbox.StatusPublished || r2.PendingShard != "" || r2.ExpiresAt.IsZero() {
 		t.Fatalf("after redrive and reconcile: %+v %v", r2, err)
 	}
+
+	// A late permanent failure of a re-send never turns a published record
+	// back into a parked one: its event already reached the bus.
+	before := r.Marker().Parked()
+	err = r.Marker().Park(ctx, relay.Mark{Key: key, Envelope: e, Result: relay.Result{Status: relay.PermanentFailure, ErrorCode: "InvalidArgument"}})
+	if err != nil {
+		t.Fatalf("Park of a published record: %v", err)
+	}
+	got, _ = env.DDB.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(table), Key: key.AttributeValues(), ConsistentRead: aws.Bool(true)})
+	if r3, _ := outbox.RecordFromItem(got.Item); r3.Status != outbox.StatusPublished || r.Marker().Parked() != before {
+		t.Fatalf("published record became %s (parked count %d -> %d)", r3.Status, before, r.Marker().Parked())
+	}
 }
