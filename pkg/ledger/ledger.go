@@ -118,46 +118,9 @@ type Client interface {
 	Scan(ctx context.Context, params *dynamodb.ScanInput, optFns ...func(*dynamodb.Options)) (*dynamodb.ScanOutput, error)
 }
 
-// Config configures a Ledger. Zero values take the defaults.
-type Config struct {
-	// Table is the ledger table name (see CreateTableInput). Required.
-	Table string
-	// Dedup configures the dedup markers. Dedup.Table is required;
-	// Dedup.Consumer defaults to routing.ConsumerLedger and Dedup.MaxAttempts
-	// to DefaultMaxAttempts.
-	Dedup dedup.Config
-	// CallTimeout bounds one read call (GetItem, Scan page). Default 10 s.
-	CallTimeout time.Duration
-	// Logger receives one line per handled event. Default slog.Default().
-	Logger *slog.Logger
-}
-
-func (c *Config) setDefaults() {
-	if c.Dedup.Consumer == "" {
-		c.Dedup.Consumer = routing.ConsumerLedger
-	}
-	if c.Dedup.MaxAttempts == 0 {
-		c.Dedup.MaxAttempts = DefaultMaxAttempts
-	}
-	if c.CallTimeout == 0 {
-		c.CallTimeout = dedup.DefaultCallTimeout
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-}
-
-// Validate reports a configuration error. Dedup is validated by
-// dedup.NewApplier.
-func (c Config) Validate() error {
-	switch {
-	case c.Table == "":
-		return errors.New("ledger: Config.Table is required")
-	case c.CallTimeout < 0:
-		return fmt.Errorf("ledger: Config.CallTimeout %s is negative", c.CallTimeout)
-	}
-	return nil
-}
+// Config configures a Ledger: dedup.ConsumerConfig. Dedup.Consumer defaults to
+// routing.ConsumerLedger and Dedup.MaxAttempts to DefaultMaxAttempts.
+type Config = dedup.ConsumerConfig
 
 // Ledger books order payments and refunds. It is safe for concurrent use.
 type Ledger struct {
@@ -167,20 +130,14 @@ type Ledger struct {
 	log     *slog.Logger
 }
 
-// New returns a Ledger, or an error if cfg does not validate.
+// New returns a Ledger, or an error if cfg does not validate (see
+// dedup.NewConsumer).
 func New(client Client, cfg Config) (*Ledger, error) {
-	if client == nil {
-		return nil, errors.New("ledger: nil client")
-	}
-	cfg.setDefaults()
-	if err := cfg.Validate(); err != nil {
+	c, err := dedup.NewConsumer(routing.ConsumerLedger, client, cfg, DefaultMaxAttempts)
+	if err != nil {
 		return nil, err
 	}
-	a, err := dedup.NewApplier(client, cfg.Dedup)
-	if err != nil {
-		return nil, fmt.Errorf("ledger: %w", err)
-	}
-	return &Ledger{client: client, cfg: cfg, applier: a, log: cfg.Logger}, nil
+	return &Ledger{client: client, cfg: c.Config, applier: c.Applier, log: c.Config.Logger}, nil
 }
 
 // Handle books one EventBridge event (see the package doc for what is

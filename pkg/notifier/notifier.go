@@ -110,42 +110,9 @@ type Client interface {
 	Scan(ctx context.Context, params *dynamodb.ScanInput, optFns ...func(*dynamodb.Options)) (*dynamodb.ScanOutput, error)
 }
 
-// Config configures a Notifier. Zero values take the defaults.
-type Config struct {
-	// Table is the notifications table name (see CreateTableInput). Required.
-	Table string
-	// Dedup configures the dedup markers. Dedup.Table is required;
-	// Dedup.Consumer defaults to routing.ConsumerNotifier.
-	Dedup dedup.Config
-	// CallTimeout bounds one read call (GetItem, Scan page). Default 10 s.
-	CallTimeout time.Duration
-	// Logger receives one line per handled event. Default slog.Default().
-	Logger *slog.Logger
-}
-
-func (c *Config) setDefaults() {
-	if c.Dedup.Consumer == "" {
-		c.Dedup.Consumer = routing.ConsumerNotifier
-	}
-	if c.CallTimeout == 0 {
-		c.CallTimeout = dedup.DefaultCallTimeout
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-}
-
-// Validate reports a configuration error. Dedup is validated by
-// dedup.NewApplier.
-func (c Config) Validate() error {
-	switch {
-	case c.Table == "":
-		return errors.New("notifier: Config.Table is required")
-	case c.CallTimeout < 0:
-		return fmt.Errorf("notifier: Config.CallTimeout %s is negative", c.CallTimeout)
-	}
-	return nil
-}
+// Config configures a Notifier: dedup.ConsumerConfig. Dedup.Consumer defaults to
+// routing.ConsumerNotifier.
+type Config = dedup.ConsumerConfig
 
 // Notifier records notifications and the order view. It is safe for
 // concurrent use.
@@ -156,20 +123,14 @@ type Notifier struct {
 	log     *slog.Logger
 }
 
-// New returns a Notifier, or an error if cfg does not validate.
+// New returns a Notifier, or an error if cfg does not validate (see
+// dedup.NewConsumer).
 func New(client Client, cfg Config) (*Notifier, error) {
-	if client == nil {
-		return nil, errors.New("notifier: nil client")
-	}
-	cfg.setDefaults()
-	if err := cfg.Validate(); err != nil {
+	c, err := dedup.NewConsumer(routing.ConsumerNotifier, client, cfg, 0)
+	if err != nil {
 		return nil, err
 	}
-	a, err := dedup.NewApplier(client, cfg.Dedup)
-	if err != nil {
-		return nil, fmt.Errorf("notifier: %w", err)
-	}
-	return &Notifier{client: client, cfg: cfg, applier: a, log: cfg.Logger}, nil
+	return &Notifier{client: client, cfg: c.Config, applier: c.Applier, log: c.Config.Logger}, nil
 }
 
 // payload holds the fields of every v1 order payload the notifier renders.
