@@ -128,28 +128,7 @@ func (s *TransactSplit) Register(stack *middleware.Stack) error {
 			if !ok || err != nil {
 				return out, md, err
 			}
-			class := "other"
-			for _, it := range tx.TransactItems {
-				var t *string
-				switch {
-				case it.Put != nil:
-					t = it.Put.TableName
-				case it.Update != nil:
-					t = it.Update.TableName
-				case it.Delete != nil:
-					t = it.Delete.TableName
-				case it.ConditionCheck != nil:
-					t = it.ConditionCheck.TableName
-				}
-				switch aws.ToString(t) {
-				case s.DedupTable:
-					class = "consumer"
-				case s.OutboxTable:
-					if class == "other" {
-						class = "api"
-					}
-				}
-			}
+			class := transactClass(tx, s.OutboxTable, s.DedupTable)
 			var cu float64
 			if o, ok := out.Result.(*dynamodb.TransactWriteItemsOutput); ok {
 				for _, c := range o.ConsumedCapacity {
@@ -170,6 +149,34 @@ func (s *TransactSplit) Register(stack *middleware.Stack) error {
 			s.mu.Unlock()
 			return out, md, err
 		}), middleware.After)
+}
+
+// transactClass is "consumer" when tx writes dedupTable, "api" when it
+// writes outboxTable (and not dedupTable), "other" otherwise.
+func transactClass(tx *dynamodb.TransactWriteItemsInput, outboxTable, dedupTable string) string {
+	class := "other"
+	for _, it := range tx.TransactItems {
+		var t *string
+		switch {
+		case it.Put != nil:
+			t = it.Put.TableName
+		case it.Update != nil:
+			t = it.Update.TableName
+		case it.Delete != nil:
+			t = it.Delete.TableName
+		case it.ConditionCheck != nil:
+			t = it.ConditionCheck.TableName
+		}
+		switch aws.ToString(t) {
+		case dedupTable:
+			class = "consumer"
+		case outboxTable:
+			if class == "other" {
+				class = "api"
+			}
+		}
+	}
+	return class
 }
 
 // Get returns the tally of class ("api", "consumer" or "other").

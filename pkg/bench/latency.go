@@ -134,3 +134,40 @@ func NewPercentiles(d []time.Duration) Percentiles {
 }
 
 func ms(d time.Duration) float64 { return math.Round(float64(d)/1e4) / 100 }
+
+// BatchStats summarise the records per relay invocation of one run.
+type BatchStats struct {
+	Invocations int     `json:"invocations"`
+	Records     int64   `json:"records"`
+	Mean        float64 `json:"mean"`
+	Median      float64 `json:"median"`
+	Min         int     `json:"min"`
+	Max         int     `json:"max"`
+	// Full counts invocations that carried at least FullAt records.
+	Full   int `json:"full"`
+	FullAt int `json:"full_at"`
+}
+
+// NewBatchStats summarises sizes (records per invocation; sorted in place);
+// an invocation with at least fullAt records counts as full.
+func NewBatchStats(sizes []int, fullAt int) BatchStats {
+	st := BatchStats{Invocations: len(sizes), FullAt: fullAt}
+	if len(sizes) == 0 {
+		return st
+	}
+	sort.Ints(sizes)
+	for _, n := range sizes {
+		st.Records += int64(n)
+		if n >= fullAt {
+			st.Full++
+		}
+	}
+	st.Mean = float64(st.Records) / float64(len(sizes))
+	if m := len(sizes) / 2; len(sizes)%2 == 1 {
+		st.Median = float64(sizes[m])
+	} else {
+		st.Median = float64(sizes[m-1]+sizes[m]) / 2
+	}
+	st.Min, st.Max = sizes[0], sizes[len(sizes)-1]
+	return st
+}

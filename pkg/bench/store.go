@@ -152,8 +152,24 @@ func WritePath(ctx context.Context, baseURL string, ddb *dynamodb.Client, plainT
 // included), by operation name. Register it on aws.Config.APIOptions. It is
 // safe for concurrent use.
 type OpTimer struct {
+	// Key, when set before the first call, names the series a call is
+	// recorded under (default: the operation name); "" skips the call.
+	Key func(op string, params any) string
 	mu  sync.Mutex
 	ops map[string][]time.Duration
+}
+
+// TransactKey is an OpTimer.Key that records TransactWriteItems calls by
+// the class TransactSplit gives them ("TransactWriteItems/api" for those
+// writing outboxTable, ".../consumer" for those writing dedupTable,
+// ".../other"), and every other operation under its name.
+func TransactKey(outboxTable, dedupTable string) func(op string, params any) string {
+	return func(op string, params any) string {
+		if tx, ok := params.(*dynamodb.TransactWriteItemsInput); ok {
+			return op + "/" + transactClass(tx, outboxTable, dedupTable)
+		}
+		return op
+	}
 }
 
 // NewOpTimer returns an empty OpTimer.
@@ -168,6 +184,11 @@ func (t *OpTimer) Register(stack *middleware.Stack) error {
 			if err == nil {
 				d := time.Since(start)
 				op := awsmiddleware.GetOperationName(ctx)
+				if t.Key != nil {
+					if op = t.Key(op, in.Parameters); op == "" {
+						return out, md, err
+					}
+				}
 				t.mu.Lock()
 				t.ops[op] = append(t.ops[op], d)
 				t.mu.Unlock()
@@ -176,7 +197,8 @@ func (t *OpTimer) Register(stack *middleware.Stack) error {
 		}), middleware.After)
 }
 
-// Get returns the latency percentiles of operation op.
+// Get returns the latency percentiles of operation op (or of the series
+// Key named op).
 func (t *OpTimer) Get(op string) Percentiles {
 	t.mu.Lock()
 	d := append([]time.Duration(nil), t.ops[op]...)
