@@ -39,7 +39,11 @@ func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet(args[0], flag.ExitOnError)
 	table := fs.String("table", os.Getenv(config.EnvOutboxTable), "outbox table name (default $"+config.EnvOutboxTable+")")
 	limit := fs.Int("limit", 100, "parked: list at most this many records (0: all)")
-	shards := fs.Int("shards", config.DefaultPendingShards, "redrive: pending index shards (must equal the writers' "+config.EnvPendingShards+")")
+	defShards, err := config.Int(config.EnvPendingShards, config.DefaultPendingShards)
+	if err != nil {
+		return err
+	}
+	shards := fs.Int("shards", defShards, "redrive: pending index shards; must equal the writers' "+config.EnvPendingShards+" (default $"+config.EnvPendingShards+" or 16)")
 	pk := fs.String("pk", "", "redrive: the record's pk")
 	sk := fs.String("sk", "", "redrive: the record's sk")
 	all := fs.Bool("all", false, "redrive: every parked record")

@@ -1,6 +1,8 @@
 // Package gofunc creates the project's Go Lambda functions the one way this
 // repository deploys them: a pre-built `bootstrap` executable (compiled by
-// `make build` for linux/arm64, see AWS-SEMANTICS §9) packaged as a zip asset,
+// `make build` for linux/arm64; see
+// https://docs.aws.amazon.com/lambda/latest/dg/golang-package.html)
+// packaged as a zip asset,
 // the provided.al2023 runtime on ARM_64 (Graviton), handler "bootstrap", and
 // an explicit CloudWatch Logs log group with a retention period. There is no
 // Docker bundling: the CDK app never compiles Go, it only zips dist/<name>/.

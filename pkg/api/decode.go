@@ -8,6 +8,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"unicode/utf8"
 )
 
 // readBody reads at most max bytes of r's body. It returns 413
@@ -49,6 +50,10 @@ func requireJSON(r *http.Request) error {
 func decodeStrict(body []byte, dst any, allowed ...string) error {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return newError(http.StatusBadRequest, CodeMalformedJSON, "request body is empty; a JSON object is required")
+	}
+	// encoding/json would silently replace invalid UTF-8 with U+FFFD.
+	if !utf8.Valid(body) {
+		return newError(http.StatusBadRequest, CodeMalformedJSON, "request body is not valid UTF-8")
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()

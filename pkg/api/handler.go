@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -145,6 +146,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Header.Set(HeaderCorrelationID, corr)
 	}
 	w.Header().Set(HeaderCorrelationID, corr)
+	// ServeMux would answer an unclean path (//orders, /orders/x/../y) with
+	// a 301/307 HTML redirect; this API answers JSON only.
+	if p := r.URL.Path; p == "" || path.Clean(p) != p {
+		writeJSON(w, http.StatusNotFound, ErrorBody{Code: CodeNotFound, Message: "no such resource"})
+		return
+	}
 	h.mux.ServeHTTP(w, r)
 }
 

@@ -325,6 +325,11 @@ func TestInvalidRequestsWriteNothing(t *testing.T) {
 		{"if-match weak", "POST", "/orders/" + pid + "/pay", "", []string{"If-Match", `W/"1"`}, 400, api.CodeInvalidHeader},
 		{"if-match stale", "POST", "/orders/" + qid + "/cancel", "", []string{"If-Match", `"1"`}, 409, api.CodeVersionConflict},
 		{"if-match ahead", "POST", "/orders/" + pid + "/pay", "", []string{"If-Match", "7"}, 409, api.CodeVersionConflict},
+		{"invalid utf-8 byte", "POST", "/orders", "{\"customer_id\":\"a\xffb\",\"amount_minor\":1,\"currency\":\"EUR\"}", nil, 400, api.CodeMalformedJSON},
+		{"lone surrogate escape", "POST", "/orders", `{"customer_id":"a\ud800b","amount_minor":1,"currency":"EUR"}`, nil, 422, api.CodeValidationFailed},
+		{"cancel reason lone surrogate", "POST", "/orders/" + pid + "/cancel", `{"reason":"\udfff"}`, nil, 422, api.CodeValidationFailed},
+		{"double slash path", "POST", "//orders", ok, nil, 404, api.CodeNotFound},
+		{"dot-dot path", "GET", "/orders/x/../" + pid, "", nil, 404, api.CodeNotFound},
 		{"ship placed", "POST", "/orders/" + pid + "/ship", "", nil, 409, api.CodeInvalidTransition},
 		{"pay paid", "POST", "/orders/" + qid + "/pay", "", nil, 409, api.CodeInvalidTransition},
 	}

@@ -56,8 +56,6 @@ const (
 	// EnvMaxEntryBytes is the EventBridge entry size limit in bytes (default
 	// 262144, 256 KB; AWS has announced larger payloads for event buses).
 	EnvMaxEntryBytes = "MAX_ENTRY_BYTES"
-	// EnvLogLevel is the slog level: DEBUG, INFO, WARN or ERROR.
-	EnvLogLevel = "LOG_LEVEL"
 )
 
 // Metric names and namespace the reconciler and relay emit (CloudWatch

@@ -1,5 +1,5 @@
 // Package faults is a seeded, reproducible fault injector for proving the
-// outbox promises (DESIGN.md I1–I6) under failure, without editing the code
+// outbox promises (README "The promises", I1–I6) under failure, without editing the code
 // under test. It is used by the tests and by the chaos audit of the local
 // stack (cmd/outboxdev chaos); it never runs in a Lambda.
 //

@@ -41,6 +41,8 @@
 //	_ = poller.WaitCaughtUp(ctx)
 //	_ = bus.WaitIdle(ctx)
 //
-// Sources: AWS-SEMANTICS.md §1–4 in the design notes, and the AWS pages cited
-// on each type.
+// Sources: the Lambda developer guide pages on DynamoDB Streams event source
+// mappings (with-ddb, services-ddb-params, services-ddb-batchfailurereporting,
+// services-dynamodb-errors, with-ddb-filtering), the DynamoDB Streams and
+// EventBridge PutEvents API references, and the pages cited on each type.
 package localrt

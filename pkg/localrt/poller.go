@@ -117,7 +117,7 @@ const (
 	// ConditionRetryAttemptsExhausted: MaximumRetryAttempts was reached.
 	ConditionRetryAttemptsExhausted = "RetryAttemptsExhausted"
 	// ConditionRecordAgeExceeded: the oldest record exceeded MaximumRecordAge.
-	// Not confirmed in the AWS docs (AWS-SEMANTICS §2 ❓); used locally.
+	// Not confirmed in the AWS docs (the error-handling page names only RetryAttemptsExhausted); used locally.
 	ConditionRecordAgeExceeded = "RecordAgeExceeded"
 )
 

@@ -110,7 +110,7 @@ func (in PlaceInput) Validate() error {
 		return fmt.Errorf("%w: customer_id is required", ErrValidation)
 	case len(in.CustomerID) > MaxCustomerIDLen:
 		return fmt.Errorf("%w: customer_id is longer than %d bytes", ErrValidation, MaxCustomerIDLen)
-	case !utf8.ValidString(in.CustomerID) || strings.TrimSpace(in.CustomerID) != in.CustomerID || hasControl(in.CustomerID):
+	case !validText(in.CustomerID) || strings.TrimSpace(in.CustomerID) != in.CustomerID || hasControl(in.CustomerID):
 		return fmt.Errorf("%w: customer_id must be UTF-8 text without control characters or surrounding spaces", ErrValidation)
 	case in.AmountMinor <= 0:
 		return fmt.Errorf("%w: amount_minor must be greater than 0", ErrValidation)
@@ -191,7 +191,7 @@ func (o *Order) Ship(now time.Time) ([]outbox.Event, error) {
 // returns an error wrapping ErrInvalidTransition when the order is SHIPPED or
 // already CANCELLED.
 func (o *Order) Cancel(reason string, now time.Time) ([]outbox.Event, error) {
-	if len(reason) > MaxReasonLen || !utf8.ValidString(reason) {
+	if len(reason) > MaxReasonLen || !validText(reason) {
 		return nil, fmt.Errorf("%w: reason must be UTF-8 text of at most %d bytes", ErrValidation, MaxReasonLen)
 	}
 	if o.Status != StatusPlaced && o.Status != StatusPaid {
@@ -233,4 +233,11 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "…"
+}
+
+// validText reports whether s is valid UTF-8 without U+FFFD: a JSON escape of
+// a lone surrogate ("\ud800") decodes to U+FFFD, which would silently change
+// what the client sent.
+func validText(s string) bool {
+	return utf8.ValidString(s) && !strings.ContainsRune(s, utf8.RuneError)
 }

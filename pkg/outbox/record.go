@@ -75,8 +75,12 @@ func KeyFor(aggregateType, aggregateID string, sequence int64, index int) Key {
 }
 
 // PendingShard returns the pending index partition value for an event id:
-// "p<NN>" with NN = FNV-1a(eventID) mod shards. shards must be >= 1.
+// "p<NN>" with NN = FNV-1a(eventID) mod shards. shards below 1 count as 1
+// (callers validate the setting; see config.MaxPendingShards).
 func PendingShard(eventID string, shards int) string {
+	if shards < 1 {
+		shards = 1
+	}
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(eventID))
 	return ShardName(int(h.Sum32() % uint32(shards)))

@@ -10,7 +10,7 @@
 //   - Only records still in the pending index are considered; a published or
 //     parked record has no pending_shard and is not in the index.
 //   - Re-publishing an event the relay also published is allowed: consumers
-//     deduplicate on event_id (DESIGN.md I3).
+//     deduplicate on event_id (promise I3).
 //   - Every run is bounded: Budget in time, MaxPagesPerShard pages of at most
 //     PageSize items per shard. A run cut short reports Truncated.
 //

@@ -5,7 +5,7 @@
 //
 // # Invariants
 //
-//   - Publish, then mark (DESIGN.md I2): a record is marked PUBLISHED (its
+//   - Publish, then mark (promise I2): a record is marked PUBLISHED (its
 //     pending_shard removed, its TTL expires_at set) only after EventBridge
 //     returned an EventId for it. Anything else leaves it pending, without a
 //     TTL, for a retry or the reconciler.

@@ -219,7 +219,7 @@ type Mark struct {
 //     replaces (write capacity by item size, plus the pending index); what
 //     batching saves is requests: 4 calls instead of 100 for a stream batch
 //     of 100 records, so less Lambda time and fewer throttled requests.
-//     AWS does not state PartiQL pricing separately (AWS-SEMANTICS.md §8).
+//     AWS does not state PartiQL pricing separately (the BatchExecuteStatement API reference gives no price).
 //   - The WHERE clause pins the key only: PartiQL UPDATE has no
 //     attribute_exists condition here, so an existing record is updated
 //     whatever its status (the UpdateItem path does the same).
@@ -489,14 +489,18 @@ func (m *Marker) Park(ctx context.Context, mk Mark) error {
 		Remove(expression.Name(outbox.AttrExpiresAt))
 	// A record another delivery already published (an at-least-once
 	// re-send that failed where the first send succeeded) stays PUBLISHED:
-	// its event reached the bus. The DLQ message then describes a duplicate
+	// its event reached the bus. A record already PARKED (the reconciler read
+	// it from the eventually consistent index just before) is not parked and
+	// counted twice. In both cases the DLQ message sent above is a duplicate
 	// that needs no redrive (Redrive refuses a record that is not PARKED).
-	notPublished := expression.Name(outbox.AttrStatus).NotEqual(expression.Value(outbox.StatusPublished))
-	if err := m.update(ctx, mk.Key, upd, notPublished); err != nil {
+	status := expression.Name(outbox.AttrStatus)
+	notDone := status.NotEqual(expression.Value(outbox.StatusPublished)).
+		And(status.NotEqual(expression.Value(outbox.StatusParked)))
+	if err := m.update(ctx, mk.Key, upd, notDone); err != nil {
 		if !isConditionFailed(err) {
 			return fmt.Errorf("park %s/%s: mark parked: %w", mk.Key.PK, mk.Key.SK, err)
 		}
-		m.log(ctx, slog.LevelWarn, "relay: record to park was already published or is gone; left as is", mk.Envelope, mk.Key, "error_code", mk.Result.ErrorCode)
+		m.log(ctx, slog.LevelWarn, "relay: record to park was already published, parked or is gone; left as is", mk.Envelope, mk.Key, "error_code", mk.Result.ErrorCode)
 		return nil
 	}
 	m.parked.Add(1)

@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
 )
 
@@ -82,6 +83,9 @@ func ListParked(ctx context.Context, ddb RedriveAPI, table string, limit int) ([
 // consumer dedup absorbing any duplicate. No TTL is set. It returns
 // ErrNotParked (wrapped) when the record is absent or not PARKED.
 func Redrive(ctx context.Context, ddb RedriveAPI, table string, shards int, key outbox.Key, now time.Time) error {
+	if shards < 1 || shards > config.MaxPendingShards {
+		return fmt.Errorf("redrive: %d pending shards out of range 1..%d (use the writers' %s)", shards, config.MaxPendingShards, config.EnvPendingShards)
+	}
 	got, err := ddb.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName: aws.String(table), Key: key.AttributeValues(), ConsistentRead: aws.Bool(true),
 	})
