@@ -72,6 +72,14 @@ func TestParkThenRedrive(t *testing.T) {
 	if err != nil || len(parked) != 1 || parked[0].EventID != e.EventID || parked[0].Reason == "" {
 		t.Fatalf("ListParked = %+v, %v", parked, err)
 	}
+	// Parking an already parked record (a stale index read) counts nothing twice.
+	parkedBefore := r.Marker().Parked()
+	if err := r.Marker().Park(ctx, relay.Mark{Key: key, Envelope: e, Result: relay.Result{Status: relay.PermanentFailure, ErrorCode: "MalformedDetail"}}); err != nil {
+		t.Fatalf("second Park: %v", err)
+	}
+	if r.Marker().Parked() != parkedBefore {
+		t.Fatalf("a parked record was parked twice (%d -> %d)", parkedBefore, r.Marker().Parked())
+	}
 	// Parked records are out of the pending index: the reconciler leaves them.
 	if rep, _ := rec.Run(ctx); rep.Resent != 0 || rep.Pending != 0 {
 		t.Fatalf("reconciler touched a parked record: %+v", rep)
@@ -80,6 +88,9 @@ func TestParkThenRedrive(t *testing.T) {
 	rejecting = false // the cause is fixed
 	if err := relay.Redrive(ctx, env.DDB, table, 4, key, time.Now()); err != nil {
 		t.Fatalf("Redrive: %v", err)
+	}
+	if err := relay.Redrive(ctx, env.DDB, table, 0, key, time.Now()); err == nil {
+		t.Fatal("Redrive with 0 shards succeeded")
 	}
 	if err := relay.Redrive(ctx, env.DDB, table, 4, key, time.Now()); !errors.Is(err, relay.ErrNotParked) {
 		t.Fatalf("second Redrive err = %v, want ErrNotParked", err)
