@@ -148,33 +148,6 @@ func (s *Stack) Audit(ctx context.Context) (Audit, error) {
 		}
 	}
 
-	// Expected ledger effects from the events themselves.
-	expected := map[string]int64{}
-	needsLedger := map[string]bool{}
-	for id, e := range eventsByID {
-		if e.status == outbox.StatusParked {
-			continue // parked events are not applied: counted, alarmed, redriven by an operator
-		}
-		if e.typ == order.EventOrderPaid || e.typ == order.EventOrderCancelled {
-			a.LedgerRouted++
-		}
-		switch e.typ {
-		case order.EventOrderPaid:
-			var p order.Paid
-			if json.Unmarshal(e.payload, &p) == nil {
-				expected[p.Currency] += p.AmountMinor
-				needsLedger[id] = true
-			}
-		case order.EventOrderCancelled:
-			var c order.Cancelled
-			if json.Unmarshal(e.payload, &c) == nil && c.WasPaid {
-				expected[c.Currency] -= c.RefundMinor
-				needsLedger[id] = true
-			}
-		}
-	}
-	a.LedgerExpected = len(needsLedger)
-
 	entries := map[string]int{}
 	a.Balances = map[string]int64{}
 	err = s.scan(ctx, s.Settings.LedgerTable, func(it map[string]types.AttributeValue) {
@@ -201,8 +174,41 @@ func (s *Stack) Audit(ctx context.Context) (Audit, error) {
 	}
 	a.Notifications = len(notes)
 
+	// Expected ledger effects from the events themselves. A parked event is
+	// not owed to consumers, but it may still have reached them (another
+	// delivery published it before or after it was parked): then it counts
+	// like a published one, so money it moved is checked too.
+	delivered := func(id string, e ev) bool {
+		return e.status != outbox.StatusParked || notes[id] > 0 || entries[id] > 0
+	}
+	expected := map[string]int64{}
+	needsLedger := map[string]bool{}
 	for id, e := range eventsByID {
-		if e.status == outbox.StatusParked {
+		if !delivered(id, e) {
+			continue
+		}
+		if e.typ == order.EventOrderPaid || e.typ == order.EventOrderCancelled {
+			a.LedgerRouted++
+		}
+		switch e.typ {
+		case order.EventOrderPaid:
+			var p order.Paid
+			if json.Unmarshal(e.payload, &p) == nil {
+				expected[p.Currency] += p.AmountMinor
+				needsLedger[id] = true
+			}
+		case order.EventOrderCancelled:
+			var c order.Cancelled
+			if json.Unmarshal(e.payload, &c) == nil && c.WasPaid {
+				expected[c.Currency] -= c.RefundMinor
+				needsLedger[id] = true
+			}
+		}
+	}
+	a.LedgerExpected = len(needsLedger)
+
+	for id, e := range eventsByID {
+		if !delivered(id, e) {
 			continue
 		}
 		if notes[id] == 0 {
