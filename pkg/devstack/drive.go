@@ -66,8 +66,9 @@ type orderJSON struct {
 }
 
 // Drive runs the scenario mix against baseURL: every order is created with
-// an Idempotency-Key (10% of creates are retried with the same key and must
-// return the first order), 85% are paid, then shipped, cancelled after
+// an Idempotency-Key (an ambiguous answer is retried with the same key, up to
+// 4 attempts; 10% of creates are retried anyway and must return the first
+// order), 85% are paid, then shipped, cancelled after
 // payment, or raced (ship and cancel sent concurrently: exactly one wins);
 // 30% of unpaid orders are cancelled; 5% of orders also send an invalid
 // request that must be rejected with 4xx and write nothing.
@@ -137,9 +138,20 @@ func (d *driver) order(ctx context.Context, i int) {
 	rng := rand.New(rand.NewPCG(d.o.Seed, uint64(i)))
 	key := fmt.Sprintf("demo-%d-%d", d.o.Seed, i)
 	body := fmt.Sprintf(`{"customer_id":"customer-%d","amount_minor":%d,"currency":"%s"}`, rng.IntN(50), 100+rng.IntN(100000), currencies[rng.IntN(len(currencies))])
-	status, o, ok := d.call(ctx, http.MethodPost, "/orders", body, key)
+	// A client retries an ambiguous create (transport error or 5xx) with
+	// the same Idempotency-Key, as the API asks: 201 if the first attempt
+	// never committed, 200 with the first order if it did.
+	var status int
+	var o orderJSON
+	ok := false
+	for attempt := 0; attempt < 4 && !ok && ctx.Err() == nil; attempt++ {
+		status, o, ok = d.call(ctx, http.MethodPost, "/orders", body, key)
+		if ok && attempt > 0 && status == http.StatusOK {
+			status = http.StatusCreated // committed by an earlier, ambiguous attempt
+		}
+	}
 	if !ok || status != http.StatusCreated {
-		d.expect(status == http.StatusCreated, "create: status %d", status)
+		d.expect(!ok || status == http.StatusCreated, "create: status %d", status)
 		return
 	}
 	atomic.AddInt64(&d.rep.Orders, 1)
