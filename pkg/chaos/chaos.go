@@ -212,7 +212,9 @@ func runEpoch(ctx context.Context, cfg Config, epoch, orders int, rep *Report) e
 		return err
 	}
 	epochStart := time.Now()
+	metrics := &emfCounter{}
 	s, err := devstack.Start(ctx, devstack.Options{
+		Metrics:  metrics,
 		Endpoint: cfg.Endpoint,
 		Prefix:   fmt.Sprintf("chaos%d", epoch),
 		Logger:   cfg.Logger,
@@ -309,7 +311,7 @@ func runEpoch(ctx context.Context, cfg Config, epoch, orders int, rep *Report) e
 	rep.ESMRetries += ps.Retries
 	rep.ESMDiscarded += int64(s.OnFailureQueue.Len())
 	rep.ParkedMessages += s.ParkedQueue.Len()
-	rep.ReconcilerResends += a.ReconcilerResent
+	rep.ReconcilerResends += metrics.Resent() // scheduled runs and the drain's runs alike
 	for k, n := range inj.Stats().ByKind() {
 		rep.Faults[k] += n
 	}
@@ -326,47 +328,35 @@ func runEpoch(ctx context.Context, cfg Config, epoch, orders int, rep *Report) e
 	return nil
 }
 
-// auditResult is the audit plus what the reconciler did during the drain.
-type auditResult struct {
-	devstack.Audit
-	ReconcilerResent int
-}
-
 // drainAndAudit waits until the stream is read, the bus is idle and no
 // outbox record is pending (running the reconciler for records whose
 // event source mapping retries were exhausted), then audits.
-func drainAndAudit(ctx context.Context, s *devstack.Stack) (auditResult, error) {
-	var res auditResult
+func drainAndAudit(ctx context.Context, s *devstack.Stack) (devstack.Audit, error) {
 	for {
 		if err := s.Drain(ctx); err != nil {
-			return res, err
+			return devstack.Audit{}, err
 		}
 		a, err := s.Audit(ctx)
 		if err != nil {
 			// The audit's own reads can be faulted: try again.
 			if ctx.Err() != nil {
-				return res, err
+				return a, err
 			}
 			continue
 		}
 		if a.Pending == 0 && a.Lost == 0 {
-			res.Audit = a
-			break
+			return a, nil
 		}
 		// Records left pending (ESM retries exhausted, or a crash after
-		// publish) are the reconciler's job: run it now rather than wait.
-		r, err := s.Reconciler.Run(ctx)
-		if err == nil {
-			res.ReconcilerResent += r.Resent
-		}
+		// publish) are the reconciler's job: run it now rather than wait
+		// (its re-sends are counted from its metrics like the scheduled runs).
+		_, _ = s.Reconciler.Run(ctx)
 		select {
 		case <-ctx.Done():
-			res.Audit = a
-			return res, nil
+			return a, nil // the audit reports what is still pending or lost
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	return res, nil
 }
 
 func sum(m map[faults.Kind]int64) int64 {
