@@ -3,11 +3,11 @@ package ledger
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -15,14 +15,20 @@ import (
 
 // Entry is one booked ledger entry (item "ENTRY#<event_id>").
 type Entry struct {
-	EventID     string
-	EventType   string
-	OrderID     string
-	AmountMinor int64 // positive, minor units
-	Currency    string
-	Direction   string // DirectionCredit or DirectionDebit
-	Sequence    int64
-	BookedAt    time.Time
+	EventID     string    `dynamodbav:"event_id"`
+	EventType   string    `dynamodbav:"event_type"`
+	OrderID     string    `dynamodbav:"order_id"`
+	AmountMinor int64     `dynamodbav:"amount_minor"` // positive, minor units
+	Currency    string    `dynamodbav:"currency"`
+	Direction   string    `dynamodbav:"direction"` // DirectionCredit or DirectionDebit
+	Sequence    int64     `dynamodbav:"sequence"`
+	BookedAt    time.Time `dynamodbav:"booked_at"`
+}
+
+// balance is the shape of a "BALANCE#<currency>" item.
+type balance struct {
+	PK           string `dynamodbav:"pk"`
+	BalanceMinor int64  `dynamodbav:"balance_minor"`
 }
 
 // Balance returns the balance of currency in minor units with a strongly
@@ -32,7 +38,11 @@ func (l *Ledger) Balance(ctx context.Context, currency string) (int64, error) {
 	if err != nil || item == nil {
 		return 0, err
 	}
-	return number(item, AttrBalanceMinor)
+	var b balance
+	if err := attributevalue.UnmarshalMap(item, &b); err != nil {
+		return 0, fmt.Errorf("ledger: decode balance %s: %w", currency, err)
+	}
+	return b.BalanceMinor, nil
 }
 
 // Entry returns the entry booked for an event id (strongly consistent
@@ -42,20 +52,9 @@ func (l *Ledger) Entry(ctx context.Context, eventID string) (e Entry, ok bool, e
 	if err != nil || item == nil {
 		return Entry{}, false, err
 	}
-	e = Entry{
-		EventID:   str(item, AttrEventID),
-		EventType: str(item, AttrEventType),
-		OrderID:   str(item, AttrOrderID),
-		Currency:  str(item, AttrCurrency),
-		Direction: str(item, AttrDirection),
+	if err := attributevalue.UnmarshalMap(item, &e); err != nil {
+		return e, true, fmt.Errorf("ledger: decode entry %s: %w", eventID, err)
 	}
-	if e.AmountMinor, err = number(item, AttrAmountMinor); err != nil {
-		return e, true, err
-	}
-	if e.Sequence, err = number(item, AttrSequence); err != nil {
-		return e, true, err
-	}
-	e.BookedAt, _ = time.Parse(time.RFC3339Nano, str(item, AttrBookedAt))
 	return e, true, nil
 }
 
@@ -68,12 +67,12 @@ func (l *Ledger) Entry(ctx context.Context, eventID string) (e Entry, ok bool, e
 func (l *Ledger) Balances(ctx context.Context) (map[string]int64, error) {
 	out := map[string]int64{}
 	err := l.scan(ctx, BalancePrefix, false, func(items []map[string]types.AttributeValue, _ int32) error {
-		for _, it := range items {
-			n, err := number(it, AttrBalanceMinor)
-			if err != nil {
-				return err
-			}
-			out[strings.TrimPrefix(str(it, AttrPK), BalancePrefix)] = n
+		var bs []balance
+		if err := attributevalue.UnmarshalListOfMaps(items, &bs); err != nil {
+			return fmt.Errorf("ledger: decode balances: %w", err)
+		}
+		for _, b := range bs {
+			out[strings.TrimPrefix(b.PK, BalancePrefix)] = b.BalanceMinor
 		}
 		return nil
 	})
@@ -138,24 +137,4 @@ func (l *Ledger) scan(ctx context.Context, prefix string, count bool, page func(
 		}
 		in.ExclusiveStartKey = out.LastEvaluatedKey
 	}
-}
-
-func str(item map[string]types.AttributeValue, name string) string {
-	if v, ok := item[name].(*types.AttributeValueMemberS); ok {
-		return v.Value
-	}
-	return ""
-}
-
-// number decodes an N attribute as int64 without passing through float64.
-func number(item map[string]types.AttributeValue, name string) (int64, error) {
-	v, ok := item[name].(*types.AttributeValueMemberN)
-	if !ok {
-		return 0, fmt.Errorf("ledger: attribute %s missing or not a number", name)
-	}
-	n, err := strconv.ParseInt(v.Value, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("ledger: attribute %s=%q: %w", name, v.Value, err)
-	}
-	return n, nil
 }

@@ -3,10 +3,10 @@ package notifier
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -14,23 +14,23 @@ import (
 
 // Notification is one recorded notification (item "NOTIFICATION#<event_id>").
 type Notification struct {
-	EventID   string
-	EventType string
-	OrderID   string
-	Message   string
-	Sequence  int64
-	CreatedAt time.Time
+	EventID   string    `dynamodbav:"event_id"`
+	EventType string    `dynamodbav:"event_type"`
+	OrderID   string    `dynamodbav:"order_id"`
+	Message   string    `dynamodbav:"message"`
+	Sequence  int64     `dynamodbav:"sequence"`
+	CreatedAt time.Time `dynamodbav:"created_at"`
 }
 
 // OrderView is the order status read model (item "ORDERVIEW#<order_id>"):
 // the status after the event with the highest sequence seen so far.
 type OrderView struct {
-	OrderID       string
-	Status        string // one of the Status* constants
-	LastSequence  int64
-	LastEventID   string
-	LastEventType string
-	UpdatedAt     time.Time
+	OrderID       string    `dynamodbav:"order_id"`
+	Status        string    `dynamodbav:"status"` // one of the Status* constants
+	LastSequence  int64     `dynamodbav:"last_sequence"`
+	LastEventID   string    `dynamodbav:"last_event_id"`
+	LastEventType string    `dynamodbav:"last_event_type"`
+	UpdatedAt     time.Time `dynamodbav:"updated_at"`
 }
 
 // View returns an order's status view (strongly consistent GetItem); ok is
@@ -40,15 +40,10 @@ func (n *Notifier) View(ctx context.Context, orderID string) (v OrderView, ok bo
 	if err != nil || item == nil {
 		return OrderView{}, false, err
 	}
-	v = OrderView{
-		OrderID:       str(item, AttrOrderID),
-		Status:        str(item, AttrStatus),
-		LastEventID:   str(item, AttrLastEventID),
-		LastEventType: str(item, AttrLastEventType),
+	if err := attributevalue.UnmarshalMap(item, &v); err != nil {
+		return v, true, fmt.Errorf("notifier: decode view %s: %w", orderID, err)
 	}
-	v.LastSequence, err = number(item, AttrLastSequence)
-	v.UpdatedAt, _ = time.Parse(time.RFC3339Nano, str(item, AttrUpdatedAt))
-	return v, true, err
+	return v, true, nil
 }
 
 // Notification returns the notification recorded for an event id (strongly
@@ -58,15 +53,10 @@ func (n *Notifier) Notification(ctx context.Context, eventID string) (nt Notific
 	if err != nil || item == nil {
 		return Notification{}, false, err
 	}
-	nt = Notification{
-		EventID:   str(item, AttrEventID),
-		EventType: str(item, AttrEventType),
-		OrderID:   str(item, AttrOrderID),
-		Message:   str(item, AttrMessage),
+	if err := attributevalue.UnmarshalMap(item, &nt); err != nil {
+		return nt, true, fmt.Errorf("notifier: decode notification %s: %w", eventID, err)
 	}
-	nt.Sequence, err = number(item, AttrSequence)
-	nt.CreatedAt, _ = time.Parse(time.RFC3339Nano, str(item, AttrCreatedAt))
-	return nt, true, err
+	return nt, true, nil
 }
 
 // NotificationCount returns the number of recorded notifications.
@@ -114,24 +104,4 @@ func (n *Notifier) get(ctx context.Context, key string) (map[string]types.Attrib
 		return nil, fmt.Errorf("notifier: get %s: %w", key, err)
 	}
 	return out.Item, nil
-}
-
-func str(item map[string]types.AttributeValue, name string) string {
-	if v, ok := item[name].(*types.AttributeValueMemberS); ok {
-		return v.Value
-	}
-	return ""
-}
-
-// number decodes an N attribute as int64 without passing through float64.
-func number(item map[string]types.AttributeValue, name string) (int64, error) {
-	v, ok := item[name].(*types.AttributeValueMemberN)
-	if !ok {
-		return 0, fmt.Errorf("notifier: attribute %s missing or not a number", name)
-	}
-	i, err := strconv.ParseInt(v.Value, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("notifier: attribute %s=%q: %w", name, v.Value, err)
-	}
-	return i, nil
 }
