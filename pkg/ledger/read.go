@@ -6,10 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
-	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
@@ -93,48 +90,9 @@ func (l *Ledger) EntryCount(ctx context.Context) (int, error) {
 }
 
 func (l *Ledger) get(ctx context.Context, key string) (map[string]types.AttributeValue, error) {
-	ctx, cancel := context.WithTimeout(ctx, l.cfg.CallTimeout)
-	defer cancel()
-	out, err := l.client.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName: aws.String(l.cfg.Table), Key: pk(key), ConsistentRead: aws.Bool(true),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("ledger: get %s: %w", key, err)
-	}
-	return out.Item, nil
+	return l.cfg.GetItem(ctx, l.client, key)
 }
 
-// scan pages through the items whose pk starts with prefix (a filter applied
-// after the read, so every page reads the whole page of the table).
 func (l *Ledger) scan(ctx context.Context, prefix string, count bool, page func([]map[string]types.AttributeValue, int32) error) error {
-	f, err := expression.NewBuilder().
-		WithFilter(expression.Name(AttrPK).BeginsWith(prefix)).Build()
-	if err != nil {
-		return fmt.Errorf("ledger: build scan filter: %w", err)
-	}
-	in := &dynamodb.ScanInput{
-		TableName:                 aws.String(l.cfg.Table),
-		FilterExpression:          f.Filter(),
-		ExpressionAttributeNames:  f.Names(),
-		ExpressionAttributeValues: f.Values(),
-		ConsistentRead:            aws.Bool(true),
-	}
-	if count {
-		in.Select = types.SelectCount
-	}
-	for {
-		cctx, cancel := context.WithTimeout(ctx, l.cfg.CallTimeout)
-		out, err := l.client.Scan(cctx, in)
-		cancel()
-		if err != nil {
-			return fmt.Errorf("ledger: scan %s: %w", prefix, err)
-		}
-		if err := page(out.Items, out.Count); err != nil {
-			return err
-		}
-		if len(out.LastEvaluatedKey) == 0 {
-			return nil
-		}
-		in.ExclusiveStartKey = out.LastEvaluatedKey
-	}
+	return l.cfg.ScanPrefix(ctx, l.client, prefix, count, page)
 }

@@ -5,10 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
-	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
@@ -65,43 +62,14 @@ func (n *Notifier) Notification(ctx context.Context, eventID string) (nt Notific
 // all pages, Select COUNT), costing read capacity proportional to the table
 // size. Never call it on a request path.
 func (n *Notifier) NotificationCount(ctx context.Context) (int, error) {
-	f, err := expression.NewBuilder().
-		WithFilter(expression.Name(AttrPK).BeginsWith(NotificationPrefix)).Build()
-	if err != nil {
-		return 0, fmt.Errorf("notifier: build scan filter: %w", err)
-	}
-	in := &dynamodb.ScanInput{
-		TableName:                 aws.String(n.cfg.Table),
-		FilterExpression:          f.Filter(),
-		ExpressionAttributeNames:  f.Names(),
-		ExpressionAttributeValues: f.Values(),
-		ConsistentRead:            aws.Bool(true),
-		Select:                    types.SelectCount,
-	}
 	total := 0
-	for {
-		cctx, cancel := context.WithTimeout(ctx, n.cfg.CallTimeout)
-		out, err := n.client.Scan(cctx, in)
-		cancel()
-		if err != nil {
-			return 0, fmt.Errorf("notifier: scan notifications: %w", err)
-		}
-		total += int(out.Count)
-		if len(out.LastEvaluatedKey) == 0 {
-			return total, nil
-		}
-		in.ExclusiveStartKey = out.LastEvaluatedKey
-	}
+	err := n.cfg.ScanPrefix(ctx, n.client, NotificationPrefix, true, func(_ []map[string]types.AttributeValue, c int32) error {
+		total += int(c)
+		return nil
+	})
+	return total, err
 }
 
 func (n *Notifier) get(ctx context.Context, key string) (map[string]types.AttributeValue, error) {
-	ctx, cancel := context.WithTimeout(ctx, n.cfg.CallTimeout)
-	defer cancel()
-	out, err := n.client.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName: aws.String(n.cfg.Table), Key: pk(key), ConsistentRead: aws.Bool(true),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("notifier: get %s: %w", key, err)
-	}
-	return out.Item, nil
+	return n.cfg.GetItem(ctx, n.client, key)
 }
