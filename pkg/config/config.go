@@ -56,6 +56,39 @@ const (
 	// EnvMaxEntryBytes is the EventBridge entry size limit in bytes (default
 	// 262144, 256 KB; AWS has announced larger payloads for event buses).
 	EnvMaxEntryBytes = "MAX_ENTRY_BYTES"
+	// EnvConsumerDLQURL is the SQS URL of a consumer's own dead-letter queue
+	// (read by consumers): events that retrying cannot fix (malformed,
+	// forged, unsupported version) are sent there at once with a reason,
+	// instead of burning the queue's receive count.
+	EnvConsumerDLQURL = "CONSUMER_DLQ_URL"
+)
+
+// Consumer delivery: EventBridge rule → one SQS queue per consumer → Lambda
+// SQS event source mapping with partial batch responses → the consumer; the
+// queue's redrive policy moves a message that failed MaxReceiveCount times to
+// the consumer's DLQ. The CDK stack and the local runtime read these, so
+// both deliver alike.
+const (
+	// DefaultConsumerTimeout is every consumer function's timeout.
+	DefaultConsumerTimeout = 30 * time.Second
+	// ConsumerVisibilityTimeoutFactor: the consumer queue's visibility
+	// timeout is this many times the function timeout, as the Lambda
+	// developer guide advises ("set the source queue's visibility timeout to
+	// at least six times the configuration timeout on your function",
+	// services-sqs-configure).
+	ConsumerVisibilityTimeoutFactor = 6
+	// DefaultConsumerMaxReceiveCount is the consumer queue's redrive policy
+	// maxReceiveCount: deliveries before a message moves to the DLQ.
+	DefaultConsumerMaxReceiveCount = 5
+	// DefaultConsumerBatchSize is the SQS event source mapping's BatchSize
+	// (AWS default 10).
+	DefaultConsumerBatchSize = 10
+	// DefaultConsumerMaxConcurrency is the SQS event source mapping's
+	// MaximumConcurrency (AWS range 2..1000): it bounds contention on hot
+	// items such as the ledger's per-currency balance.
+	DefaultConsumerMaxConcurrency = 2
+	// DefaultRelayTimeout is the relay function's timeout.
+	DefaultRelayTimeout = 60 * time.Second
 )
 
 // Metric names and namespace the reconciler and relay emit (CloudWatch

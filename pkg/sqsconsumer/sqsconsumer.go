@@ -1,0 +1,330 @@
+// Package sqsconsumer runs an EventBridge-event handler (a consumer such as
+// the ledger or the notifier) behind a Lambda SQS event source mapping, the
+// consumer delivery path of this project:
+//
+//	EventBridge rule ──▶ consumer SQS queue ──▶ Lambda SQS event source mapping
+//	   (redrive policy: maxReceiveCount ──▶ consumer DLQ)     ──▶ Handler.Handle
+//
+// Why not the rule's direct Lambda target: EventBridge invokes a Lambda target
+// asynchronously, and an asynchronous invocation whose function keeps failing
+// is retried twice and then discarded unless an on-failure destination is
+// set (Lambda developer guide, invocation-async-error-handling). A queue in
+// between keeps every event until the consumer applied it or a bounded
+// number of receives moved it to an alarmed DLQ, from which it is redriven.
+//
+// # Contract of Handle
+//
+//   - Each SQS message body is the EventBridge event JSON the rule delivered
+//     ({"version":"0","id":…,"detail-type":…,"source":…,"detail":{…}}).
+//   - Messages are handled one at a time in batch order. The response is a
+//     partial batch response (FunctionResponseTypes
+//     ["ReportBatchItemFailures"]) naming, by messageId, every message not
+//     done: Lambda deletes the others and the named ones come back after the
+//     queue's visibility timeout, with ApproximateReceiveCount + 1.
+//   - A handler error wrapping a *PermanentError (see Permanent), or a body
+//     that is not an EventBridge event, is dead-lettered at once: the
+//     original body is sent to Config.DLQURL with the message attributes
+//     AttrReason, AttrError, AttrConsumer and AttrSourceMessageID, and the
+//     message is acknowledged. If that send fails the message is reported
+//     as failed (nothing is lost; the redrive policy still applies).
+//   - Any other error reports the message as failed (retried, then moved to
+//     the DLQ by the queue's redrive policy after maxReceiveCount receives).
+//   - Deadline budget: a message is started only while more than
+//     Config.Reserve remains before the invocation deadline, and its handler
+//     context ends Config.Reserve before it; messages not started are
+//     reported as failed, so the answer always arrives before Lambda's
+//     timeout would throw it (and the whole batch's progress) away.
+//   - A message without a messageId makes Handle return an error: an empty
+//     itemIdentifier would fail the whole batch anyway.
+//
+// Handlers must be idempotent (delivery is at least once): the consumers
+// deduplicate on the outbox event_id with a dedup marker (pkg/dedup).
+package sqsconsumer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/ddb-outbox/ddb-outbox/pkg/sqsmsg"
+)
+
+// EventHandler handles one EventBridge event; the shape of ledger.Handle and
+// notifier.Handle. A nil error means the event's effect is applied (or was
+// already applied).
+type EventHandler func(ctx context.Context, ev events.EventBridgeEvent) error
+
+// MessageSender is the one SQS method Handler calls, with the exact signature
+// of (*sqs.Client).SendMessage. Implementations must be safe for concurrent use.
+type MessageSender interface {
+	SendMessage(ctx context.Context, params *sqs.SendMessageInput, optFns ...func(*sqs.Options)) (*sqs.SendMessageOutput, error)
+}
+
+// Message attributes set on a message this package dead-letters.
+const (
+	AttrReason          = "reason"            // why: a PermanentError's Reason
+	AttrError           = "error"             // the error text, at most MaxErrorAttributeBytes
+	AttrConsumer        = "consumer"          // Config.Name
+	AttrSourceMessageID = "source_message_id" // the consumer queue's messageId
+	AttrReceiveCount    = "receive_count"     // ApproximateReceiveCount when dead-lettered
+)
+
+// Reasons used by this package.
+const (
+	// ReasonMalformedEvent: the body is not an EventBridge event.
+	ReasonMalformedEvent = "malformed_event"
+)
+
+// MaxErrorAttributeBytes bounds the AttrError value (message attributes count
+// toward the SQS message size).
+const MaxErrorAttributeBytes = 1024
+
+// Defaults for Config.
+const (
+	// DefaultReserve is the time kept before the invocation deadline to stop
+	// starting messages and answer: 2 s.
+	DefaultReserve = 2 * time.Second
+	// DefaultSendTimeout bounds one dead-letter SendMessage call: 5 s.
+	DefaultSendTimeout = 5 * time.Second
+)
+
+// PermanentError marks an event that retrying cannot fix (malformed,
+// unsupported version, forged or impossible values). Handle dead-letters it
+// at once with Reason instead of retrying it.
+type PermanentError struct {
+	// Reason is a short machine-readable cause, e.g. "unsupported_version",
+	// "forged_source", "sequence_gap".
+	Reason string
+	// Err is the underlying error.
+	Err error
+}
+
+func (e *PermanentError) Error() string {
+	return fmt.Sprintf("permanent (%s): %v", e.Reason, e.Err)
+}
+
+func (e *PermanentError) Unwrap() error { return e.Err }
+
+// Permanent wraps err as a *PermanentError with reason. A nil err gives an
+// error whose text is the reason.
+func Permanent(reason string, err error) error {
+	if err == nil {
+		err = errors.New(reason)
+	}
+	return &PermanentError{Reason: reason, Err: err}
+}
+
+// AsPermanent returns the *PermanentError in err's chain, if any.
+func AsPermanent(err error) (*PermanentError, bool) {
+	var p *PermanentError
+	ok := errors.As(err, &p)
+	return p, ok
+}
+
+// Config configures a Handler. Zero values take the defaults.
+type Config struct {
+	// Name is the consumer's name (logs, AttrConsumer). Required.
+	Name string
+	// DLQ and DLQURL receive permanently failing events. When DLQ is nil,
+	// permanent failures are reported as failed like any other error, and
+	// the queue's redrive policy moves them after maxReceiveCount receives.
+	DLQ    MessageSender
+	DLQURL string
+	// MaxMessageBytes is the DLQ's MaximumMessageSize (default 262,144).
+	MaxMessageBytes int
+	// Reserve is kept before the invocation deadline (default 2 s).
+	Reserve time.Duration
+	// SendTimeout bounds one dead-letter SendMessage (default 5 s).
+	SendTimeout time.Duration
+	// Logger receives one line per failed or dead-lettered message
+	// (default slog.Default()).
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.Reserve == 0 {
+		c.Reserve = DefaultReserve
+	}
+	if c.SendTimeout == 0 {
+		c.SendTimeout = DefaultSendTimeout
+	}
+	if c.MaxMessageBytes == 0 {
+		c.MaxMessageBytes = sqsmsg.DefaultMaxBytes
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Validate reports the first invalid setting (after defaults).
+func (c Config) Validate() error {
+	switch {
+	case c.Name == "":
+		return errors.New("sqsconsumer: Config.Name is required")
+	case c.DLQ != nil && c.DLQURL == "":
+		return errors.New("sqsconsumer: Config.DLQURL is required with Config.DLQ")
+	case c.Reserve < 0 || c.SendTimeout < 0:
+		return errors.New("sqsconsumer: Reserve and SendTimeout must not be negative")
+	case c.MaxMessageBytes < sqsmsg.MinMaxBytes || c.MaxMessageBytes > sqsmsg.MaxMaxBytes:
+		return fmt.Errorf("sqsconsumer: MaxMessageBytes %d is outside %d..%d", c.MaxMessageBytes, sqsmsg.MinMaxBytes, sqsmsg.MaxMaxBytes)
+	}
+	return nil
+}
+
+// Handler adapts an EventHandler to a Lambda SQS event source mapping. Safe
+// for concurrent use.
+type Handler struct {
+	h   EventHandler
+	cfg Config
+	log *slog.Logger
+}
+
+// New returns a Handler running h. It returns an error when h is nil or cfg
+// does not validate.
+func New(h EventHandler, cfg Config) (*Handler, error) {
+	cfg.setDefaults()
+	if h == nil {
+		return nil, errors.New("sqsconsumer: nil handler")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Handler{h: h, cfg: cfg, log: cfg.Logger.With("consumer", cfg.Name)}, nil
+}
+
+type msgKey struct{}
+
+// MessageFromContext returns the SQS message whose event the handler is
+// handling (ApproximateReceiveCount is in Attributes), when called from
+// inside Handle.
+func MessageFromContext(ctx context.Context) (events.SQSMessage, bool) {
+	m, ok := ctx.Value(msgKey{}).(events.SQSMessage)
+	return m, ok
+}
+
+// ReceiveCount returns the message's ApproximateReceiveCount (0 if absent).
+func ReceiveCount(m events.SQSMessage) int {
+	n, _ := strconv.Atoi(m.Attributes["ApproximateReceiveCount"])
+	return n
+}
+
+// Handle processes one SQS batch; see the package documentation.
+func (h *Handler) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+	var resp events.SQSEventResponse
+	for _, m := range ev.Records {
+		if m.MessageId == "" {
+			return events.SQSEventResponse{}, errors.New("sqsconsumer: message without messageId; failing the whole batch")
+		}
+	}
+	deadline, hasDeadline := ctx.Deadline()
+	for i, m := range ev.Records {
+		if hasDeadline && time.Until(deadline) <= h.cfg.Reserve {
+			for _, rest := range ev.Records[i:] {
+				resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: rest.MessageId})
+			}
+			h.log.WarnContext(ctx, "sqsconsumer: deadline reserve reached, leaving messages for redelivery",
+				"not_started", len(ev.Records)-i, "reserve", h.cfg.Reserve)
+			break
+		}
+		if !h.one(ctx, deadline, hasDeadline, m) {
+			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: m.MessageId})
+		}
+	}
+	return resp, nil
+}
+
+// one handles a message and reports whether it is done (applied, or
+// dead-lettered).
+func (h *Handler) one(ctx context.Context, deadline time.Time, hasDeadline bool, m events.SQSMessage) bool {
+	mctx := context.WithValue(ctx, msgKey{}, m)
+	if hasDeadline {
+		var cancel context.CancelFunc
+		mctx, cancel = context.WithDeadline(mctx, deadline.Add(-h.cfg.Reserve))
+		defer cancel()
+	}
+	var ev events.EventBridgeEvent
+	err := json.Unmarshal([]byte(m.Body), &ev)
+	if err != nil {
+		err = Permanent(ReasonMalformedEvent, fmt.Errorf("message body is not an EventBridge event: %w", err))
+	} else {
+		err = h.call(mctx, ev)
+	}
+	if err == nil {
+		return true
+	}
+	p, permanent := AsPermanent(err)
+	if !permanent || h.cfg.DLQ == nil {
+		h.log.WarnContext(ctx, "sqsconsumer: event failed, left for redelivery",
+			"message_id", m.MessageId, "receive_count", ReceiveCount(m), "error", err)
+		return false
+	}
+	if derr := h.deadLetter(ctx, m, p); derr != nil {
+		h.log.ErrorContext(ctx, "sqsconsumer: dead-lettering failed, left for redelivery",
+			"message_id", m.MessageId, "reason", p.Reason, "error", err, "dlq_error", derr)
+		return false
+	}
+	h.log.ErrorContext(ctx, "sqsconsumer: event dead-lettered",
+		"message_id", m.MessageId, "reason", p.Reason, "error", err)
+	return true
+}
+
+func (h *Handler) call(ctx context.Context, ev events.EventBridgeEvent) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("sqsconsumer: handler panicked: %v", r)
+		}
+	}()
+	return h.h(ctx, ev)
+}
+
+// deadLetter sends m's body to the DLQ with the reason attributes.
+func (h *Handler) deadLetter(ctx context.Context, m events.SQSMessage, p *PermanentError) error {
+	errText := sqsmsg.Sanitize(p.Error(), MaxErrorAttributeBytes)
+	attrs := map[string]sqstypes.MessageAttributeValue{
+		AttrReason:          strAttr(sqsmsg.Sanitize(p.Reason, 256)),
+		AttrError:           strAttr(errText),
+		AttrConsumer:        strAttr(h.cfg.Name),
+		AttrSourceMessageID: strAttr(m.MessageId),
+		AttrReceiveCount:    {DataType: aws.String("Number"), StringValue: aws.String(strconv.Itoa(max(ReceiveCount(m), 0)))},
+	}
+	if err := sqsmsg.Check(m.Body, h.cfg.MaxMessageBytes-attrBytes(attrs)); err != nil {
+		// The body came from an SQS queue, so it is legal; it can only be too
+		// large for a smaller DLQ. Keep the reason; the original stays in
+		// the source queue until its redrive policy moves it whole.
+		return fmt.Errorf("dead-letter body: %w", err)
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.cfg.SendTimeout)
+	defer cancel()
+	_, err := h.cfg.DLQ.SendMessage(sctx, &sqs.SendMessageInput{
+		QueueUrl:          aws.String(h.cfg.DLQURL),
+		MessageBody:       aws.String(m.Body),
+		MessageAttributes: attrs,
+	})
+	return err
+}
+
+func strAttr(v string) sqstypes.MessageAttributeValue {
+	if v == "" {
+		v = "-"
+	}
+	return sqstypes.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(v)}
+}
+
+// attrBytes is the size message attributes add to a message: name, data
+// type and value bytes (Amazon SQS message quotas).
+func attrBytes(attrs map[string]sqstypes.MessageAttributeValue) int {
+	n := 0
+	for k, v := range attrs {
+		n += len(k) + len(aws.ToString(v.DataType)) + len(aws.ToString(v.StringValue)) + len(v.BinaryValue)
+	}
+	return n
+}
