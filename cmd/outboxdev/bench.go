@@ -231,7 +231,7 @@ func (b *benchRun) runLevel(ctx context.Context, label string, rate float64, ord
 			bus = eb
 			return callcount.CountingPutEvents(relayC, eb)
 		},
-		BusInterceptor: rec.Interceptor(),
+		ConsumerInterceptor: rec.Interceptor(),
 	}
 	var naiveHandler localrt.StreamHandler
 	opts.WrapStream = func(h localrt.StreamHandler) localrt.StreamHandler {

@@ -34,7 +34,7 @@ func NewApplyRecorder() *ApplyRecorder {
 	return &ApplyRecorder{events: map[string]*applied{}}
 }
 
-// Interceptor returns a localrt.Interceptor (devstack Options.BusInterceptor)
+// Interceptor returns a localrt.Interceptor (devstack Options.ConsumerInterceptor)
 // that calls next once and, when it succeeds, records the time.
 func (r *ApplyRecorder) Interceptor() localrt.Interceptor {
 	return func(ctx context.Context, consumer string, ev events.EventBridgeEvent, attempt int, next localrt.EventHandler) error {

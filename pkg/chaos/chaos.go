@@ -29,6 +29,7 @@ import (
 	"github.com/ddb-outbox/ddb-outbox/pkg/localrt"
 	"github.com/ddb-outbox/ddb-outbox/pkg/relay"
 	"github.com/ddb-outbox/ddb-outbox/pkg/routing"
+	"github.com/ddb-outbox/ddb-outbox/pkg/sqsconsumer"
 )
 
 // Config shapes a chaos run. Zero values take the defaults.
@@ -109,6 +110,15 @@ type Report struct {
 	ESMDiscarded      int64 // batches sent to the on-failure destination (records stay pending)
 	BusRetries        int64
 	BusDeadLettered   int64
+	// DeadLettered counts events that reached a consumer DLQ (redrive
+	// policy or a permanent error); Redriven those moved back by the
+	// audit's redrive. ConsumerTimeouts counts consumer invocations that
+	// overran their function timeout; ConsumerRedeliveries messages
+	// received again after a failed, timed-out or partial invocation.
+	DeadLettered         int
+	Redriven             int
+	ConsumerTimeouts     int64
+	ConsumerRedeliveries int64
 	ReconcilerResends int
 	ParkedMessages    int // messages on the parked-records DLQ
 	// Faults counts injected faults by kind, over all epochs.
@@ -122,13 +132,13 @@ type Report struct {
 
 // OK reports whether every promise held in every epoch.
 func (r Report) OK() bool {
-	return r.Lost == 0 && r.Ghost == 0 && r.DoubleApplied == 0 && r.Pending == 0 && len(r.FailedEpochs) == 0
+	return r.Lost == 0 && r.Ghost == 0 && r.DoubleApplied == 0 && r.Pending == 0 && r.DeadLettered == r.Redriven && len(r.FailedEpochs) == 0
 }
 
 // Summary is the one-line result of make chaos.
 func (r Report) Summary() string {
-	return fmt.Sprintf("orders=%d committed=%d events=%d published=%d lost=%d ghost=%d double_applied=%d duplicates_absorbed=%d parked=%d",
-		r.Orders, r.Committed, r.Events, r.Published, r.Lost, r.Ghost, r.DoubleApplied, r.DuplicatesAbsorbed, r.Parked)
+	return fmt.Sprintf("orders=%d committed=%d events=%d published=%d lost=%d ghost=%d double_applied=%d duplicates_absorbed=%d parked=%d dead_lettered=%d redriven=%d",
+		r.Orders, r.Committed, r.Events, r.Published, r.Lost, r.Ghost, r.DoubleApplied, r.DuplicatesAbsorbed, r.Parked, r.DeadLettered, r.Redriven)
 }
 
 // Table renders the per-kind fault counts and pipeline counters.
@@ -167,6 +177,10 @@ func (r Report) Table() string {
 		{"poller restarts", int64(r.PollerRestarts)},
 		{"bus delivery retries", r.BusRetries},
 		{"bus dead letters", r.BusDeadLettered},
+		{"consumer dead-lettered", int64(r.DeadLettered)},
+		{"consumer DLQ redriven", int64(r.Redriven)},
+		{"consumer timeouts", r.ConsumerTimeouts},
+		{"consumer redeliveries", r.ConsumerRedeliveries},
 		{"reconciler re-sends", int64(r.ReconcilerResends)},
 		{"lost", int64(r.Lost)},
 		{"ghost", int64(r.Ghost)},
@@ -213,6 +227,7 @@ func runEpoch(ctx context.Context, cfg Config, epoch, orders int, rep *Report) e
 	}
 	epochStart := time.Now()
 	metrics := &emfCounter{}
+	applied := &applyCounter{n: map[string]int64{}}
 	s, err := devstack.Start(ctx, devstack.Options{
 		Metrics:  metrics,
 		Endpoint: cfg.Endpoint,
@@ -229,9 +244,20 @@ func runEpoch(ctx context.Context, cfg Config, epoch, orders int, rep *Report) e
 		WrapEventBridge: func(eb relay.EventBridgeAPI) relay.EventBridgeAPI { return inj.EventBridge(eb) },
 		WrapQueue:       func(q relay.QueueSender) relay.QueueSender { return inj.Queue(q) },
 		WrapStream:      func(h localrt.StreamHandler) localrt.StreamHandler { return inj.StreamHandler(h) },
-		BusInterceptor:  inj.Interceptor(),
+		ConsumerInterceptor: applied.wrap(inj.Interceptor()),
+		WrapConsumer:        inj.SQSHandler,
 		// EventBridge retries a target for up to 24 h and 185 attempts.
 		BusTargetMaxAttempts: 40,
+		// Consumer delivery scaled down so that an outage reaches the DLQ in
+		// seconds: 1 s function timeout, 2 s visibility timeout (Lambda
+		// requires visibility >= function timeout; AWS advises 6x, which the
+		// CDK stack uses), 3 receives before the DLQ.
+		ConsumerFunctionTimeout:   ConsumerFunctionTimeout,
+		ConsumerVisibilityTimeout: ConsumerVisibilityTimeout,
+		ConsumerMaxReceiveCount:   ConsumerMaxReceiveCount,
+		// The relay's function timeout, short enough that stalled marking
+		// (SlowCall) pushes it against its deadline budget.
+		RelayFunctionTimeout: RelayFunctionTimeout,
 		// The reconciler races the relay on purpose: records older than 1 s
 		// are re-sent every 500 ms while the relay may be publishing them.
 		ReconcileEvery: 500 * time.Millisecond,
@@ -275,9 +301,14 @@ func runEpoch(ctx context.Context, cfg Config, epoch, orders int, rep *Report) e
 
 	dctx, cancel := context.WithTimeout(ctx, cfg.DrainTimeout)
 	defer cancel()
-	a, err := drainAndAudit(dctx, s)
+	a, dl, err := drainRedriveAndAudit(dctx, s, inj)
 	if err != nil {
 		return err
+	}
+	rep.DeadLettered += dl.deadLettered
+	rep.Redriven += dl.redriven
+	if dl.deadLettered != dl.redriven {
+		a.Problems = append(a.Problems, fmt.Sprintf("%d events reached a consumer DLQ but %d were redriven", dl.deadLettered, dl.redriven))
 	}
 
 	rep.Epochs++
@@ -297,10 +328,15 @@ func runEpoch(ctx context.Context, cfg Config, epoch, orders int, rep *Report) e
 	rep.Conflicts += drive.Conflicts
 	rep.Unexpected += drive.Unexpected
 	bs := s.Bus.Stats()
-	// Every successful delivery beyond the first per event and consumer
-	// found its dedup marker and changed nothing.
-	rep.DuplicatesAbsorbed += bs.Deliveries[routing.ConsumerNotifier] - int64(a.Notifications) +
-		bs.Deliveries[routing.ConsumerLedger] - int64(a.LedgerRouted)
+	// Every successful apply beyond the first per event and consumer found
+	// its dedup marker and changed nothing.
+	rep.DuplicatesAbsorbed += applied.get(routing.ConsumerNotifier) - int64(a.Notifications) +
+		applied.get(routing.ConsumerLedger) - int64(a.LedgerRouted)
+	for _, c := range s.Consumers {
+		st := c.Poller.Stats()
+		rep.ConsumerTimeouts += st.Timeouts
+		rep.ConsumerRedeliveries += st.Messages - st.Deleted
+	}
 	for _, n := range bs.Retries {
 		rep.BusRetries += n
 	}
@@ -326,6 +362,38 @@ func runEpoch(ctx context.Context, cfg Config, epoch, orders int, rep *Report) e
 	cfg.Progress(fmt.Sprintf("epoch %d seed %d: %d orders in %s: %s | faults %d, ambiguous answers %d, duplicates absorbed so far %d",
 		epoch, seed, a.Orders, time.Since(epochStart).Round(time.Millisecond), a.Summary(), sum(inj.Stats().ByKind()), drive.Ambiguous, rep.DuplicatesAbsorbed))
 	return nil
+}
+
+// Consumer delivery settings of a chaos run (see runEpoch).
+const (
+	ConsumerFunctionTimeout   = time.Second
+	ConsumerVisibilityTimeout = 2 * time.Second
+	ConsumerMaxReceiveCount   = 3
+	RelayFunctionTimeout      = 3 * time.Second
+)
+
+type dlqCounts struct{ deadLettered, redriven int }
+
+// drainRedriveAndAudit drains, then does what an operator does after a
+// consumer outage: ends the outage (the consumer is fixed), redrives every
+// consumer DLQ through the code outboxctl uses (sqsconsumer.Redrive), drains
+// again, and audits.
+func drainRedriveAndAudit(ctx context.Context, s *devstack.Stack, inj *faults.Injector) (devstack.Audit, dlqCounts, error) {
+	var c dlqCounts
+	if err := s.Drain(ctx); err != nil {
+		return devstack.Audit{}, c, err
+	}
+	inj.EndOutages()
+	for _, p := range s.Consumers {
+		c.deadLettered += int(p.DLQ.Sent())
+		n, err := sqsconsumer.Redrive(ctx, p.DLQ, p.DLQ.URL(), p.Queue, p.Queue.URL(), sqsconsumer.RedriveOptions{})
+		c.redriven += n
+		if err != nil {
+			return devstack.Audit{}, c, err
+		}
+	}
+	a, err := drainAndAudit(ctx, s)
+	return a, c, err
 }
 
 // drainAndAudit waits until the stream is read, the bus is idle and no

@@ -32,10 +32,19 @@ func TestChaosSmall(t *testing.T) {
 	if rep.Published+rep.Parked != rep.Events || rep.Events != rep.Committed {
 		t.Fatalf("events=%d committed=%d published=%d parked=%d", rep.Events, rep.Committed, rep.Published, rep.Parked)
 	}
-	for _, k := range []faults.Kind{faults.FailBeforeSend, faults.ResponseLost, faults.Throttle, faults.EntryRetryable, faults.CrashAfterEffect} {
+	for _, k := range []faults.Kind{faults.FailBeforeSend, faults.ResponseLost, faults.Throttle, faults.EntryRetryable, faults.CrashAfterEffect,
+		faults.ConsumerOutage, faults.ConsumerRejected, faults.TimeoutAfterHandle, faults.SlowCall} {
 		if rep.Faults[k] == 0 {
 			t.Errorf("no %s fault was injected: the audit proved nothing about it", k)
 		}
+	}
+	// Consumer failures must really reach the DLQ (the path AWS takes after
+	// maxReceiveCount receives) and come back only through the redrive.
+	if rep.DeadLettered == 0 || rep.Redriven != rep.DeadLettered {
+		t.Errorf("dead_lettered=%d redriven=%d: want > 0 and equal", rep.DeadLettered, rep.Redriven)
+	}
+	if rep.ConsumerTimeouts == 0 {
+		t.Error("no consumer invocation timed out: the function timeout path was not exercised")
 	}
 	if rep.DuplicatesAbsorbed == 0 {
 		t.Error("no duplicate delivery was absorbed: consumer dedup was not exercised")

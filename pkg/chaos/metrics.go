@@ -3,10 +3,14 @@ package chaos
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"sync"
 
+	"github.com/aws/aws-lambda-go/events"
+
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
+	"github.com/ddb-outbox/ddb-outbox/pkg/localrt"
 )
 
 // emfCounter is the stack's metrics writer during a chaos epoch: it sums the
@@ -39,4 +43,31 @@ func (c *emfCounter) Resent() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return int(c.resent)
+}
+
+// applyCounter counts successful consumer applies (first or duplicate) per
+// consumer. Safe for concurrent use.
+type applyCounter struct {
+	mu sync.Mutex
+	n  map[string]int64
+}
+
+// wrap returns an interceptor running next (through inner) and counting
+// its successes.
+func (c *applyCounter) wrap(inner localrt.Interceptor) localrt.Interceptor {
+	return func(ctx context.Context, consumer string, ev events.EventBridgeEvent, attempt int, next localrt.EventHandler) error {
+		err := inner(ctx, consumer, ev, attempt, next)
+		if err == nil {
+			c.mu.Lock()
+			c.n[consumer]++
+			c.mu.Unlock()
+		}
+		return err
+	}
+}
+
+func (c *applyCounter) get(consumer string) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[consumer]
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/aws/smithy-go/middleware"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/app"
+	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/awsclient"
 	"github.com/ddb-outbox/ddb-outbox/pkg/dedup"
 	"github.com/ddb-outbox/ddb-outbox/pkg/dynoxide"
@@ -83,8 +84,26 @@ type Options struct {
 	WrapEventBridge func(relay.EventBridgeAPI) relay.EventBridgeAPI
 	WrapQueue       func(relay.QueueSender) relay.QueueSender
 	WrapStream      func(localrt.StreamHandler) localrt.StreamHandler
-	// BusInterceptor wraps every consumer delivery (fault injection).
-	BusInterceptor localrt.Interceptor
+	// ConsumerInterceptor wraps every consumer's event handler inside its
+	// SQS event source mapping invocation (fault injection, apply timing);
+	// its attempt argument is the message's ApproximateReceiveCount.
+	ConsumerInterceptor localrt.Interceptor
+	// WrapConsumer, when set, wraps each consumer's SQS handler as its event
+	// source mapping invokes it (a crash after the handler answered).
+	WrapConsumer func(consumer string, h localrt.SQSHandler) localrt.SQSHandler
+	// ConsumerFunctionTimeout is each consumer's function timeout (default
+	// config.DefaultConsumerTimeout, 30 s). ConsumerVisibilityTimeout is its
+	// queue's visibility timeout (default ConsumerVisibilityTimeoutFactor x
+	// ConsumerFunctionTimeout, as in the CDK stack); ConsumerMaxReceiveCount
+	// the queue's redrive maxReceiveCount (default
+	// config.DefaultConsumerMaxReceiveCount). Lower all three together to
+	// reach the DLQ quickly (chaos does).
+	ConsumerFunctionTimeout   time.Duration
+	ConsumerVisibilityTimeout time.Duration
+	ConsumerMaxReceiveCount   int
+	// RelayFunctionTimeout is the relay's function timeout as the stream
+	// event source mapping invokes it (default config.DefaultRelayTimeout).
+	RelayFunctionTimeout time.Duration
 	// Metrics receives the relay's and reconciler's EMF metric lines
 	// (default: discarded).
 	Metrics io.Writer
@@ -121,6 +140,18 @@ func (o *Options) setDefaults() {
 	if o.Metrics == nil {
 		o.Metrics = io.Discard
 	}
+	if o.ConsumerFunctionTimeout == 0 {
+		o.ConsumerFunctionTimeout = config.DefaultConsumerTimeout
+	}
+	if o.ConsumerVisibilityTimeout == 0 {
+		o.ConsumerVisibilityTimeout = config.ConsumerVisibilityTimeoutFactor * o.ConsumerFunctionTimeout
+	}
+	if o.ConsumerMaxReceiveCount == 0 {
+		o.ConsumerMaxReceiveCount = config.DefaultConsumerMaxReceiveCount
+	}
+	if o.RelayFunctionTimeout == 0 {
+		o.RelayFunctionTimeout = config.DefaultRelayTimeout
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
@@ -142,6 +173,10 @@ type Stack struct {
 	Scheduler      *localrt.Scheduler
 	ParkedQueue    *localrt.MemoryQueue
 	OnFailureQueue *localrt.MemoryQueue
+	// Consumers are the consumer delivery paths by consumer name
+	// (routing.ConsumerLedger, routing.ConsumerNotifier): queue, DLQ, SQS
+	// event source mapping.
+	Consumers map[string]*ConsumerPath
 	Relay          *relay.Relay
 	Reconciler     *reconciler.Reconciler
 	Ledger         *ledger.Ledger
@@ -215,7 +250,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	s.ParkedQueue = localrt.NewMemoryQueue(s.Settings.ParkedQueueURL)
 	s.OnFailureQueue = localrt.NewMemoryQueue("https://sqs.us-east-1.amazonaws.com/000000000000/" + p + "-relay-onfailure")
 	if s.Bus, err = localrt.NewBus(localrt.BusConfig{
-		Name: s.Settings.EventBus, Source: s.Settings.Source, Interceptor: opts.BusInterceptor, Logger: log,
+		Name: s.Settings.EventBus, Source: s.Settings.Source, Logger: log,
 		TargetMaxAttempts: opts.BusTargetMaxAttempts,
 	}); err != nil {
 		return nil, err
@@ -253,8 +288,15 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	if s.Notifier, err = app.NewNotifier(s.Settings, s.DDB, log.With("fn", routing.ConsumerNotifier)); err != nil {
 		return nil, err
 	}
-	s.Bus.Subscribe(routing.ConsumerLedger, s.Ledger.Handle)
-	s.Bus.Subscribe(routing.ConsumerNotifier, s.Notifier.Handle)
+	s.Consumers = map[string]*ConsumerPath{}
+	for name, h := range map[string]localrt.EventHandler{routing.ConsumerLedger: s.Ledger.Handle, routing.ConsumerNotifier: s.Notifier.Handle} {
+		c, err := newConsumerPath(name, h, opts, log)
+		if err != nil {
+			return nil, err
+		}
+		s.Consumers[name] = c
+		s.Bus.SubscribeQueue(name, c.Queue, c.Queue.URL())
+	}
 
 	var streamHandler localrt.StreamHandler = s.Relay.Handle
 	if opts.WrapStream != nil {
@@ -270,6 +312,8 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		MaxBatchingWindow:          opts.MaxBatchingWindow,
 		BisectBatchOnFunctionError: true,
 		MaximumRetryAttempts:       opts.StreamRetries,
+		FunctionTimeout:            opts.RelayFunctionTimeout,
+		FunctionName:               "relay",
 		OnFailure:                  s.OnFailureQueue,
 		OnFailureQueueURL:          s.OnFailureQueue.URL(),
 		Logger:                     log.With("fn", "event-source-mapping"),
@@ -279,6 +323,8 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	}
 	if s.Scheduler, err = localrt.NewScheduler(localrt.SchedulerConfig{
 		Interval: opts.ReconcileEvery, Logger: log.With("fn", "schedule"),
+		// the reconciler's function timeout, as the outbox construct sets it
+		Timeout: s.Settings.ReconcileBudget + 15*time.Second,
 	}, s.Reconciler.Handle); err != nil {
 		return nil, err
 	}
@@ -300,6 +346,10 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	s.runCtx = runCtx
 	s.startPoller()
 	s.goRun(func() { s.Scheduler.Run(runCtx) })
+	for _, c := range s.Consumers {
+		p := c.Poller
+		s.goRun(func() { _ = p.Run(runCtx) })
+	}
 	log.Info("local stack ready", "api", s.URL, "dynamodb", s.Endpoint, "outbox_table", s.Settings.OutboxTable)
 	return s, nil
 }
@@ -402,8 +452,11 @@ func (s *Stack) Drain(ctx context.Context) error {
 		if err := s.Bus.WaitIdle(ctx); err != nil {
 			return fmt.Errorf("devstack: drain bus: %w", err)
 		}
+		if err := s.waitConsumers(ctx); err != nil {
+			return err
+		}
 		st := p.Stats()
-		seen := st.RecordsDelivered + st.RecordsFiltered + s.Bus.Stats().Accepted
+		seen := st.RecordsDelivered + st.RecordsFiltered + s.Bus.Stats().Accepted + s.consumerDeletes()
 		if seen == last {
 			return nil
 		}

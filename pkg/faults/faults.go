@@ -66,11 +66,34 @@ const (
 	// PollerRestart: the stream poller is stopped and restarted from its
 	// checkpoint (see RestartablePoller.Chaos).
 	PollerRestart Kind = "poller_restart"
+	// ConsumerOutage: one event fails at a consumer on every delivery until
+	// EndOutages is called (an outage longer than the whole retry window):
+	// the queue's redrive policy moves it to the consumer DLQ after
+	// maxReceiveCount receives, and only a redrive gets it applied. Decided
+	// once per event and consumer; its rate defaults to Config.Rate/10.
+	ConsumerOutage Kind = "consumer_outage"
+	// ConsumerRejected: a consumer refuses one event as permanent
+	// (sqsconsumer.Permanent, reason "injected_rejection") until EndOutages
+	// is called: it goes to the consumer DLQ at once, with its reason.
+	// Decided once per event and consumer; rate defaults to Config.Rate/10.
+	ConsumerRejected Kind = "consumer_rejected"
+	// TimeoutAfterHandle: an invocation (relay or consumer) ran to the end
+	// and then overran its function timeout: its answer arrives after the
+	// deadline and is discarded, as Lambda discards a timed-out invocation's
+	// response; the whole batch is delivered again. Rate defaults to
+	// Config.Rate/5.
+	TimeoutAfterHandle Kind = "timeout_after_handle"
+	// SlowCall: a call of SlowOperations (the relay's marking: UpdateItem,
+	// BatchExecuteStatement) is delayed by Config.MaxStall before it is
+	// sent, to push the relay against its deadline. Rate defaults to
+	// Config.Rate/5.
+	SlowCall Kind = "slow_call"
 )
 
 // AllKinds lists every Kind, in the order Summary prints them.
 var AllKinds = []Kind{FailBeforeSend, ResponseLost, Throttle, Latency, EntryRetryable, EntryPermanent,
-	StatementFailed, CrashAfterHandle, CrashBeforeEffect, CrashAfterEffect, PollerRestart}
+	StatementFailed, CrashAfterHandle, CrashBeforeEffect, CrashAfterEffect, PollerRestart,
+	ConsumerOutage, ConsumerRejected, TimeoutAfterHandle, SlowCall}
 
 // Config configures an Injector. The zero value injects nothing.
 type Config struct {
@@ -85,6 +108,11 @@ type Config struct {
 	Rates map[Kind]float64
 	// MaxLatency bounds an injected Latency fault. Default 20 ms.
 	MaxLatency time.Duration
+	// MaxStall is the delay of a SlowCall. Default 1 s.
+	MaxStall time.Duration
+	// SlowOperations lists the operations SlowCall may delay (as in
+	// Operations). nil means UpdateItem and BatchExecuteStatement.
+	SlowOperations []string
 	// Operations lists the AWS SDK operations the middleware may fault, as
 	// "Operation" or "ServiceID.Operation" (e.g. "DynamoDB.UpdateItem").
 	// nil means DefaultOperations.
@@ -125,6 +153,12 @@ func (c *Config) setDefaults() {
 	if c.MaxLatency == 0 {
 		c.MaxLatency = 20 * time.Millisecond
 	}
+	if c.MaxStall == 0 {
+		c.MaxStall = time.Second
+	}
+	if c.SlowOperations == nil {
+		c.SlowOperations = []string{"UpdateItem", "BatchExecuteStatement"}
+	}
 	if c.Operations == nil {
 		c.Operations = DefaultOperations
 	}
@@ -157,10 +191,15 @@ type Injection struct {
 type Injector struct {
 	cfg  Config
 	ops  map[string]bool
-	mu   sync.Mutex
-	rngs map[string]*rand.Rand
-	n    int64
-	log  []Injection
+	slow map[string]bool
+	// outages maps consumer + "/" + event_id to the outage kind decided at
+	// the event's first delivery ("" = none); outagesOver ends them all.
+	outages     map[string]Kind
+	outagesOver bool
+	mu          sync.Mutex
+	rngs        map[string]*rand.Rand
+	n           int64
+	log         []Injection
 	// calls counts decisions per boundary; counts injections per boundary and kind.
 	calls  map[string]int64
 	counts map[string]map[Kind]int64
@@ -177,7 +216,11 @@ func New(cfg Config) (*Injector, error) {
 	for _, o := range cfg.Operations {
 		ops[o] = true
 	}
-	return &Injector{cfg: cfg, ops: ops, rngs: map[string]*rand.Rand{}, calls: map[string]int64{},
+	slow := map[string]bool{}
+	for _, o := range cfg.SlowOperations {
+		slow[o] = true
+	}
+	return &Injector{cfg: cfg, ops: ops, slow: slow, outages: map[string]Kind{}, rngs: map[string]*rand.Rand{}, calls: map[string]int64{},
 		counts: map[string]map[Kind]int64{}, sleep: sleepCtx}, nil
 }
 
@@ -189,8 +232,13 @@ func (in *Injector) RateOf(k Kind) float64 {
 	if r, ok := in.cfg.Rates[k]; ok {
 		return r
 	}
-	if k == EntryPermanent {
+	switch k {
+	case EntryPermanent:
 		return in.cfg.Rate / 100
+	case ConsumerOutage, ConsumerRejected:
+		return in.cfg.Rate / 10
+	case TimeoutAfterHandle, SlowCall:
+		return in.cfg.Rate / 5
 	}
 	return in.cfg.Rate
 }

@@ -114,6 +114,11 @@ func (in *Injector) around(ctx context.Context, send func() error) error {
 	if err := in.wait(ctx, d.latency); err != nil {
 		return err
 	}
+	if (in.slow[op] || in.slow[service+"."+op]) && in.Chance(boundary+".slow", SlowCall) {
+		if err := in.wait(ctx, in.cfg.MaxStall); err != nil {
+			return err
+		}
+	}
 	switch d.kind {
 	case FailBeforeSend, Throttle:
 		return &Error{Kind: d.kind, Boundary: boundary, Code: codeFor(d.kind, service)}

@@ -2,7 +2,9 @@ package faults
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -12,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/localrt"
+	"github.com/ddb-outbox/ddb-outbox/pkg/sqsconsumer"
 )
 
 // Boundaries of the narrow-interface wrappers.
@@ -223,7 +226,12 @@ func (in *Injector) wrapCall(ctx context.Context, boundary, service string, call
 func (in *Injector) StreamHandler(next localrt.StreamHandler) localrt.StreamHandler {
 	return func(ctx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
 		crash := in.Chance(BoundaryStream, CrashAfterHandle)
+		late := in.Chance(BoundaryStream+".timeout", TimeoutAfterHandle)
 		resp, err := next(ctx, ev)
+		if late {
+			overrun(ctx)
+			return resp, err
+		}
 		if err != nil || !crash {
 			return resp, err
 		}
@@ -240,6 +248,13 @@ func (in *Injector) StreamHandler(next localrt.StreamHandler) localrt.StreamHand
 func (in *Injector) EventHandler(consumer string, next localrt.EventHandler) localrt.EventHandler {
 	boundary := BoundaryConsumerPrefix + consumer
 	return func(ctx context.Context, ev events.EventBridgeEvent) error {
+		if k := in.outage(consumer, ev); k != "" {
+			err := &Error{Kind: k, Boundary: boundary, Code: codeFor(k, "")}
+			if k == ConsumerRejected {
+				return sqsconsumer.Permanent("injected_rejection", err)
+			}
+			return err
+		}
 		d := in.draw(boundary, CrashBeforeEffect, CrashAfterEffect)
 		if err := in.wait(ctx, d.latency); err != nil {
 			return err
@@ -254,6 +269,82 @@ func (in *Injector) EventHandler(consumer string, next localrt.EventHandler) loc
 			return &Error{Kind: CrashAfterEffect, Boundary: boundary, Code: codeFor(CrashAfterEffect, ""), Applied: true}
 		}
 		return next(ctx, ev)
+	}
+}
+
+// outage returns the outage kind in force for ev at consumer ("" if none),
+// deciding it at the event's first delivery.
+func (in *Injector) outage(consumer string, ev events.EventBridgeEvent) Kind {
+	var env struct {
+		EventID string `json:"event_id"`
+	}
+	if json.Unmarshal(ev.Detail, &env) != nil || env.EventID == "" {
+		return ""
+	}
+	key := consumer + "/" + env.EventID
+	in.mu.Lock()
+	k, seen := in.outages[key]
+	over := in.outagesOver
+	in.mu.Unlock()
+	if !seen {
+		switch {
+		case in.Chance(BoundaryConsumerPrefix+consumer+".outage", ConsumerOutage):
+			k = ConsumerOutage
+		case in.Chance(BoundaryConsumerPrefix+consumer+".rejected", ConsumerRejected):
+			k = ConsumerRejected
+		}
+		in.mu.Lock()
+		if prev, ok := in.outages[key]; ok {
+			k = prev
+		} else {
+			in.outages[key] = k
+		}
+		in.mu.Unlock()
+	}
+	if over {
+		return ""
+	}
+	return k
+}
+
+// EndOutages ends every ConsumerOutage and ConsumerRejected fault: the
+// consumer is "fixed", and redriven events apply. It returns how many
+// event/consumer pairs were affected.
+func (in *Injector) EndOutages() int {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.outagesOver = true
+	n := 0
+	for _, k := range in.outages {
+		if k != "" {
+			n++
+		}
+	}
+	return n
+}
+
+// SQSHandler wraps a consumer's SQS handler as its event source mapping
+// invokes it (boundary "consumer.<name>.invoke"): with TimeoutAfterHandle
+// the handler runs to the end and then overruns its deadline, so the event
+// source mapping discards the answer and the whole batch returns after the
+// visibility timeout.
+func (in *Injector) SQSHandler(consumer string, next localrt.SQSHandler) localrt.SQSHandler {
+	boundary := BoundaryConsumerPrefix + consumer + ".invoke"
+	return func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+		late := in.Chance(boundary, TimeoutAfterHandle)
+		resp, err := next(ctx, ev)
+		if late {
+			overrun(ctx)
+		}
+		return resp, err
+	}
+}
+
+// overrun blocks until just after ctx's deadline (a function that ignores
+// its deadline); without a deadline it returns at once.
+func overrun(ctx context.Context) {
+	if d, ok := ctx.Deadline(); ok {
+		time.Sleep(time.Until(d) + 5*time.Millisecond)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	ebtypes "github.com/aws/aws-sdk-go-v2/service/eventbridge/types"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/smithy-go"
 	"github.com/google/uuid"
 
@@ -214,7 +215,7 @@ type Bus struct {
 	rules []busRule
 
 	mu        sync.Mutex
-	handlers  map[string]EventHandler
+	handlers  map[string]busTarget
 	stats     BusStats
 	accepted  []json.RawMessage
 	dead      []DeadLetter
@@ -223,6 +224,14 @@ type Bus struct {
 	closed    bool
 	closeCtx  context.Context
 	cancelAll context.CancelFunc
+}
+
+// busTarget is a rule target: a function invoked with the event, or an SQS
+// queue receiving the event JSON as its message body.
+type busTarget struct {
+	h     EventHandler
+	queue MessageSender
+	url   string
 }
 
 type busRule struct {
@@ -237,7 +246,7 @@ func NewBus(cfg BusConfig) (*Bus, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	b := &Bus{cfg: cfg, log: cfg.Logger.With("component", "event-bus", "event_bus", cfg.Name), handlers: map[string]EventHandler{}}
+	b := &Bus{cfg: cfg, log: cfg.Logger.With("component", "event-bus", "event_bus", cfg.Name), handlers: map[string]busTarget{}}
 	for _, r := range cfg.Rules {
 		p, err := CompilePattern(r.Pattern(cfg.Source))
 		if err != nil {
@@ -269,7 +278,20 @@ func (b *Bus) RuleARN(rule string) string {
 func (b *Bus) Subscribe(consumer string, h EventHandler) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.handlers[consumer] = h
+	b.handlers[consumer] = busTarget{h: h}
+}
+
+// SubscribeQueue makes the SQS queue at url (sent to through q) the target
+// of every rule whose Consumer is consumer, as an EventBridge rule with an
+// SQS target does: the message body is the event JSON the rule matched. A
+// SendMessage error (the queue refuses the body, say) is a failed delivery,
+// retried like any target and then dead-lettered (the rule target's DLQ).
+// The Interceptor does not apply to queue targets; wrap the consumer
+// behind the queue instead.
+func (b *Bus) SubscribeQueue(consumer string, q MessageSender, url string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.handlers[consumer] = busTarget{queue: q, url: url}
 }
 
 // PutEvents accepts up to 10 entries, like EventBridge PutEvents:
@@ -451,14 +473,14 @@ func (b *Bus) route(raw json.RawMessage) {
 			continue
 		}
 		matched = true
-		h, ok := b.handlers[r.rule.Consumer]
+		t, ok := b.handlers[r.rule.Consumer]
 		if !ok {
 			b.stats.Unsubscribed++
 			b.log.Warn("rule matched but its consumer has no handler", "rule", r.rule.Name, "consumer", r.rule.Consumer)
 			continue
 		}
 		b.inflight++
-		go b.deliver(r.rule, h, raw)
+		go b.deliver(r.rule, t, raw)
 	}
 	if !matched {
 		b.stats.Unmatched++
@@ -466,7 +488,7 @@ func (b *Bus) route(raw json.RawMessage) {
 }
 
 // deliver runs the target's attempts and dead-letters on exhaustion.
-func (b *Bus) deliver(rule routing.Rule, h EventHandler, raw json.RawMessage) {
+func (b *Bus) deliver(rule routing.Rule, t busTarget, raw json.RawMessage) {
 	defer b.done()
 	consumer := rule.Consumer
 	ctx := b.closeCtx
@@ -489,7 +511,11 @@ func (b *Bus) deliver(rule routing.Rule, h EventHandler, raw json.RawMessage) {
 			break
 		}
 		b.count(func(s *BusStats) { s.Attempts[consumer]++ })
-		lastErr = b.attempt(ctx, consumer, ev, attempt, h)
+		if t.queue != nil {
+			lastErr = b.send(ctx, t, raw)
+		} else {
+			lastErr = b.attempt(ctx, consumer, ev, attempt, t.h)
+		}
 		if lastErr == nil {
 			b.count(func(s *BusStats) { s.Deliveries[consumer]++ })
 			return
@@ -519,6 +545,14 @@ func (b *Bus) attempt(ctx context.Context, consumer string, ev events.EventBridg
 		return b.cfg.Interceptor(cctx, consumer, ev, attempt, h)
 	}
 	return h(cctx, ev)
+}
+
+// send delivers raw to a queue target.
+func (b *Bus) send(ctx context.Context, t busTarget, raw json.RawMessage) error {
+	cctx, cancel := context.WithTimeout(ctx, b.cfg.HandlerTimeout)
+	defer cancel()
+	_, err := t.queue.SendMessage(cctx, &sqs.SendMessageInput{QueueUrl: aws.String(t.url), MessageBody: aws.String(string(raw))})
+	return err
 }
 
 func (b *Bus) count(f func(*BusStats)) {

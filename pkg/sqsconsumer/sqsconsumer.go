@@ -302,7 +302,9 @@ func (h *Handler) deadLetter(ctx context.Context, m events.SQSMessage, p *Perman
 		// the source queue until its redrive policy moves it whole.
 		return fmt.Errorf("dead-letter body: %w", err)
 	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.cfg.SendTimeout)
+	// The handler's context ends Reserve before the invocation deadline; the
+	// invocation's own context (ctx) still has Reserve left for this call.
+	sctx, cancel := context.WithTimeout(ctx, h.cfg.SendTimeout)
 	defer cancel()
 	_, err := h.cfg.DLQ.SendMessage(sctx, &sqs.SendMessageInput{
 		QueueUrl:          aws.String(h.cfg.DLQURL),

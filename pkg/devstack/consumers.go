@@ -1,0 +1,104 @@
+package devstack
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/ddb-outbox/ddb-outbox/pkg/localrt"
+	"github.com/ddb-outbox/ddb-outbox/pkg/sqsconsumer"
+)
+
+// ConsumerPath is one consumer's delivery path, as the CDK stack deploys it:
+// the rule's SQS queue (redrive policy to DLQ after MaxReceiveCount
+// receives), the SQS event source mapping, and the consumer behind
+// sqsconsumer (which also dead-letters permanent failures to DLQ at once).
+type ConsumerPath struct {
+	Name    string
+	Queue   *localrt.SQSQueue
+	DLQ     *localrt.SQSQueue
+	Poller  *localrt.SQSPoller
+	Handler *sqsconsumer.Handler
+}
+
+// DLQRetention is the consumer DLQs' retention: 14 days, the SQS maximum
+// (a DLQ keeps a message's first send time, so it must outlive the source
+// queue's retention).
+const DLQRetention = 14 * 24 * time.Hour
+
+func newConsumerPath(name string, h localrt.EventHandler, opts Options, log *slog.Logger) (*ConsumerPath, error) {
+	dlq, err := localrt.NewSQSQueue(localrt.SQSQueueConfig{Name: opts.Prefix + "-" + name + "-dlq", RetentionPeriod: DLQRetention})
+	if err != nil {
+		return nil, err
+	}
+	q, err := localrt.NewSQSQueue(localrt.SQSQueueConfig{
+		Name:              opts.Prefix + "-" + name,
+		VisibilityTimeout: opts.ConsumerVisibilityTimeout,
+		Redrive:           &localrt.RedrivePolicy{DeadLetterQueue: dlq, MaxReceiveCount: opts.ConsumerMaxReceiveCount},
+	})
+	if err != nil {
+		return nil, err
+	}
+	if ic := opts.ConsumerInterceptor; ic != nil {
+		next := h
+		h = func(ctx context.Context, ev events.EventBridgeEvent) error {
+			attempt := 1
+			if m, ok := sqsconsumer.MessageFromContext(ctx); ok {
+				attempt = sqsconsumer.ReceiveCount(m)
+			}
+			return ic(ctx, name, ev, attempt, next)
+		}
+	}
+	handler, err := sqsconsumer.New(sqsconsumer.EventHandler(h), sqsconsumer.Config{
+		Name: name, DLQ: dlq, DLQURL: dlq.URL(), Logger: log.With("fn", name),
+		Reserve: min(sqsconsumer.DefaultReserve, opts.ConsumerFunctionTimeout/5),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("devstack: consumer %s: %w", name, err)
+	}
+	var sh localrt.SQSHandler = handler.Handle
+	if opts.WrapConsumer != nil {
+		sh = opts.WrapConsumer(name, sh)
+	}
+	p, err := localrt.NewSQSPoller(localrt.SQSPollerConfig{
+		Queue: q, FunctionName: name, FunctionTimeout: opts.ConsumerFunctionTimeout,
+		PollWait: 200 * time.Millisecond, Logger: log.With("fn", "sqs-event-source-mapping", "consumer", name),
+	}, sh)
+	if err != nil {
+		return nil, fmt.Errorf("devstack: consumer %s: %w", name, err)
+	}
+	return &ConsumerPath{Name: name, Queue: q, DLQ: dlq, Poller: p, Handler: handler}, nil
+}
+
+// waitConsumers waits until every consumer queue is empty (messages that
+// keep failing reach their DLQ after MaxReceiveCount visibility timeouts)
+// and no consumer invocation runs.
+func (s *Stack) waitConsumers(ctx context.Context) error {
+	for {
+		busy := false
+		for _, c := range s.Consumers {
+			if c.Queue.Len() > 0 || c.Poller.Busy() {
+				busy = true
+			}
+		}
+		if !busy {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("devstack: drain consumer queues: %w", ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func (s *Stack) consumerDeletes() int64 {
+	var n int64
+	for _, c := range s.Consumers {
+		n += c.Poller.Stats().Deleted + c.DLQ.Sent()
+	}
+	return n
+}
