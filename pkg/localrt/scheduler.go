@@ -159,6 +159,10 @@ func (s *Scheduler) run(ctx context.Context) (err error) {
 		}()
 		err = s.handler(cctx, ev)
 	}()
+	if err == nil && errors.Is(cctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
+		// Lambda discards the answer of a timed-out invocation.
+		err = fmt.Errorf("Task timed out after %.2f seconds", s.cfg.Timeout.Seconds())
+	}
 	s.mu.Lock()
 	s.stats.Runs++
 	s.stats.LastRun = now
