@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
+	"github.com/ddb-outbox/ddb-outbox/pkg/sqsmsg"
 )
 
 // TransactWriter is the one DynamoDB method the Writer calls, with the SDK's
@@ -40,6 +41,12 @@ var (
 	ErrTransactionTooLarge = errors.New("outbox: transaction exceeds DynamoDB limits")
 	// ErrDuplicateAction: two actions in one transaction touch the same item.
 	ErrDuplicateAction = errors.New("outbox: two actions in one transaction target the same item")
+	// ErrUndeliverableText: an event's detail holds characters Amazon SQS
+	// refuses in a message body (outside #x9 | #xA | #xD | #x20–#xD7FF |
+	// #xE000–#xFFFD | #x10000–#x10FFFF, e.g. U+FFFE, U+FFFF). Every consumer
+	// receives events through an SQS queue, and the rule DLQs are SQS too,
+	// so such an event could be published and then never delivered.
+	ErrUndeliverableText = errors.New("outbox: event detail holds characters SQS refuses")
 )
 
 // WriterConfig configures a Writer. Zero values take the defaults.
@@ -162,6 +169,9 @@ func (w *Writer) Build(writes []types.TransactWriteItem, events []Envelope, opts
 		detail, err := env.Detail()
 		if err != nil {
 			return nil, err
+		}
+		if err := sqsmsg.Check(string(detail), sqsmsg.MaxMaxBytes); errors.Is(err, sqsmsg.ErrInvalidContents) {
+			return nil, fmt.Errorf("%w: %s %s: %v", ErrUndeliverableText, env.EventType, env.EventID, err)
 		}
 		if size := EntrySize(w.cfg.Source, env.EventType, detail); size > w.cfg.MaxEntryBytes {
 			return nil, fmt.Errorf("%w: %s %s is %d bytes, limit %d", ErrEntryTooLarge, env.EventType, env.EventID, size, w.cfg.MaxEntryBytes)

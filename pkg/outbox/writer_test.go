@@ -128,6 +128,14 @@ func TestWriteRejectsBeforeSending(t *testing.T) {
 			return []types.TransactWriteItem{{Put: &types.Put{TableName: aws.String("orders"), Item: map[string]types.AttributeValue{
 				"pk": &types.AttributeValueMemberS{Value: "a"}, "blob": &types.AttributeValueMemberS{Value: strings.Repeat("z", 401*1024)}}}}}
 		}, func(t *testing.T) []outbox.Envelope { return []outbox.Envelope{envelope(t, map[string]any{})} }, outbox.ErrTransactionTooLarge},
+		{"U+FFFF in the payload (SQS refuses it)", outbox.WriterConfig{}, func() []types.TransactWriteItem { return nil },
+			func(t *testing.T) []outbox.Envelope {
+				return []outbox.Envelope{envelope(t, map[string]string{"reason": "x\uffffy"})}
+			}, outbox.ErrUndeliverableText},
+		{"U+FFFE in the payload (SQS refuses it)", outbox.WriterConfig{}, func() []types.TransactWriteItem { return nil },
+			func(t *testing.T) []outbox.Envelope {
+				return []outbox.Envelope{envelope(t, map[string]string{"reason": "\ufffe"})}
+			}, outbox.ErrUndeliverableText},
 		{"payload not an object", outbox.WriterConfig{}, func() []types.TransactWriteItem { return nil },
 			func(t *testing.T) []outbox.Envelope {
 				e := envelope(t, map[string]any{})
