@@ -44,8 +44,8 @@ const (
 	DefaultMaxEntryBytes = config.DefaultMaxEntryBytes
 	// MaxDetailTypeLength is the DetailType limit in characters.
 	MaxDetailTypeLength = 128
-	// ErrorCodeInvalidArgument: missing Source/DetailType/Detail, too long
-	// DetailType, or entry over the size limit. Not retryable.
+	// ErrorCodeInvalidArgument: missing Source/DetailType/Detail or too long
+	// DetailType. Not retryable.
 	ErrorCodeInvalidArgument = "InvalidArgument"
 	// ErrorCodeMalformedDetail: Detail is not a JSON object. Not retryable.
 	ErrorCodeMalformedDetail = "MalformedDetail"
@@ -77,7 +77,8 @@ type BusConfig struct {
 	Source string
 	// Rules are the routing rules; nil means routing.Rules().
 	Rules []routing.Rule
-	// MaxEntryBytes is the entry size limit in bytes (default 262,144).
+	// MaxEntryBytes is the request size limit in bytes (default 262,144):
+	// the sum of the entries' sizes.
 	MaxEntryBytes int
 	// TargetMaxAttempts is the number of delivery attempts per event and
 	// target before dead-lettering (default 4, at least 1).
@@ -294,24 +295,30 @@ func (b *Bus) SubscribeQueue(consumer string, q MessageSender, url string) {
 	b.handlers[consumer] = busTarget{queue: q, url: url}
 }
 
-// PutEvents accepts up to 10 entries, like EventBridge PutEvents:
-//   - more than 10 (or zero) entries, or no entry with all of Source,
-//     DetailType and Detail: the whole request fails with a
+// PutEvents accepts up to 10 entries, like EventBridge PutEvents (behaviour
+// recorded against AWS; API_PutEvents, eb-putevent-size):
+//   - more than 10 (or zero) entries: the whole request fails with a
 //     *smithy.GenericAPIError, Code "ValidationException";
+//   - the total size of the entries over MaxEntryBytes (each entry counted
+//     as eb-putevent-size does: 14 bytes when Time is set plus the UTF-8
+//     bytes of Source, DetailType, Detail and each Resources element): the
+//     whole request fails, Code "ValidationException", "Total size of the
+//     entries in the request is over the limit." — one oversized entry and
+//     several entries that only together pass the limit alike;
 //   - an EventBusName that is neither this bus's name nor its ARN (empty
 //     means "default"): the whole request fails, Code
 //     "ResourceNotFoundException";
 //   - per entry, with HTTP-200 semantics (FailedEntryCount, Entries in
-//     request order): missing Source/DetailType/Detail or DetailType over
-//     128 characters → "InvalidArgument"; Source starting with "aws." →
-//     "NotAuthorizedForSourceException"; Detail not a JSON object →
-//     "MalformedDetail"; entry size over MaxEntryBytes → "InvalidArgument".
+//     request order): a missing Source, DetailType or Detail →
+//     "InvalidArgument" ("Parameter Source is not valid. Reason: Source is a
+//     required argument."), even when every entry lacks them; DetailType
+//     over 128 characters → "InvalidArgument"; Source starting with "aws."
+//     → "NotAuthorizedForSourceException"; Detail not a JSON object →
+//     "MalformedDetail".
 //
-// Entry size follows eb-putevent-size: 14 bytes when Time is set plus the
-// UTF-8 bytes of Source, DetailType, Detail and each Resources element
-// (outbox.EntrySize). Each accepted entry gets a fresh UUID v4 EventId and
-// is routed asynchronously; PutEvents does not wait for deliveries (use
-// WaitIdle). After Close it fails with Code "InternalException".
+// Each accepted entry gets a fresh UUID v4 EventId and is routed
+// asynchronously; PutEvents does not wait for deliveries (use WaitIdle).
+// After Close it fails with Code "InternalException".
 func (b *Bus) PutEvents(ctx context.Context, params *eventbridge.PutEventsInput, _ ...func(*eventbridge.Options)) (*eventbridge.PutEventsOutput, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -325,7 +332,7 @@ func (b *Bus) PutEvents(ctx context.Context, params *eventbridge.PutEventsInput,
 		return nil, &smithy.GenericAPIError{Code: "ValidationException", Fault: smithy.FaultClient,
 			Message: fmt.Sprintf("1 validation error detected: Value at 'entries' failed to satisfy constraint: Member must have length less than or equal to %d and greater than or equal to 1 (got %d)", MaxPutEventsEntries, n)}
 	}
-	complete := 0
+	total := 0
 	for _, e := range params.Entries {
 		if aws.ToString(e.EventBusName) != "" && !b.isThisBus(aws.ToString(e.EventBusName)) ||
 			aws.ToString(e.EventBusName) == "" && b.cfg.Name != DefaultBusName {
@@ -337,14 +344,12 @@ func (b *Bus) PutEvents(ctx context.Context, params *eventbridge.PutEventsInput,
 			return nil, &smithy.GenericAPIError{Code: "ResourceNotFoundException", Fault: smithy.FaultClient,
 				Message: fmt.Sprintf("Event bus %s does not exist.", name)}
 		}
-		if aws.ToString(e.Source) != "" && aws.ToString(e.DetailType) != "" && aws.ToString(e.Detail) != "" {
-			complete++
-		}
+		total += entrySize(e)
 	}
-	if complete == 0 {
+	if total > b.cfg.MaxEntryBytes {
 		b.reject()
 		return nil, &smithy.GenericAPIError{Code: "ValidationException", Fault: smithy.FaultClient,
-			Message: "Parameters Source, DetailType and Detail are required in at least one entry."}
+			Message: "Total size of the entries in the request is over the limit."}
 	}
 	b.mu.Lock()
 	if b.closed {
@@ -421,18 +426,10 @@ func (b *Bus) reject() {
 // checkEntry returns an entry-level error code and message, or "".
 func (b *Bus) checkEntry(e ebtypes.PutEventsRequestEntry) (string, string) {
 	source, dt, detail := aws.ToString(e.Source), aws.ToString(e.DetailType), aws.ToString(e.Detail)
-	var missing []string
-	if source == "" {
-		missing = append(missing, "Source")
-	}
-	if dt == "" {
-		missing = append(missing, "DetailType")
-	}
-	if detail == "" {
-		missing = append(missing, "Detail")
-	}
-	if len(missing) > 0 {
-		return ErrorCodeInvalidArgument, fmt.Sprintf("Parameter(s) %s must be specified.", strings.Join(missing, ", "))
+	for _, p := range []struct{ name, v string }{{"Source", source}, {"DetailType", dt}, {"Detail", detail}} {
+		if p.v == "" {
+			return ErrorCodeInvalidArgument, fmt.Sprintf("Parameter %s is not valid. Reason: %s is a required argument.", p.name, p.name)
+		}
 	}
 	if utf8.RuneCountInString(dt) > MaxDetailTypeLength {
 		return ErrorCodeInvalidArgument, fmt.Sprintf("Parameter DetailType is not valid. Reason: longer than %d characters.", MaxDetailTypeLength)
@@ -445,17 +442,19 @@ func (b *Bus) checkEntry(e ebtypes.PutEventsRequestEntry) (string, string) {
 	} else if _, ok := v.(map[string]any); !ok {
 		return ErrorCodeMalformedDetail, "Detail is malformed."
 	}
-	size := len(source) + len(dt) + len(detail)
+	return "", ""
+}
+
+// entrySize is an entry's size as eb-putevent-size counts it.
+func entrySize(e ebtypes.PutEventsRequestEntry) int {
+	size := len(aws.ToString(e.Source)) + len(aws.ToString(e.DetailType)) + len(aws.ToString(e.Detail))
 	if e.Time != nil {
 		size += 14
 	}
 	for _, r := range e.Resources {
 		size += len(r)
 	}
-	if size > b.cfg.MaxEntryBytes {
-		return ErrorCodeInvalidArgument, fmt.Sprintf("Event size %d bytes exceeds the limit of %d bytes.", size, b.cfg.MaxEntryBytes)
-	}
-	return "", ""
+	return size
 }
 
 // route records an accepted event and starts one delivery per matching

@@ -82,7 +82,13 @@ func TestBusRejectsRequestsAsAWSDoes(t *testing.T) {
 	}{
 		{"11 entries", eleven, "ValidationException"},
 		{"no entries", nil, "ValidationException"},
-		{"no complete entry", []ebtypes.PutEventsRequestEntry{{EventBusName: aws.String(testBus), Source: aws.String("s")}}, "ValidationException"},
+		// AWS: "Total size of the entries in the request is over the limit."
+		{"one entry over 256 KB", []ebtypes.PutEventsRequestEntry{entry(order.EventOrderPlaced, `{"x":"`+strings.Repeat("y", 256*1024)+`"}`)}, "ValidationException"},
+		{"entries each under, together over 256 KB", []ebtypes.PutEventsRequestEntry{
+			entry(order.EventOrderPlaced, `{"x":"`+strings.Repeat("y", 100*1024)+`"}`),
+			entry(order.EventOrderPlaced, `{"x":"`+strings.Repeat("y", 100*1024)+`"}`),
+			entry(order.EventOrderPlaced, `{"x":"`+strings.Repeat("y", 100*1024)+`"}`),
+		}, "ValidationException"},
 		{"unknown bus", []ebtypes.PutEventsRequestEntry{func() ebtypes.PutEventsRequestEntry {
 			e := entry(order.EventOrderPlaced, `{}`)
 			e.EventBusName = aws.String("other")
@@ -116,28 +122,36 @@ func TestBusEntryLevelFailures(t *testing.T) {
 	b := newTestBus(t, func(c *BusConfig) { c.MaxEntryBytes = 1024 })
 	src := config.DefaultEventSource
 	ok := entry(order.EventOrderPlaced, `{"event_id":"a"}`)
-	// Exactly at the limit: 14 (Time) + source + detail type + detail + resource.
+	// The request exactly at the limit: 14 (Time) + source + detail type +
+	// detail + resource of atLimit, plus the other entries.
 	at := time.Date(2024, 5, 6, 7, 8, 9, 0, time.UTC)
-	fill := 1024 - 14 - len(src) - len(order.EventOrderPaid) - len(`{"x":""}`) - len("r1")
-	atLimit := entry(order.EventOrderPaid, `{"x":"`+strings.Repeat("é", fill/2)+`"}`) // é is 2 UTF-8 bytes
-	atLimit.Time, atLimit.Resources = &at, []string{"r1"}
-	over := atLimit
-	over.Detail = aws.String(`{"x":"` + strings.Repeat("é", fill/2) + `x"}`)
 	noDetail := entry(order.EventOrderPlaced, "")
+	noSource := entry(order.EventOrderPlaced, `{}`)
+	noSource.Source = nil
 	array := entry(order.EventOrderPlaced, `[1,2]`)
 	broken := entry(order.EventOrderPlaced, `{"a":`)
 	awsSource := entry(order.EventOrderPlaced, `{}`)
 	awsSource.Source = aws.String("aws.events")
 	longType := entry(strings.Repeat("T", 129), `{}`)
-
-	in := []ebtypes.PutEventsRequestEntry{ok, broken, noDetail, array, atLimit, over, awsSource, longType}
-	want := []string{"", ErrorCodeMalformedDetail, ErrorCodeInvalidArgument, ErrorCodeMalformedDetail, "", ErrorCodeInvalidArgument, ErrorCodeNotAuthorizedForSource, ErrorCodeInvalidArgument}
-	if fill%2 != 0 {
-		t.Fatalf("test arithmetic: fill %d is odd", fill)
+	others := []ebtypes.PutEventsRequestEntry{ok, broken, noDetail, array, awsSource, longType, noSource}
+	used := 0
+	for _, e := range others {
+		used += len(aws.ToString(e.Source)) + len(aws.ToString(e.DetailType)) + len(aws.ToString(e.Detail))
 	}
+	fill := 1024 - used - 14 - len(src) - len(order.EventOrderPaid) - len(`{"x":""}`) - len("r1")
+	if fill%2 != 0 {
+		fill--
+		others[0].Detail = aws.String(`{"event_id":"ab"}`)
+	}
+	atLimit := entry(order.EventOrderPaid, `{"x":"`+strings.Repeat("é", fill/2)+`"}`) // é is 2 UTF-8 bytes
+	atLimit.Time, atLimit.Resources = &at, []string{"r1"}
+
+	in := append(append([]ebtypes.PutEventsRequestEntry(nil), others[:2]...), atLimit)
+	in = append(in, others[2:]...)
+	want := []string{"", ErrorCodeMalformedDetail, "", ErrorCodeInvalidArgument, ErrorCodeMalformedDetail, ErrorCodeNotAuthorizedForSource, ErrorCodeInvalidArgument, ErrorCodeInvalidArgument}
 	out, err := b.PutEvents(context.Background(), &eventbridge.PutEventsInput{Entries: in})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("request at the size limit: %v", err)
 	}
 	if len(out.Entries) != len(in) || out.FailedEntryCount != 6 {
 		t.Fatalf("FailedEntryCount %d, entries %d", out.FailedEntryCount, len(out.Entries))
@@ -150,9 +164,23 @@ func TestBusEntryLevelFailures(t *testing.T) {
 			t.Errorf("entry %d: EventId %q with error %q", i, aws.ToString(r.EventId), want[i])
 		}
 	}
+	if msg := aws.ToString(out.Entries[7].ErrorMessage); msg != "Parameter Source is not valid. Reason: Source is a required argument." {
+		t.Errorf("missing Source message = %q", msg)
+	}
+	// One byte more and the whole request is refused.
+	over := append([]ebtypes.PutEventsRequestEntry(nil), in...)
+	over[2].Detail = aws.String(`{"x":"` + strings.Repeat("é", fill/2) + `x"}`)
+	if _, err := b.PutEvents(context.Background(), &eventbridge.PutEventsInput{Entries: over}); apiCode(err) != "ValidationException" {
+		t.Errorf("request one byte over the limit: err = %v, want ValidationException", err)
+	}
+	// Every entry incomplete: still HTTP 200 with each entry failed (AWS-recorded).
+	out, err = b.PutEvents(context.Background(), &eventbridge.PutEventsInput{Entries: []ebtypes.PutEventsRequestEntry{noSource, noDetail}})
+	if err != nil || out.FailedEntryCount != 2 || aws.ToString(out.Entries[0].ErrorCode) != ErrorCodeInvalidArgument {
+		t.Errorf("all entries incomplete: %v %+v", err, out)
+	}
 	waitIdle(t, b)
 	st := b.Stats()
-	if st.Accepted != 2 || st.FailedEntries[ErrorCodeMalformedDetail] != 2 || st.FailedEntries[ErrorCodeInvalidArgument] != 3 {
+	if st.Accepted != 2 || st.FailedEntries[ErrorCodeMalformedDetail] != 2 || st.FailedEntries[ErrorCodeInvalidArgument] != 5 || st.RejectedRequests != 1 {
 		t.Errorf("stats = %+v", st)
 	}
 	// The event JSON a target receives.

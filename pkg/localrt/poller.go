@@ -331,12 +331,17 @@ type StreamPollerStats struct {
 // (https://docs.aws.amazon.com/lambda/latest/dg/services-dynamodb-errors.html).
 // It carries no record data: the consumer must re-read the stream (within
 // 24 h) — for the outbox, the record stays pending for the reconciler.
+//
+// A batch given up for record age (condition RecordAgeExceeded) carries no
+// responseContext and an approximateInvokeCount of at least 1, as AWS sends
+// it (AWS-recorded on-failure records, LocalStack snapshot tests validated
+// 2024-2025).
 type OnFailureRecord struct {
-	RequestContext     OnFailureRequestContext  `json:"requestContext"`
-	ResponseContext    OnFailureResponseContext `json:"responseContext"`
-	Version            string                   `json:"version"`   // "1.0"
-	Timestamp          string                   `json:"timestamp"` // RFC 3339, milliseconds, UTC
-	DDBStreamBatchInfo DDBStreamBatchInfo       `json:"DDBStreamBatchInfo"`
+	RequestContext     OnFailureRequestContext   `json:"requestContext"`
+	ResponseContext    *OnFailureResponseContext `json:"responseContext,omitempty"`
+	Version            string                    `json:"version"`   // "1.0"
+	Timestamp          string                    `json:"timestamp"` // RFC 3339, milliseconds, UTC
+	DDBStreamBatchInfo DDBStreamBatchInfo        `json:"DDBStreamBatchInfo"`
 }
 
 // OnFailureRequestContext identifies the failed invocation.
@@ -348,12 +353,13 @@ type OnFailureRequestContext struct {
 }
 
 // OnFailureResponseContext describes the last invocation's result.
-// FunctionError is "Unhandled" when the handler returned an error (empty,
-// omitted, after a partial batch response).
+// FunctionError is "Unhandled" when the handler returned an error, and JSON
+// null (present, not omitted) after an invalid or partial batch response, as
+// AWS sends it: {"statusCode":200,"executedVersion":"$LATEST","functionError":null}.
 type OnFailureResponseContext struct {
-	StatusCode      int    `json:"statusCode"`
-	ExecutedVersion string `json:"executedVersion"`
-	FunctionError   string `json:"functionError,omitempty"`
+	StatusCode      int     `json:"statusCode"`
+	ExecutedVersion string  `json:"executedVersion"`
+	FunctionError   *string `json:"functionError"`
 }
 
 // DDBStreamBatchInfo locates the given-up batch in the stream. Arrival
@@ -988,10 +994,15 @@ func (p *StreamPoller) deliverRange(ctx context.Context, s *shardState, items []
 			p.commit(s, items)
 			return nil
 		}
-		if p.cfg.MaximumRecordAge > 0 && !batch[0].arrival.IsZero() && time.Since(batch[0].arrival) > p.cfg.MaximumRecordAge {
-			p.giveUp(ctx, s, batch, invokeCount, ConditionRecordAgeExceeded, last)
-			p.commit(s, items)
-			return nil
+		if n := p.expiredPrefix(items); n > 0 {
+			// Only the records past MaximumRecordAge are given up; the
+			// fresh ones after them are still delivered (AWS: one expired
+			// record then 5 fresh ones → an on-failure record of batchSize 1
+			// and the 5 reach the function).
+			p.giveUp(ctx, s, matchedItems(items[:n]), invokeCount, ConditionRecordAgeExceeded, last)
+			p.commit(s, items[:n])
+			items = items[n:]
+			continue
 		}
 		invokeCount++
 		last = p.invoke(ctx, batch)
@@ -1042,6 +1053,20 @@ func (p *StreamPoller) deliverRange(ctx context.Context, s *shardState, items []
 			return ctx.Err()
 		}
 	}
+}
+
+// expiredPrefix returns how many leading items are older than
+// MaximumRecordAge (stream records are in order, so the expired ones are a
+// prefix); 0 when the age is unlimited.
+func (p *StreamPoller) expiredPrefix(items []*item) int {
+	if p.cfg.MaximumRecordAge <= 0 {
+		return 0
+	}
+	n := 0
+	for n < len(items) && !items[n].arrival.IsZero() && time.Since(items[n].arrival) > p.cfg.MaximumRecordAge {
+		n++
+	}
+	return n
 }
 
 // invoke builds the Lambda payload for batch, decodes it into
@@ -1134,9 +1159,8 @@ func (p *StreamPoller) giveUp(ctx context.Context, s *shardState, batch []*item,
 			Condition:              condition,
 			ApproximateInvokeCount: invokeCount,
 		},
-		ResponseContext: OnFailureResponseContext{StatusCode: 200, ExecutedVersion: "$LATEST"},
-		Version:         "1.0",
-		Timestamp:       time.Now().UTC().Format("2006-01-02T15:04:05.000Z"),
+		Version:   "1.0",
+		Timestamp: time.Now().UTC().Format("2006-01-02T15:04:05.000Z"),
 		DDBStreamBatchInfo: DDBStreamBatchInfo{
 			ShardID:                         s.id,
 			StartSequenceNumber:             batch[0].seq,
@@ -1147,8 +1171,13 @@ func (p *StreamPoller) giveUp(ctx context.Context, s *shardState, batch []*item,
 			StreamArn:                       p.StreamARN(),
 		},
 	}
-	if last.kind == outcomeFunctionError {
-		rec.ResponseContext.FunctionError = "Unhandled"
+	switch {
+	case condition == ConditionRecordAgeExceeded:
+		rec.RequestContext.ApproximateInvokeCount = max(invokeCount, 1)
+	case last.kind == outcomeFunctionError:
+		rec.ResponseContext = &OnFailureResponseContext{StatusCode: 200, ExecutedVersion: "$LATEST", FunctionError: aws.String("Unhandled")}
+	default:
+		rec.ResponseContext = &OnFailureResponseContext{StatusCode: 200, ExecutedVersion: "$LATEST"}
 	}
 	body, _ := json.Marshal(rec)
 	p.count(func(st *StreamPollerStats) { st.RecordsDiscarded += int64(len(batch)) })

@@ -417,7 +417,7 @@ func TestPollerErrorRetriesThenOnFailureDestination(t *testing.T) {
 	poisonSeq := rec.calls()[1][0].Change.SequenceNumber
 	bi := ofr.DDBStreamBatchInfo
 	if ofr.Version != "1.0" || ofr.RequestContext.Condition != ConditionRetryAttemptsExhausted ||
-		ofr.RequestContext.ApproximateInvokeCount != 3 || ofr.ResponseContext.FunctionError != "Unhandled" ||
+		ofr.RequestContext.ApproximateInvokeCount != 3 || ofr.ResponseContext == nil || aws.ToString(ofr.ResponseContext.FunctionError) != "Unhandled" ||
 		ofr.RequestContext.FunctionArn != p.FunctionARN() || ofr.Timestamp == "" ||
 		bi.StartSequenceNumber != poisonSeq || bi.EndSequenceNumber != poisonSeq || bi.BatchSize != 1 ||
 		bi.StreamArn != f.arn || bi.ShardID == "" || bi.ApproximateArrivalOfFirstRecord == "" {

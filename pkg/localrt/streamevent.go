@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	streamtypes "github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
@@ -61,8 +63,10 @@ type lambdaIdentity struct {
 //	 "userIdentity":{"type":"Service","principalId":"dynamodb.amazonaws.com"},
 //	 "eventSourceARN":"arn:aws:dynamodb:…:table/T/stream/…"}
 //
-// ApproximateCreationDateTime is whole epoch seconds (a JSON number, rounded
-// down); images are DynamoDB JSON ({"S":"x"}, {"N":"101"} with the number
+// ApproximateCreationDateTime is epoch seconds as a JSON number with a
+// fraction, as Lambda sends it ("1693997155.0", or "1693997155.123" when the
+// stream gives milliseconds; AWS-recorded events carry the fraction, and
+// handlers must accept both forms); images are DynamoDB JSON ({"S":"x"}, {"N":"101"} with the number
 // kept as its exact string, B and BS as standard base64, SS, NS, M, L,
 // {"NULL":true}, {"BOOL":b}); userIdentity is present only when the record
 // has one. awsRegion falls back to region when the record has none.
@@ -90,7 +94,7 @@ func StreamRecordJSON(rec streamtypes.Record, streamARN, region string) ([]byte,
 	if d := rec.Dynamodb; d != nil {
 		sr := &lr.Dynamodb
 		if t := d.ApproximateCreationDateTime; t != nil {
-			sr.ApproximateCreationDateTime = json.Number(strconv.FormatInt(t.Unix(), 10))
+			sr.ApproximateCreationDateTime = json.Number(EpochSecondsJSON(*t))
 		}
 		var err error
 		if sr.Keys, err = attributeMapJSON(d.Keys); err != nil {
@@ -107,6 +111,20 @@ func StreamRecordJSON(rec streamtypes.Record, streamARN, region string) ([]byte,
 		sr.StreamViewType = string(d.StreamViewType)
 	}
 	return json.Marshal(lr)
+}
+
+// EpochSecondsJSON formats t as epoch seconds with a fraction of at least one
+// digit and at most three (milliseconds): "1693997155.0", "1693997155.123".
+func EpochSecondsJSON(t time.Time) string {
+	ms := t.UnixMilli()
+	sec, frac := ms/1000, ms%1000
+	if frac < 0 {
+		sec, frac = sec-1, frac+1000
+	}
+	if frac == 0 {
+		return strconv.FormatInt(sec, 10) + ".0"
+	}
+	return strings.TrimRight(fmt.Sprintf("%d.%03d", sec, frac), "0")
 }
 
 // StreamEventJSON returns the whole Lambda payload {"Records":[…]} for recs,
