@@ -1,7 +1,9 @@
 package localrt
 
 import (
+	"context"
 	"encoding/json"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -125,5 +127,58 @@ func TestEpochSecondsJSON(t *testing.T) {
 		if err := json.Unmarshal([]byte(c.want), &v); err != nil || v.Unix() != 1693997155 {
 			t.Errorf("SecondsEpochTime(%s) = %v, %v", c.want, v, err)
 		}
+	}
+}
+
+// A Lambda invocation that overruns its timeout ends as a timeout error:
+// whatever the handler returns afterwards (here full success) is discarded
+// and the event source mapping retries the batch (Lambda developer guide,
+// golang-context and services-dynamodb-errors).
+func TestPollerDiscardsAnswerAfterFunctionTimeout(t *testing.T) {
+	t.Parallel()
+	f := newStreamFixture(t)
+	f.putOutbox(t, 0)
+	rec := &recorder{respond: func(call int, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
+		if call == 0 {
+			time.Sleep(300 * time.Millisecond) // ignores its deadline, then answers "success"
+		}
+		return events.DynamoDBEventResponse{}, nil
+	}}
+	cfg := f.config()
+	cfg.FunctionTimeout = 100 * time.Millisecond
+	p, err := NewStreamPoller(cfg, rec.handle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	startPoller(t, p)
+	waitCaughtUp(t, p)
+	if n := len(rec.calls()); n != 2 {
+		t.Fatalf("%d invocations, want 2: the late answer must not checkpoint the batch", n)
+	}
+	if st := p.Stats(); st.FunctionErrors != 1 || st.Retries != 1 {
+		t.Errorf("stats = %+v, want one function error (the timeout) and one retry", st)
+	}
+}
+
+// The scheduler gives the handler its function timeout as deadline and
+// counts a late answer as a failed (timed-out) run.
+func TestSchedulerLateAnswerIsATimeout(t *testing.T) {
+	t.Parallel()
+	s, err := NewScheduler(SchedulerConfig{Interval: time.Hour, Timeout: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)},
+		func(ctx context.Context, _ events.EventBridgeEvent) error {
+			if _, ok := ctx.Deadline(); !ok {
+				t.Error("no deadline in the handler's context")
+			}
+			time.Sleep(120 * time.Millisecond)
+			return nil
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Trigger(context.Background()); err == nil || !strings.Contains(err.Error(), "timed out") {
+		t.Fatalf("Trigger = %v, want a timeout", err)
+	}
+	if st := s.Stats(); st.Failures != 1 {
+		t.Errorf("stats = %+v", st)
 	}
 }
