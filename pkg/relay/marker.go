@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
+	"github.com/ddb-outbox/ddb-outbox/pkg/sqsmsg"
 )
 
 // UpdateItemAPI is the one DynamoDB method the Marker calls, with the SDK's
@@ -49,10 +51,11 @@ type QueueSender interface {
 	SendMessage(ctx context.Context, params *sqs.SendMessageInput, optFns ...func(*sqs.Options)) (*sqs.SendMessageOutput, error)
 }
 
-// DefaultMaxMessageBytes is the SQS message size this package assumes, in
-// bytes (256 KiB). Source:
-// https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_SendMessage.html
-const DefaultMaxMessageBytes = 256 * 1024
+// DefaultMaxMessageBytes is the parked-records queue's MaximumMessageSize
+// this package assumes by default, in bytes: 262,144 (256 KiB), the SQS
+// default (sqsmsg.DefaultMaxBytes). Source: Amazon SQS Developer Guide,
+// "Amazon SQS message quotas".
+const DefaultMaxMessageBytes = sqsmsg.DefaultMaxBytes
 
 // MarkerConfig configures a Marker. Zero values take the defaults.
 type MarkerConfig struct {
@@ -69,9 +72,13 @@ type MarkerConfig struct {
 	Concurrency int
 	// CallTimeout bounds each network call. Default 5 s.
 	CallTimeout time.Duration
-	// MaxMessageBytes bounds a DLQ message body, in bytes. A message that
-	// would be larger is sent without the payload (the full record stays in
-	// the table, PARKED). Default DefaultMaxMessageBytes.
+	// MaxMessageBytes is the parked-records queue's MaximumMessageSize, in
+	// bytes, sqsmsg.MinMaxBytes (1,024) to sqsmsg.MaxMaxBytes (1,048,576):
+	// a parked message's body plus its message attributes stay within it.
+	// A message that would be larger is sent with the key, the reason and
+	// what fits, marked "truncated": true (the full record stays in the
+	// table, PARKED). Set it to the queue's MaximumMessageSize. Default
+	// DefaultMaxMessageBytes (256 KiB).
 	MaxMessageBytes int
 	// Logger receives structured logs. Default slog.Default().
 	Logger *slog.Logger
@@ -119,8 +126,8 @@ func (c MarkerConfig) Validate() error {
 		return fmt.Errorf("relay: Concurrency %d must be >= 1", c.Concurrency)
 	case c.CallTimeout < 0:
 		return errors.New("relay: CallTimeout must not be negative")
-	case c.MaxMessageBytes < 4096:
-		return fmt.Errorf("relay: MaxMessageBytes %d is too small", c.MaxMessageBytes)
+	case c.MaxMessageBytes < sqsmsg.MinMaxBytes || c.MaxMessageBytes > sqsmsg.MaxMaxBytes:
+		return fmt.Errorf("relay: MaxMessageBytes %d is outside SQS's MaximumMessageSize range %d..%d", c.MaxMessageBytes, sqsmsg.MinMaxBytes, sqsmsg.MaxMaxBytes)
 	}
 	return nil
 }
@@ -429,7 +436,14 @@ func (m *Marker) MarkPublished(ctx context.Context, key outbox.Key, env outbox.E
 	return nil
 }
 
-// ParkedMessage is the body of a parked-records DLQ message (JSON).
+// ParkedMessage is the body of a parked-records DLQ message (JSON). The body
+// is always legal for SQS: characters SQS refuses are written as JSON
+// \uXXXX escapes (decoding gives the stored value back; invalid UTF-8 bytes
+// become U+FFFD), and it fits the queue's MaximumMessageSize
+// (MarkerConfig.MaxMessageBytes) with its message attributes, error_code and
+// event_id. When the whole record does not fit, Truncated is set and the
+// message keeps the key, the error code, the reason and what fits; the
+// record in the table keeps everything.
 type ParkedMessage struct {
 	Table     string    `json:"table"`
 	PK        string    `json:"pk"`
@@ -448,7 +462,8 @@ type ParkedMessage struct {
 }
 
 // Park sends the record to the parked-records DLQ first (full envelope and
-// reason, see ParkedMessage), then marks it: UpdateItem with condition
+// reason, escaped and bounded so that SQS accepts it whatever text the
+// record holds; see ParkedMessage), then marks it: UpdateItem with condition
 // attribute_exists(pk), SET status = PARKED, parked_reason, parked_at,
 // REMOVE pending_shard and expires_at (a parked record never expires). It
 // increments the Parked counter, emits an EMF ParkedRecords metric and logs
@@ -461,19 +476,15 @@ func (m *Marker) Park(ctx context.Context, mk Mark) error {
 	if mk.Result.ErrorMessage != "" {
 		reason += ": " + mk.Result.ErrorMessage
 	}
-	body, err := m.parkedBody(mk, now)
+	attrs := parkedAttributes(mk)
+	body, err := m.parkedBody(mk, now, m.cfg.MaxMessageBytes-messageAttributeBytes(attrs))
 	if err != nil {
 		return err
 	}
 	in := &sqs.SendMessageInput{
-		QueueUrl:    aws.String(m.cfg.ParkedQueueURL),
-		MessageBody: aws.String(body),
-		MessageAttributes: map[string]sqstypes.MessageAttributeValue{
-			"error_code": {DataType: aws.String("String"), StringValue: aws.String(nonEmpty(mk.Result.ErrorCode))},
-		},
-	}
-	if mk.Envelope.EventID != "" {
-		in.MessageAttributes["event_id"] = sqstypes.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(mk.Envelope.EventID)}
+		QueueUrl:          aws.String(m.cfg.ParkedQueueURL),
+		MessageBody:       aws.String(body),
+		MessageAttributes: attrs,
 	}
 	callCtx, cancel := context.WithTimeout(ctx, m.cfg.CallTimeout)
 	_, err = m.queue.SendMessage(callCtx, in)
@@ -509,9 +520,33 @@ func (m *Marker) Park(ctx context.Context, mk Mark) error {
 	return nil
 }
 
-// parkedBody renders the DLQ message, dropping the payload or image if the
-// message would exceed MaxMessageBytes.
-func (m *Marker) parkedBody(mk Mark, now time.Time) (string, error) {
+// Bounds applied to free text when a parked message must shrink to fit, in
+// bytes before JSON escaping.
+const (
+	parkedReasonBytes = 1024 // Reason once the payload is dropped
+	parkedShortBytes  = 256  // Reason once the envelope is dropped
+	parkedKeyBytes    = 64   // Table, PK, SK and EventID as a last resort
+	parkedAttrBytes   = 128  // each message attribute value
+)
+
+// parkedBody renders the DLQ message body so that SQS accepts it whatever
+// text the record holds, within maxBytes (the queue's MaximumMessageSize
+// less the message attributes):
+//
+//   - Legal characters: the JSON is passed through sqsmsg.EscapeJSON, so a
+//     character SQS refuses (U+FFFE, U+FFFF, controls, invalid UTF-8) is
+//     written as a \uXXXX escape with the same decoded value; JSON escapes
+//     already in the stored text (a lone "\ud800" included) are ASCII and
+//     kept as they are.
+//   - Size: when the full message does not fit it is shrunk in steps, each
+//     setting Truncated: (1) drop the payload or image and cut Reason to
+//     1 KiB; (2) drop the envelope (EventID stays) and cut Reason to 256
+//     bytes; (3) cut Table, PK, SK and EventID to 64 bytes each. The record
+//     itself keeps everything in the table (PARKED).
+//
+// It returns an error only when even step 3 does not fit (maxBytes far below
+// any real queue's 1,024-byte minimum).
+func (m *Marker) parkedBody(mk Mark, now time.Time, maxBytes int) (string, error) {
 	msg := ParkedMessage{
 		Table:     m.cfg.Table,
 		PK:        mk.Key.PK,
@@ -526,32 +561,94 @@ func (m *Marker) parkedBody(mk Mark, now time.Time) (string, error) {
 		env := mk.Envelope
 		msg.Envelope = &env
 	}
-	b, err := json.Marshal(msg)
-	if err != nil && msg.Envelope != nil {
-		// A payload that is not valid JSON cannot be embedded raw.
-		env := *msg.Envelope
-		env.Payload = nil
-		msg.Envelope, msg.Truncated = &env, true
-		b, err = json.Marshal(msg)
+	shrink := []func(*ParkedMessage){
+		func(*ParkedMessage) {},
+		func(p *ParkedMessage) {
+			if p.Envelope != nil {
+				env := *p.Envelope
+				env.Payload = nil
+				p.Envelope = &env
+			}
+			p.Image = nil
+			p.Reason = cutUTF8(p.Reason, parkedReasonBytes)
+		},
+		func(p *ParkedMessage) {
+			p.Envelope = nil
+			p.Reason = cutUTF8(p.Reason, parkedShortBytes)
+		},
+		func(p *ParkedMessage) {
+			p.Table = cutUTF8(p.Table, parkedKeyBytes)
+			p.PK = cutUTF8(p.PK, parkedKeyBytes)
+			p.SK = cutUTF8(p.SK, parkedKeyBytes)
+			p.EventID = cutUTF8(p.EventID, parkedKeyBytes)
+		},
 	}
-	if err != nil {
-		return "", fmt.Errorf("park %s/%s: encode DLQ message: %w", mk.Key.PK, mk.Key.SK, err)
-	}
-	if len(b) > m.cfg.MaxMessageBytes {
-		if msg.Envelope != nil {
-			env := *msg.Envelope
-			env.Payload = nil
-			msg.Envelope = &env
+	var last error
+	for step, fn := range shrink {
+		fn(&msg)
+		msg.Truncated = msg.Truncated || step > 0
+		b, err := json.Marshal(msg)
+		if err != nil && (msg.Envelope != nil && msg.Envelope.Payload != nil || msg.Image != nil) {
+			// A payload or image that is not valid JSON cannot be embedded raw.
+			if msg.Envelope != nil {
+				env := *msg.Envelope
+				env.Payload = nil
+				msg.Envelope = &env
+			}
+			msg.Image, msg.Truncated = nil, true
+			b, err = json.Marshal(msg)
 		}
-		msg.Image, msg.Truncated = nil, true
-		if len(msg.Reason) > 1024 {
-			msg.Reason = msg.Reason[:1024]
-		}
-		if b, err = json.Marshal(msg); err != nil {
+		if err != nil {
 			return "", fmt.Errorf("park %s/%s: encode DLQ message: %w", mk.Key.PK, mk.Key.SK, err)
 		}
+		body := sqsmsg.EscapeJSON(string(b))
+		if last = sqsmsg.Check(body, maxBytes); last == nil {
+			return body, nil
+		}
+		if !errors.Is(last, sqsmsg.ErrTooLarge) {
+			return "", fmt.Errorf("park %s/%s: DLQ message: %w", mk.Key.PK, mk.Key.SK, last)
+		}
 	}
-	return string(b), nil
+	return "", fmt.Errorf("park %s/%s: DLQ message does not fit even without payload and envelope: %w", mk.Key.PK, mk.Key.SK, last)
+}
+
+// parkedAttributes returns the parked message's attributes (error_code,
+// and event_id when known), their values made legal for SQS and bounded.
+func parkedAttributes(mk Mark) map[string]sqstypes.MessageAttributeValue {
+	str := func(v string) sqstypes.MessageAttributeValue {
+		v = sqsmsg.Sanitize(v, parkedAttrBytes)
+		if v == "" {
+			v = "unknown"
+		}
+		return sqstypes.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(v)}
+	}
+	attrs := map[string]sqstypes.MessageAttributeValue{"error_code": str(mk.Result.ErrorCode)}
+	if mk.Envelope.EventID != "" {
+		attrs["event_id"] = str(mk.Envelope.EventID)
+	}
+	return attrs
+}
+
+// messageAttributeBytes is the size message attributes add to an SQS
+// message: name + data type + value bytes of each (Amazon SQS API
+// Reference, MessageAttributeValue).
+func messageAttributeBytes(attrs map[string]sqstypes.MessageAttributeValue) int {
+	n := 0
+	for k, v := range attrs {
+		n += len(k) + len(aws.ToString(v.DataType)) + len(aws.ToString(v.StringValue)) + len(v.BinaryValue)
+	}
+	return n
+}
+
+// cutUTF8 returns s cut to at most n bytes on a character boundary.
+func cutUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 func (m *Marker) update(ctx context.Context, key outbox.Key, upd expression.UpdateBuilder, extra ...expression.ConditionBuilder) error {
