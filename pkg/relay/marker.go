@@ -72,6 +72,16 @@ type MarkerConfig struct {
 	Concurrency int
 	// CallTimeout bounds each network call. Default 5 s.
 	CallTimeout time.Duration
+	// Reserve is the time kept back from the invocation deadline
+	// (ctx.Deadline() of Relay.Handle, the Lambda function timeout) for
+	// marking, parking and answering: the Relay stops publishing Reserve
+	// before the deadline and stops marking AnswerMargin before it; records
+	// not done by then are reported in the partial batch response, never
+	// acknowledged. Default DefaultReserve(CallTimeout) = 2 × CallTimeout +
+	// AnswerMargin (10.5 s with the 5 s default): one BatchExecuteStatement
+	// call and its UpdateItem fallback in a row, or one park's SendMessage
+	// and UpdateItem in a row. Must exceed AnswerMargin.
+	Reserve time.Duration
 	// MaxMessageBytes is the parked-records queue's MaximumMessageSize, in
 	// bytes, sqsmsg.MinMaxBytes (1,024) to sqsmsg.MaxMaxBytes (1,048,576):
 	// a parked message's body plus its message attributes stay within it.
@@ -102,6 +112,9 @@ func (c *MarkerConfig) setDefaults() {
 	if c.MaxMessageBytes == 0 {
 		c.MaxMessageBytes = DefaultMaxMessageBytes
 	}
+	if c.Reserve == 0 {
+		c.Reserve = DefaultReserve(c.CallTimeout)
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -126,6 +139,8 @@ func (c MarkerConfig) Validate() error {
 		return fmt.Errorf("relay: Concurrency %d must be >= 1", c.Concurrency)
 	case c.CallTimeout < 0:
 		return errors.New("relay: CallTimeout must not be negative")
+	case c.Reserve <= AnswerMargin:
+		return fmt.Errorf("relay: Reserve %s must exceed AnswerMargin %s (marking needs time before the deadline)", c.Reserve, AnswerMargin)
 	case c.MaxMessageBytes < sqsmsg.MinMaxBytes || c.MaxMessageBytes > sqsmsg.MaxMaxBytes:
 		return fmt.Errorf("relay: MaxMessageBytes %d is outside SQS's MaximumMessageSize range %d..%d", c.MaxMessageBytes, sqsmsg.MinMaxBytes, sqsmsg.MaxMaxBytes)
 	}
@@ -175,6 +190,10 @@ func (m *Marker) BatchStatements() bool { return m.batch != nil && !m.noBatch.Lo
 // Config returns the marker's effective configuration.
 func (m *Marker) Config() MarkerConfig { return m.cfg }
 
+// Reserve returns MarkerConfig.Reserve: how long before the invocation
+// deadline publishing must stop so that marking and the answer fit.
+func (m *Marker) Reserve() time.Duration { return m.cfg.Reserve }
+
 // Parked returns how many records this Marker has parked since it was built
 // (the process-local counter behind the config.MetricParked metric).
 func (m *Marker) Parked() int64 { return m.parked.Load() }
@@ -195,6 +214,10 @@ type Mark struct {
 
 // MarkAll applies every mark with at most Concurrency calls in flight and
 // returns one error per mark, in order (nil when done or nothing to do).
+// It respects ctx's deadline: no call starts once ctx is done and calls in
+// flight are cut; the marks left get an error wrapping ctx.Err(), so the
+// caller reports them for retry (Relay.Handle passes the invocation
+// deadline less AnswerMargin).
 //
 // Permanent failures are parked one by one (Park). Published marks are
 // written with PartiQL BatchExecuteStatement when the client supports it
@@ -331,6 +354,9 @@ func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`)
 // call, sets errs for marks that failed for good, and returns the indexes
 // to retry with UpdateItem. Only this goroutine writes errs[idx...].
 func (m *Marker) markBatch(ctx context.Context, marks []Mark, idx []int, errs []error) (fallback []int) {
+	if ctx.Err() != nil {
+		return idx // MarkPublished reports the context error per mark
+	}
 	now := m.cfg.Now().UTC()
 	publishedAt := &ddbtypes.AttributeValueMemberS{Value: now.Format(time.RFC3339Nano)}
 	expiresAt := &ddbtypes.AttributeValueMemberN{Value: strconv.FormatInt(now.Add(m.cfg.PublishedRetention).Unix(), 10)}
@@ -418,6 +444,9 @@ func batchUnsupported(err error) (string, bool) {
 // (ConditionalCheckFailedException) is logged and counts as done (nil). Other
 // errors are returned wrapped.
 func (m *Marker) MarkPublished(ctx context.Context, key outbox.Key, env outbox.Envelope, busEventID string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("mark published %s: no time left: %w", env.EventID, err)
+	}
 	now := m.cfg.Now().UTC()
 	upd := expression.
 		Set(expression.Name(outbox.AttrStatus), expression.Value(outbox.StatusPublished)).
@@ -468,9 +497,15 @@ type ParkedMessage struct {
 // REMOVE pending_shard and expires_at (a parked record never expires). It
 // increments the Parked counter, emits an EMF ParkedRecords metric and logs
 // with event_id, aggregate_id and sequence. If SendMessage fails the record is
-// left untouched (still pending) and the error is returned. A record that no
+// left untouched (still pending) and the error is returned; so is a done
+// ctx, before anything is sent. If ctx ends between the SendMessage and the
+// UpdateItem, the error is returned and the record stays pending: a later
+// park sends a second DLQ message. A record that no
 // longer exists counts as parked (nil).
 func (m *Marker) Park(ctx context.Context, mk Mark) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("park %s/%s: no time left: %w", mk.Key.PK, mk.Key.SK, err)
+	}
 	now := m.cfg.Now().UTC()
 	reason := mk.Result.ErrorCode
 	if mk.Result.ErrorMessage != "" {
