@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssns"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
+	"github.com/ddb-outbox/ddb-outbox/pkg/relay"
 )
 
 // Defaults applied by Props.SetDefaults to zero fields.
@@ -93,8 +94,12 @@ type Props struct {
 	// ParallelizationFactor is the number of concurrent batches per shard,
 	// 1..10. Default DefaultParallelizationFactor.
 	ParallelizationFactor int
-	// RelayTimeout is the relay's Lambda timeout, whole seconds, 1 s..15 min.
-	// Default DefaultRelayTimeout.
+	// RelayTimeout is the relay's Lambda timeout, whole seconds, up to
+	// 15 min and at least MinRelayTimeout() (the publisher's retry budget
+	// plus the marking reserve plus a margin, relay.MinFunctionTimeout; 32 s
+	// with the relay's defaults): a shorter timeout would cut the retry
+	// budget, and the relay keeps the reserve before the deadline to mark
+	// and answer. Default DefaultRelayTimeout.
 	RelayTimeout time.Duration
 
 	// ReconcileRate is how often the reconciler runs, whole minutes, >= 1
@@ -131,6 +136,15 @@ type Props struct {
 	// LogRetention is the retention of the functions' log groups. Default
 	// one month.
 	LogRetention awslogs.RetentionDays
+}
+
+// MinRelayTimeout is the shortest relay function timeout Validate accepts:
+// relay.MinFunctionTimeout of the relay configuration the relay function
+// builds (pkg/app.NewRelay: the publisher's and marker's defaults; the entry
+// size limit does not affect it) = RetryBudget 20 s + Reserve (2 × 5 s
+// CallTimeout + 0.5 s) + 1 s, rounded up to whole seconds: 32 s.
+func MinRelayTimeout() time.Duration {
+	return relay.MinFunctionTimeout(relay.Config{})
 }
 
 // SetDefaults replaces zero fields with their defaults.
@@ -228,8 +242,8 @@ func (p Props) Validate() error {
 	if p.ParallelizationFactor < MinParallelizationFactor || p.ParallelizationFactor > MaxParallelizationFactor {
 		bad("ParallelizationFactor %d is outside %d..%d", p.ParallelizationFactor, MinParallelizationFactor, MaxParallelizationFactor)
 	}
-	if p.RelayTimeout < time.Second || p.RelayTimeout > 15*time.Minute {
-		bad("RelayTimeout %s is outside 1s..15m", p.RelayTimeout)
+	if minTimeout := MinRelayTimeout(); p.RelayTimeout < minTimeout || p.RelayTimeout > 15*time.Minute {
+		bad("RelayTimeout %s is outside %s..15m: the relay needs its publish retry budget plus the marking reserve plus a margin (relay.MinFunctionTimeout) before the invocation deadline", p.RelayTimeout, minTimeout)
 	}
 	whole("RelayTimeout", p.RelayTimeout)
 	if p.ReconcileRate < MinReconcileRate || p.ReconcileRate%time.Minute != 0 {

@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsevents"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
+	"github.com/ddb-outbox/ddb-outbox/pkg/relay"
 )
 
 // fakeBus stands in for an event bus; Validate only checks it is set and
@@ -62,6 +63,9 @@ func TestValidate(t *testing.T) {
 		{"rate too fast", func(p *Props) { p.ReconcileRate = 30 * time.Second }, "ReconcileRate"},
 		{"budget too long", func(p *Props) { p.ReconcileBudget = 15 * time.Minute }, "ReconcileBudget"},
 		{"relay timeout too long", func(p *Props) { p.RelayTimeout = 16 * time.Minute }, "RelayTimeout"},
+		{"relay timeout at the minimum", func(p *Props) { p.RelayTimeout = MinRelayTimeout() }, ""},
+		{"relay timeout below the minimum", func(p *Props) { p.RelayTimeout = MinRelayTimeout() - time.Second }, "RelayTimeout 31s is outside 32s..15m"},
+		{"relay timeout shorter than the reserve", func(p *Props) { p.RelayTimeout = 5 * time.Second }, "marking reserve"},
 		{"negative threshold", func(p *Props) { p.OldestPendingThreshold = -time.Minute }, "OldestPendingThreshold"},
 	}
 	for _, c := range cases {
@@ -80,6 +84,18 @@ func TestValidate(t *testing.T) {
 				t.Fatalf("Validate() = %v, want ErrInvalidProps mentioning %q", err, c.wantErr)
 			}
 		})
+	}
+}
+
+// TestMinRelayTimeout: the construct's minimum is the runtime's
+// relay.MinFunctionTimeout of the relay's defaults, and the default timeout
+// holds it.
+func TestMinRelayTimeout(t *testing.T) {
+	if got, want := MinRelayTimeout(), relay.MinFunctionTimeout(relay.Config{}); got != want || got != 32*time.Second {
+		t.Errorf("MinRelayTimeout() = %s, want relay.MinFunctionTimeout = %s (32s)", got, want)
+	}
+	if DefaultRelayTimeout < MinRelayTimeout() {
+		t.Errorf("DefaultRelayTimeout %s is below MinRelayTimeout %s", DefaultRelayTimeout, MinRelayTimeout())
 	}
 }
 

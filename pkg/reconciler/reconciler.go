@@ -13,6 +13,12 @@
 //     deduplicate on event_id (promise I3).
 //   - Every run is bounded: Budget in time, MaxPagesPerShard pages of at most
 //     PageSize items per shard. A run cut short reports Truncated.
+//   - Publish, then mark, within the deadline: re-publishing (and reading
+//     new pages) stops min(marker reserve, half the run) before the run's
+//     deadline (Budget or the invocation deadline, whichever is first); the
+//     marker reserve is relay.MarkerConfig.Reserve. Records published in a
+//     run are then marked in it rather than left pending and re-sent by the
+//     next run. The half-run cap keeps short local runs (devstack) useful.
 //
 // # Example
 //
@@ -54,10 +60,16 @@ type Publisher interface {
 }
 
 // Marker records publish outcomes; *relay.Marker satisfies it. It returns
-// one error per mark, in order.
+// one error per mark, in order. A Marker that also has a
+// Reserve() time.Duration method (as *relay.Marker does) gets that much of
+// the run's time kept for marking, at most half the run: publishing stops
+// that long before the run's deadline.
 type Marker interface {
 	MarkAll(ctx context.Context, marks []relay.Mark) []error
 }
+
+// reserver is the optional Marker method giving its marking reserve.
+type reserver interface{ Reserve() time.Duration }
 
 // Config configures a Reconciler. Zero values take the defaults.
 type Config struct {
@@ -166,6 +178,9 @@ type Reconciler struct {
 	marker Marker
 	cfg    Config
 	emf    *relay.EMF
+	// reserve is kept before the run's deadline for marking (0 when the
+	// marker does not say).
+	reserve time.Duration
 }
 
 // New returns a Reconciler, or an error if cfg does not validate or a
@@ -178,7 +193,11 @@ func New(ddb QueryAPI, pub Publisher, marker Marker, cfg Config) (*Reconciler, e
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Reconciler{ddb: ddb, pub: pub, marker: marker, cfg: cfg, emf: relay.NewEMF(cfg.Metrics, cfg.Table)}, nil
+	rc := &Reconciler{ddb: ddb, pub: pub, marker: marker, cfg: cfg, emf: relay.NewEMF(cfg.Metrics, cfg.Table)}
+	if m, ok := marker.(reserver); ok {
+		rc.reserve = m.Reserve()
+	}
+	return rc, nil
 }
 
 // Handle is the scheduled (EventBridge Scheduler / rule) Lambda entry point:
@@ -202,6 +221,10 @@ func (r *Reconciler) Handle(ctx context.Context, ev events.EventBridgeEvent) err
 func (r *Reconciler) Run(ctx context.Context) (Report, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.Budget)
 	defer cancel()
+	// Publishing stops early enough for marking (see the package invariants).
+	deadline, _ := ctx.Deadline()
+	pubCtx, cancelPub := context.WithDeadline(ctx, deadline.Add(-min(r.reserve, time.Until(deadline)/2)))
+	defer cancelPub()
 	now := r.cfg.Now()
 	cutoff := now.Add(-r.cfg.ReconcileAfter).UnixMilli()
 	var rep Report
@@ -228,7 +251,7 @@ func (r *Reconciler) Run(ctx context.Context) (Report, error) {
 				oldest = ms
 			}
 		}
-		if err := r.sweep(ctx, shard, cutoff, &rep); err != nil {
+		if err := r.sweep(ctx, pubCtx, shard, cutoff, &rep); err != nil {
 			errs = append(errs, fmt.Errorf("sweep shard %s: %w", shard, err))
 		}
 	}
@@ -310,8 +333,9 @@ func (r *Reconciler) oldest(ctx context.Context, shard string) (int64, bool, err
 	return ms, err == nil, nil
 }
 
-// sweep pages through a shard's due records and re-publishes each page.
-func (r *Reconciler) sweep(ctx context.Context, shard string, cutoffMs int64, rep *Report) error {
+// sweep pages through a shard's due records and re-publishes each page; it
+// reads no page once pubCtx (the run less the marking reserve) is done.
+func (r *Reconciler) sweep(ctx, pubCtx context.Context, shard string, cutoffMs int64, rep *Report) error {
 	expr, err := expression.NewBuilder().
 		WithKeyCondition(expression.Key(outbox.AttrPendingShard).Equal(expression.Value(shard)).
 			And(expression.Key(outbox.AttrCreatedAt).LessThan(expression.Value(cutoffMs)))).Build()
@@ -332,7 +356,7 @@ func (r *Reconciler) sweep(ctx context.Context, shard string, cutoffMs int64, re
 			rep.Truncated = true
 			return nil
 		}
-		if ctx.Err() != nil {
+		if pubCtx.Err() != nil {
 			rep.Truncated = true
 			return nil
 		}
@@ -340,7 +364,7 @@ func (r *Reconciler) sweep(ctx context.Context, shard string, cutoffMs int64, re
 		if err != nil {
 			return err
 		}
-		r.republish(ctx, out.Items, rep)
+		r.republish(ctx, pubCtx, out.Items, rep)
 		if len(out.LastEvaluatedKey) == 0 {
 			return nil
 		}
@@ -349,7 +373,7 @@ func (r *Reconciler) sweep(ctx context.Context, shard string, cutoffMs int64, re
 }
 
 // republish publishes one page of due records and marks or parks them.
-func (r *Reconciler) republish(ctx context.Context, items []map[string]types.AttributeValue, rep *Report) {
+func (r *Reconciler) republish(ctx, pubCtx context.Context, items []map[string]types.AttributeValue, rep *Report) {
 	if len(items) == 0 {
 		return
 	}
@@ -368,7 +392,7 @@ func (r *Reconciler) republish(ctx context.Context, items []map[string]types.Att
 		envs = append(envs, rec.Envelope)
 		idx = append(idx, i)
 	}
-	for j, res := range r.pub.Publish(ctx, envs) {
+	for j, res := range r.pub.Publish(pubCtx, envs) {
 		marks[idx[j]].Result = res
 	}
 	for i, err := range r.marker.MarkAll(ctx, marks) {

@@ -15,7 +15,11 @@
 //     MaxRequestBytes, entries measured with outbox.EntrySize.
 //   - Nothing is dropped silently (I5): permanent failures, oversized entries
 //     and undecodable (poison) records are sent to the parked-records DLQ
-//     first, then marked PARKED (no TTL), counted and logged.
+//     first, then marked PARKED (no TTL), counted and logged. The DLQ
+//     message is legal for SQS whatever text the record holds (characters
+//     SQS refuses are JSON-escaped) and fits the queue's MaximumMessageSize
+//     (MarkerConfig.MaxMessageBytes, attributes included), shrinking to the
+//     key, the reason and what fits with "truncated": true.
 //   - Marking is batched: up to 25 parameterised PartiQL UPDATE statements
 //     per BatchExecuteStatement call, falling back to bounded-parallel
 //     UpdateItem for retryable statement errors or a server without PartiQL
@@ -24,6 +28,11 @@
 //   - Handle reports the dynamodb.SequenceNumber of the first record not
 //     done, never the eventID; a configuration error (no NewImage) fails the
 //     whole batch.
+//   - Deadline budget (a timed-out invocation loses its partial batch
+//     response): publishing stops MarkerConfig.Reserve before the invocation
+//     deadline, marking AnswerMargin before it, and what is not done is
+//     reported. MinFunctionTimeout gives the function timeout a
+//     configuration needs: RetryBudget + Reserve + 1 s (32 s by default).
 //
 // # Example
 //

@@ -27,8 +27,11 @@ import (
 
 // fakeEventBridge records PutEvents calls. fail decides, per entry (by its
 // envelope event id) and call number (1-based, per event), the ErrorCode to
-// return; "" accepts it. callErr, when set, fails whole calls.
+// return; "" accepts it. callErr, when set, fails whole calls. delay makes
+// each call take that long (or until ctx ends: the call then fails with
+// ctx's error, like an SDK call, and is not recorded).
 type fakeEventBridge struct {
+	delay   time.Duration
 	mu      sync.Mutex
 	calls   [][]ebtypes.PutEventsRequestEntry
 	seen    map[string]int
@@ -36,7 +39,10 @@ type fakeEventBridge struct {
 	callErr func(call int) error
 }
 
-func (f *fakeEventBridge) PutEvents(_ context.Context, in *eventbridge.PutEventsInput, _ ...func(*eventbridge.Options)) (*eventbridge.PutEventsOutput, error) {
+func (f *fakeEventBridge) PutEvents(ctx context.Context, in *eventbridge.PutEventsInput, _ ...func(*eventbridge.Options)) (*eventbridge.PutEventsOutput, error) {
+	if err := wait(ctx, f.delay); err != nil {
+		return nil, err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.seen == nil {
@@ -91,14 +97,20 @@ func detailEventID(e ebtypes.PutEventsRequestEntry) string {
 	return env.EventID
 }
 
-// fakeDDB records UpdateItem calls; fail returns an error for a key.
+// fakeDDB records UpdateItem calls; fail returns an error for a key. delay
+// makes each call take that long (or fail with ctx's error when ctx ends
+// first, recording nothing).
 type fakeDDB struct {
+	delay   time.Duration
 	mu      sync.Mutex
 	updates []*dynamodb.UpdateItemInput
 	fail    func(pk, sk string) error
 }
 
-func (f *fakeDDB) UpdateItem(_ context.Context, in *dynamodb.UpdateItemInput, _ ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+func (f *fakeDDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, _ ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	if err := wait(ctx, f.delay); err != nil {
+		return nil, err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	pk := in.Key[outbox.AttrPK].(*ddbtypes.AttributeValueMemberS).Value
@@ -152,14 +164,19 @@ func resolve(in *dynamodb.UpdateItemInput) string {
 	return strings.ReplaceAll(s, "\n", " ")
 }
 
-// fakeSQS records SendMessage calls; err fails them all.
+// fakeSQS records SendMessage calls; err fails them all. delay makes each
+// call take that long (or fail with ctx's error when ctx ends first).
 type fakeSQS struct {
-	mu   sync.Mutex
-	msgs []relay.ParkedMessage
-	err  error
+	delay time.Duration
+	mu    sync.Mutex
+	msgs  []relay.ParkedMessage
+	err   error
 }
 
-func (f *fakeSQS) SendMessage(_ context.Context, in *sqs.SendMessageInput, _ ...func(*sqs.Options)) (*sqs.SendMessageOutput, error) {
+func (f *fakeSQS) SendMessage(ctx context.Context, in *sqs.SendMessageInput, _ ...func(*sqs.Options)) (*sqs.SendMessageOutput, error) {
+	if err := wait(ctx, f.delay); err != nil {
+		return nil, err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.err != nil {
@@ -171,6 +188,25 @@ func (f *fakeSQS) SendMessage(_ context.Context, in *sqs.SendMessageInput, _ ...
 	}
 	f.msgs = append(f.msgs, m)
 	return &sqs.SendMessageOutput{MessageId: aws.String("m")}, nil
+}
+
+// wait sleeps d, or returns ctx's error if ctx ends first (as an SDK call
+// does when its context ends). A done ctx fails at once even for d == 0.
+func wait(ctx context.Context, d time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
+	"github.com/ddb-outbox/ddb-outbox/pkg/sqsmsg"
 )
 
 // UpdateItemAPI is the one DynamoDB method the Marker calls, with the SDK's
@@ -49,10 +51,11 @@ type QueueSender interface {
 	SendMessage(ctx context.Context, params *sqs.SendMessageInput, optFns ...func(*sqs.Options)) (*sqs.SendMessageOutput, error)
 }
 
-// DefaultMaxMessageBytes is the SQS message size this package assumes, in
-// bytes (256 KiB). Source:
-// https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_SendMessage.html
-const DefaultMaxMessageBytes = 256 * 1024
+// DefaultMaxMessageBytes is the parked-records queue's MaximumMessageSize
+// this package assumes by default, in bytes: 262,144 (256 KiB), the SQS
+// default (sqsmsg.DefaultMaxBytes). Source: Amazon SQS Developer Guide,
+// "Amazon SQS message quotas".
+const DefaultMaxMessageBytes = sqsmsg.DefaultMaxBytes
 
 // MarkerConfig configures a Marker. Zero values take the defaults.
 type MarkerConfig struct {
@@ -69,9 +72,23 @@ type MarkerConfig struct {
 	Concurrency int
 	// CallTimeout bounds each network call. Default 5 s.
 	CallTimeout time.Duration
-	// MaxMessageBytes bounds a DLQ message body, in bytes. A message that
-	// would be larger is sent without the payload (the full record stays in
-	// the table, PARKED). Default DefaultMaxMessageBytes.
+	// Reserve is the time kept back from the invocation deadline
+	// (ctx.Deadline() of Relay.Handle, the Lambda function timeout) for
+	// marking, parking and answering: the Relay stops publishing Reserve
+	// before the deadline and stops marking AnswerMargin before it; records
+	// not done by then are reported in the partial batch response, never
+	// acknowledged. Default DefaultReserve(CallTimeout) = 2 × CallTimeout +
+	// AnswerMargin (10.5 s with the 5 s default): one BatchExecuteStatement
+	// call and its UpdateItem fallback in a row, or one park's SendMessage
+	// and UpdateItem in a row. Must exceed AnswerMargin.
+	Reserve time.Duration
+	// MaxMessageBytes is the parked-records queue's MaximumMessageSize, in
+	// bytes, sqsmsg.MinMaxBytes (1,024) to sqsmsg.MaxMaxBytes (1,048,576):
+	// a parked message's body plus its message attributes stay within it.
+	// A message that would be larger is sent with the key, the reason and
+	// what fits, marked "truncated": true (the full record stays in the
+	// table, PARKED). Set it to the queue's MaximumMessageSize. Default
+	// DefaultMaxMessageBytes (256 KiB).
 	MaxMessageBytes int
 	// Logger receives structured logs. Default slog.Default().
 	Logger *slog.Logger
@@ -94,6 +111,9 @@ func (c *MarkerConfig) setDefaults() {
 	}
 	if c.MaxMessageBytes == 0 {
 		c.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if c.Reserve == 0 {
+		c.Reserve = DefaultReserve(c.CallTimeout)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -119,8 +139,10 @@ func (c MarkerConfig) Validate() error {
 		return fmt.Errorf("relay: Concurrency %d must be >= 1", c.Concurrency)
 	case c.CallTimeout < 0:
 		return errors.New("relay: CallTimeout must not be negative")
-	case c.MaxMessageBytes < 4096:
-		return fmt.Errorf("relay: MaxMessageBytes %d is too small", c.MaxMessageBytes)
+	case c.Reserve <= AnswerMargin:
+		return fmt.Errorf("relay: Reserve %s must exceed AnswerMargin %s (marking needs time before the deadline)", c.Reserve, AnswerMargin)
+	case c.MaxMessageBytes < sqsmsg.MinMaxBytes || c.MaxMessageBytes > sqsmsg.MaxMaxBytes:
+		return fmt.Errorf("relay: MaxMessageBytes %d is outside SQS's MaximumMessageSize range %d..%d", c.MaxMessageBytes, sqsmsg.MinMaxBytes, sqsmsg.MaxMaxBytes)
 	}
 	return nil
 }
@@ -168,6 +190,10 @@ func (m *Marker) BatchStatements() bool { return m.batch != nil && !m.noBatch.Lo
 // Config returns the marker's effective configuration.
 func (m *Marker) Config() MarkerConfig { return m.cfg }
 
+// Reserve returns MarkerConfig.Reserve: how long before the invocation
+// deadline publishing must stop so that marking and the answer fit.
+func (m *Marker) Reserve() time.Duration { return m.cfg.Reserve }
+
 // Parked returns how many records this Marker has parked since it was built
 // (the process-local counter behind the config.MetricParked metric).
 func (m *Marker) Parked() int64 { return m.parked.Load() }
@@ -188,6 +214,10 @@ type Mark struct {
 
 // MarkAll applies every mark with at most Concurrency calls in flight and
 // returns one error per mark, in order (nil when done or nothing to do).
+// It respects ctx's deadline: no call starts once ctx is done and calls in
+// flight are cut; the marks left get an error wrapping ctx.Err(), so the
+// caller reports them for retry (Relay.Handle passes the invocation
+// deadline less AnswerMargin).
 //
 // Permanent failures are parked one by one (Park). Published marks are
 // written with PartiQL BatchExecuteStatement when the client supports it
@@ -324,6 +354,9 @@ func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`)
 // call, sets errs for marks that failed for good, and returns the indexes
 // to retry with UpdateItem. Only this goroutine writes errs[idx...].
 func (m *Marker) markBatch(ctx context.Context, marks []Mark, idx []int, errs []error) (fallback []int) {
+	if ctx.Err() != nil {
+		return idx // MarkPublished reports the context error per mark
+	}
 	now := m.cfg.Now().UTC()
 	publishedAt := &ddbtypes.AttributeValueMemberS{Value: now.Format(time.RFC3339Nano)}
 	expiresAt := &ddbtypes.AttributeValueMemberN{Value: strconv.FormatInt(now.Add(m.cfg.PublishedRetention).Unix(), 10)}
@@ -411,6 +444,9 @@ func batchUnsupported(err error) (string, bool) {
 // (ConditionalCheckFailedException) is logged and counts as done (nil). Other
 // errors are returned wrapped.
 func (m *Marker) MarkPublished(ctx context.Context, key outbox.Key, env outbox.Envelope, busEventID string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("mark published %s: no time left: %w", env.EventID, err)
+	}
 	now := m.cfg.Now().UTC()
 	upd := expression.
 		Set(expression.Name(outbox.AttrStatus), expression.Value(outbox.StatusPublished)).
@@ -429,7 +465,14 @@ func (m *Marker) MarkPublished(ctx context.Context, key outbox.Key, env outbox.E
 	return nil
 }
 
-// ParkedMessage is the body of a parked-records DLQ message (JSON).
+// ParkedMessage is the body of a parked-records DLQ message (JSON). The body
+// is always legal for SQS: characters SQS refuses are written as JSON
+// \uXXXX escapes (decoding gives the stored value back; invalid UTF-8 bytes
+// become U+FFFD), and it fits the queue's MaximumMessageSize
+// (MarkerConfig.MaxMessageBytes) with its message attributes, error_code and
+// event_id. When the whole record does not fit, Truncated is set and the
+// message keeps the key, the error code, the reason and what fits; the
+// record in the table keeps everything.
 type ParkedMessage struct {
 	Table     string    `json:"table"`
 	PK        string    `json:"pk"`
@@ -448,32 +491,35 @@ type ParkedMessage struct {
 }
 
 // Park sends the record to the parked-records DLQ first (full envelope and
-// reason, see ParkedMessage), then marks it: UpdateItem with condition
+// reason, escaped and bounded so that SQS accepts it whatever text the
+// record holds; see ParkedMessage), then marks it: UpdateItem with condition
 // attribute_exists(pk), SET status = PARKED, parked_reason, parked_at,
 // REMOVE pending_shard and expires_at (a parked record never expires). It
 // increments the Parked counter, emits an EMF ParkedRecords metric and logs
 // with event_id, aggregate_id and sequence. If SendMessage fails the record is
-// left untouched (still pending) and the error is returned. A record that no
+// left untouched (still pending) and the error is returned; so is a done
+// ctx, before anything is sent. If ctx ends between the SendMessage and the
+// UpdateItem, the error is returned and the record stays pending: a later
+// park sends a second DLQ message. A record that no
 // longer exists counts as parked (nil).
 func (m *Marker) Park(ctx context.Context, mk Mark) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("park %s/%s: no time left: %w", mk.Key.PK, mk.Key.SK, err)
+	}
 	now := m.cfg.Now().UTC()
 	reason := mk.Result.ErrorCode
 	if mk.Result.ErrorMessage != "" {
 		reason += ": " + mk.Result.ErrorMessage
 	}
-	body, err := m.parkedBody(mk, now)
+	attrs := parkedAttributes(mk)
+	body, err := m.parkedBody(mk, now, m.cfg.MaxMessageBytes-messageAttributeBytes(attrs))
 	if err != nil {
 		return err
 	}
 	in := &sqs.SendMessageInput{
-		QueueUrl:    aws.String(m.cfg.ParkedQueueURL),
-		MessageBody: aws.String(body),
-		MessageAttributes: map[string]sqstypes.MessageAttributeValue{
-			"error_code": {DataType: aws.String("String"), StringValue: aws.String(nonEmpty(mk.Result.ErrorCode))},
-		},
-	}
-	if mk.Envelope.EventID != "" {
-		in.MessageAttributes["event_id"] = sqstypes.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(mk.Envelope.EventID)}
+		QueueUrl:          aws.String(m.cfg.ParkedQueueURL),
+		MessageBody:       aws.String(body),
+		MessageAttributes: attrs,
 	}
 	callCtx, cancel := context.WithTimeout(ctx, m.cfg.CallTimeout)
 	_, err = m.queue.SendMessage(callCtx, in)
@@ -509,9 +555,33 @@ func (m *Marker) Park(ctx context.Context, mk Mark) error {
 	return nil
 }
 
-// parkedBody renders the DLQ message, dropping the payload or image if the
-// message would exceed MaxMessageBytes.
-func (m *Marker) parkedBody(mk Mark, now time.Time) (string, error) {
+// Bounds applied to free text when a parked message must shrink to fit, in
+// bytes before JSON escaping.
+const (
+	parkedReasonBytes = 1024 // Reason once the payload is dropped
+	parkedShortBytes  = 256  // Reason once the envelope is dropped
+	parkedKeyBytes    = 64   // Table, PK, SK and EventID as a last resort
+	parkedAttrBytes   = 128  // each message attribute value
+)
+
+// parkedBody renders the DLQ message body so that SQS accepts it whatever
+// text the record holds, within maxBytes (the queue's MaximumMessageSize
+// less the message attributes):
+//
+//   - Legal characters: the JSON is passed through sqsmsg.EscapeJSON, so a
+//     character SQS refuses (U+FFFE, U+FFFF, controls, invalid UTF-8) is
+//     written as a \uXXXX escape with the same decoded value; JSON escapes
+//     already in the stored text (a lone "\ud800" included) are ASCII and
+//     kept as they are.
+//   - Size: when the full message does not fit it is shrunk in steps, each
+//     setting Truncated: (1) drop the payload or image and cut Reason to
+//     1 KiB; (2) drop the envelope (EventID stays) and cut Reason to 256
+//     bytes; (3) cut Table, PK, SK and EventID to 64 bytes each. The record
+//     itself keeps everything in the table (PARKED).
+//
+// It returns an error only when even step 3 does not fit (maxBytes far below
+// any real queue's 1,024-byte minimum).
+func (m *Marker) parkedBody(mk Mark, now time.Time, maxBytes int) (string, error) {
 	msg := ParkedMessage{
 		Table:     m.cfg.Table,
 		PK:        mk.Key.PK,
@@ -526,32 +596,94 @@ func (m *Marker) parkedBody(mk Mark, now time.Time) (string, error) {
 		env := mk.Envelope
 		msg.Envelope = &env
 	}
-	b, err := json.Marshal(msg)
-	if err != nil && msg.Envelope != nil {
-		// A payload that is not valid JSON cannot be embedded raw.
-		env := *msg.Envelope
-		env.Payload = nil
-		msg.Envelope, msg.Truncated = &env, true
-		b, err = json.Marshal(msg)
+	shrink := []func(*ParkedMessage){
+		func(*ParkedMessage) {},
+		func(p *ParkedMessage) {
+			if p.Envelope != nil {
+				env := *p.Envelope
+				env.Payload = nil
+				p.Envelope = &env
+			}
+			p.Image = nil
+			p.Reason = cutUTF8(p.Reason, parkedReasonBytes)
+		},
+		func(p *ParkedMessage) {
+			p.Envelope = nil
+			p.Reason = cutUTF8(p.Reason, parkedShortBytes)
+		},
+		func(p *ParkedMessage) {
+			p.Table = cutUTF8(p.Table, parkedKeyBytes)
+			p.PK = cutUTF8(p.PK, parkedKeyBytes)
+			p.SK = cutUTF8(p.SK, parkedKeyBytes)
+			p.EventID = cutUTF8(p.EventID, parkedKeyBytes)
+		},
 	}
-	if err != nil {
-		return "", fmt.Errorf("park %s/%s: encode DLQ message: %w", mk.Key.PK, mk.Key.SK, err)
-	}
-	if len(b) > m.cfg.MaxMessageBytes {
-		if msg.Envelope != nil {
-			env := *msg.Envelope
-			env.Payload = nil
-			msg.Envelope = &env
+	var last error
+	for step, fn := range shrink {
+		fn(&msg)
+		msg.Truncated = msg.Truncated || step > 0
+		b, err := json.Marshal(msg)
+		if err != nil && (msg.Envelope != nil && msg.Envelope.Payload != nil || msg.Image != nil) {
+			// A payload or image that is not valid JSON cannot be embedded raw.
+			if msg.Envelope != nil {
+				env := *msg.Envelope
+				env.Payload = nil
+				msg.Envelope = &env
+			}
+			msg.Image, msg.Truncated = nil, true
+			b, err = json.Marshal(msg)
 		}
-		msg.Image, msg.Truncated = nil, true
-		if len(msg.Reason) > 1024 {
-			msg.Reason = msg.Reason[:1024]
-		}
-		if b, err = json.Marshal(msg); err != nil {
+		if err != nil {
 			return "", fmt.Errorf("park %s/%s: encode DLQ message: %w", mk.Key.PK, mk.Key.SK, err)
 		}
+		body := sqsmsg.EscapeJSON(string(b))
+		if last = sqsmsg.Check(body, maxBytes); last == nil {
+			return body, nil
+		}
+		if !errors.Is(last, sqsmsg.ErrTooLarge) {
+			return "", fmt.Errorf("park %s/%s: DLQ message: %w", mk.Key.PK, mk.Key.SK, last)
+		}
 	}
-	return string(b), nil
+	return "", fmt.Errorf("park %s/%s: DLQ message does not fit even without payload and envelope: %w", mk.Key.PK, mk.Key.SK, last)
+}
+
+// parkedAttributes returns the parked message's attributes (error_code,
+// and event_id when known), their values made legal for SQS and bounded.
+func parkedAttributes(mk Mark) map[string]sqstypes.MessageAttributeValue {
+	str := func(v string) sqstypes.MessageAttributeValue {
+		v = sqsmsg.Sanitize(v, parkedAttrBytes)
+		if v == "" {
+			v = "unknown"
+		}
+		return sqstypes.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(v)}
+	}
+	attrs := map[string]sqstypes.MessageAttributeValue{"error_code": str(mk.Result.ErrorCode)}
+	if mk.Envelope.EventID != "" {
+		attrs["event_id"] = str(mk.Envelope.EventID)
+	}
+	return attrs
+}
+
+// messageAttributeBytes is the size message attributes add to an SQS
+// message: name + data type + value bytes of each (Amazon SQS API
+// Reference, MessageAttributeValue).
+func messageAttributeBytes(attrs map[string]sqstypes.MessageAttributeValue) int {
+	n := 0
+	for k, v := range attrs {
+		n += len(k) + len(aws.ToString(v.DataType)) + len(aws.ToString(v.StringValue)) + len(v.BinaryValue)
+	}
+	return n
+}
+
+// cutUTF8 returns s cut to at most n bytes on a character boundary.
+func cutUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 func (m *Marker) update(ctx context.Context, key outbox.Key, upd expression.UpdateBuilder, extra ...expression.ConditionBuilder) error {

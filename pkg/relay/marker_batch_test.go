@@ -32,7 +32,10 @@ type batchDDB struct {
 	truncate bool // return one response fewer than statements
 }
 
-func (f *batchDDB) BatchExecuteStatement(_ context.Context, in *dynamodb.BatchExecuteStatementInput, _ ...func(*dynamodb.Options)) (*dynamodb.BatchExecuteStatementOutput, error) {
+func (f *batchDDB) BatchExecuteStatement(ctx context.Context, in *dynamodb.BatchExecuteStatementInput, _ ...func(*dynamodb.Options)) (*dynamodb.BatchExecuteStatementOutput, error) {
+	if err := wait(ctx, f.delay); err != nil {
+		return nil, err
+	}
 	f.bmu.Lock()
 	defer f.bmu.Unlock()
 	f.batches = append(f.batches, in.Statements)

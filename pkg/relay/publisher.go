@@ -69,6 +69,10 @@ const (
 	CodeNoResult = "NoResult"
 	// CodePoisonRecord: a stream record could not be decoded as an outbox record.
 	CodePoisonRecord = "PoisonRecord"
+	// CodeNoTime: the context (the invocation deadline less the marking
+	// reserve, see MarkerConfig.Reserve) ended before the entry could be
+	// sent; retryable.
+	CodeNoTime = "NoTimeLeft"
 )
 
 // permanentCodes are the PutEvents entry error codes that will not succeed
@@ -118,8 +122,10 @@ type PublisherConfig struct {
 	MaxRequestBytes int
 	// MaxAttempts bounds the PutEvents calls carrying one entry. Default 4.
 	MaxAttempts int
-	// RetryBudget bounds the time one Publish call spends, retries included.
-	// Default 20 s. A context deadline shortens it.
+	// RetryBudget bounds the time one Publish call spends, retries and the
+	// last call included: no PutEvents call outlives it. Default 20 s. A
+	// context deadline shortens it (the Relay passes the invocation deadline
+	// less MarkerConfig.Reserve).
 	RetryBudget time.Duration
 	// InitialInterval and MaxInterval shape the exponential backoff (with
 	// ±50% jitter) between attempts. Defaults 100 ms and 2 s.
@@ -229,8 +235,14 @@ type entry struct {
 // RetryableFailure. Entries accepted by EventBridge are never re-sent; an
 // entry that failed with a retryable code is re-sent (only it) up to
 // MaxAttempts times with exponential backoff and jitter, within RetryBudget
-// and the context's deadline. An entry over MaxEntryBytes or an envelope that
-// does not validate is a PermanentFailure and is never sent.
+// and the context's deadline: Publish returns by min(start + RetryBudget,
+// ctx deadline), cutting a call still in flight then (its entries are
+// RetryableFailure: EventBridge may have accepted them, a re-send is
+// absorbed by consumer dedup), and starts no retry with less than half a
+// CallTimeout left. If ctx is already done nothing is sent and every entry
+// is RetryableFailure with ErrorCode CodeNoTime. An entry over MaxEntryBytes
+// or an envelope that does not validate is a PermanentFailure and is never
+// sent.
 //
 // Entries: Source from config, DetailType = event type, Detail =
 // Envelope.Detail(), Time = occurred_at, EventBusName from config.
@@ -248,12 +260,21 @@ func (p *Publisher) Publish(ctx context.Context, envs []outbox.Envelope) []Resul
 	if len(pending) == 0 {
 		return results
 	}
+	if err := ctx.Err(); err != nil {
+		for _, e := range pending {
+			results[e.idx] = Result{Status: RetryableFailure, ErrorCode: CodeNoTime, ErrorMessage: "not sent: " + err.Error()}
+		}
+		p.cfg.Logger.WarnContext(ctx, "relay: no time left to publish", "entries", len(pending), "error", err)
+		return results
+	}
 
 	start := time.Now()
 	deadline := start.Add(p.cfg.RetryBudget)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
 	bo := &backoff.ExponentialBackOff{
 		InitialInterval:     p.cfg.InitialInterval,
 		RandomizationFactor: 0.5,

@@ -114,8 +114,14 @@ type work struct {
 //     EventId are marked published, permanent failures are parked.
 //   - The response names the dynamodb.SequenceNumber (never eventID) of the
 //     first record, in batch order, that is not done (retryable publish
-//     failure, marking or parking failure): one batchItemFailures entry, or
-//     none on full success. Lambda then retries from that record on.
+//     failure, marking or parking failure, or no time left): one
+//     batchItemFailures entry, or none on full success. Lambda then retries
+//     from that record on.
+//   - Deadline budget: when ctx has a deadline (the Lambda invocation
+//     deadline), publishing stops MarkerConfig.Reserve before it and marking
+//     stops AnswerMargin before it, so the answer arrives before Lambda's
+//     timeout would throw it (and the batch's progress) away. Records not
+//     done in time are reported as above. See MinFunctionTimeout.
 //
 // It returns ErrNoSequenceNumber (wrapped) when the record to report has no
 // sequence number.
@@ -150,7 +156,15 @@ func (r *Relay) Handle(ctx context.Context, ev events.DynamoDBEvent) (events.Dyn
 	}
 
 	if len(envs) > 0 {
-		results := r.pub.Publish(ctx, envs)
+		// Publishing stops Reserve before the invocation deadline so that
+		// marking and the answer fit (see WithReserve).
+		pubCtx, cancel := WithReserve(ctx, r.marker.Reserve())
+		results := r.pub.Publish(pubCtx, envs)
+		if pubCtx.Err() != nil && ctx.Err() == nil {
+			r.log.WarnContext(ctx, "relay: publishing stopped at the deadline reserve; unfinished records are reported for retry",
+				"reserve", r.marker.Reserve())
+		}
+		cancel()
 		for j, res := range results {
 			w := items[publishIdx[j]]
 			w.mark.Result = res
@@ -172,7 +186,9 @@ func (r *Relay) Handle(ctx context.Context, ev events.DynamoDBEvent) (events.Dyn
 		marks = append(marks, w.mark)
 		markIdx = append(markIdx, i)
 	}
-	errs := r.marker.MarkAll(ctx, marks)
+	markCtx, cancel := WithReserve(ctx, AnswerMargin)
+	errs := r.marker.MarkAll(markCtx, marks)
+	cancel()
 	for j, err := range errs {
 		w := items[markIdx[j]]
 		switch {
