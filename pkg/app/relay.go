@@ -14,11 +14,20 @@ func NewRelay(s Settings, eb relay.EventBridgeAPI, ddb relay.UpdateItemAPI, queu
 	if err := require(config.EnvOutboxTable, s.OutboxTable, config.EnvEventBusName, s.EventBus, config.EnvParkedQueueURL, s.ParkedQueueURL); err != nil {
 		return nil, err
 	}
-	return relay.New(eb, ddb, queue, relay.Config{
-		Publisher: relay.PublisherConfig{EventBusName: s.EventBus, Source: s.Source, MaxEntryBytes: s.MaxEntryBytes},
-		Marker:    relay.MarkerConfig{Table: s.OutboxTable, ParkedQueueURL: s.ParkedQueueURL, PublishedRetention: s.PublishedRetention, Metrics: s.Metrics},
-		Logger:    log,
-	})
+	return relay.New(eb, ddb, queue, RelayConfig(s, log))
+}
+
+// RelayConfig is the relay configuration Settings give (NewRelay builds the
+// relay from it; relay.MinFunctionTimeout(RelayConfig(s, nil)) is the
+// shortest function timeout that holds it).
+func RelayConfig(s Settings, log *slog.Logger) relay.Config {
+	return relay.Config{
+		Publisher: relay.PublisherConfig{EventBusName: s.EventBus, Source: s.Source, MaxEntryBytes: s.MaxEntryBytes,
+			RetryBudget: s.RelayRetryBudget, CallTimeout: s.RelayCallTimeout},
+		Marker: relay.MarkerConfig{Table: s.OutboxTable, ParkedQueueURL: s.ParkedQueueURL, PublishedRetention: s.PublishedRetention,
+			Metrics: s.Metrics, CallTimeout: s.RelayCallTimeout},
+		Logger: log,
+	}
 }
 
 // ReconcilerClients are the AWS clients the reconciler calls: Query on the

@@ -40,6 +40,13 @@ type Settings struct {
 	DedupRetention time.Duration
 	// MaxEntryBytes is the EventBridge entry size limit in bytes.
 	MaxEntryBytes int
+	// RelayRetryBudget and RelayCallTimeout tune the relay's publisher and
+	// marker (relay.PublisherConfig.RetryBudget, CallTimeout of both); zero
+	// takes the relay's defaults (20 s, 5 s). Not read from the
+	// environment: the local stack and chaos shorten them so that a short
+	// function timeout still holds relay.MinFunctionTimeout.
+	RelayRetryBudget time.Duration
+	RelayCallTimeout time.Duration
 	// Metrics receives the CloudWatch embedded-metric-format lines of the
 	// relay and reconciler. Not read from the environment; nil means
 	// standard output (where Lambda ships them to CloudWatch).

@@ -105,11 +105,11 @@ type Report struct {
 	// Client-side view: acknowledged changes and ambiguous answers.
 	Acked, Ambiguous, Conflicts, Unexpected int64
 	// Pipeline counters.
-	PollerRestarts    int
-	ESMRetries        int64
-	ESMDiscarded      int64 // batches sent to the on-failure destination (records stay pending)
-	BusRetries        int64
-	BusDeadLettered   int64
+	PollerRestarts  int
+	ESMRetries      int64
+	ESMDiscarded    int64 // batches sent to the on-failure destination (records stay pending)
+	BusRetries      int64
+	BusDeadLettered int64
 	// DeadLettered counts events that reached a consumer DLQ (redrive
 	// policy or a permanent error); Redriven those moved back by the
 	// audit's redrive. ConsumerTimeouts counts consumer invocations that
@@ -119,8 +119,8 @@ type Report struct {
 	Redriven             int
 	ConsumerTimeouts     int64
 	ConsumerRedeliveries int64
-	ReconcilerResends int
-	ParkedMessages    int // messages on the parked-records DLQ
+	ReconcilerResends    int
+	ParkedMessages       int // messages on the parked-records DLQ
 	// Faults counts injected faults by kind, over all epochs.
 	Faults map[faults.Kind]int64
 	// Problems are the audit's findings (first 20).
@@ -241,9 +241,9 @@ func runEpoch(ctx context.Context, cfg Config, epoch, orders int, rep *Report) e
 				return retry.NewStandard(func(o *retry.StandardOptions) { o.RateLimiter = ratelimit.None })
 			}
 		},
-		WrapEventBridge: func(eb relay.EventBridgeAPI) relay.EventBridgeAPI { return inj.EventBridge(eb) },
-		WrapQueue:       func(q relay.QueueSender) relay.QueueSender { return inj.Queue(q) },
-		WrapStream:      func(h localrt.StreamHandler) localrt.StreamHandler { return inj.StreamHandler(h) },
+		WrapEventBridge:     func(eb relay.EventBridgeAPI) relay.EventBridgeAPI { return inj.EventBridge(eb) },
+		WrapQueue:           func(q relay.QueueSender) relay.QueueSender { return inj.Queue(q) },
+		WrapStream:          func(h localrt.StreamHandler) localrt.StreamHandler { return inj.StreamHandler(h) },
 		ConsumerInterceptor: applied.wrap(inj.Interceptor()),
 		WrapConsumer:        inj.SQSHandler,
 		// EventBridge retries a target for up to 24 h and 185 attempts.
@@ -255,8 +255,12 @@ func runEpoch(ctx context.Context, cfg Config, epoch, orders int, rep *Report) e
 		ConsumerFunctionTimeout:   ConsumerFunctionTimeout,
 		ConsumerVisibilityTimeout: ConsumerVisibilityTimeout,
 		ConsumerMaxReceiveCount:   ConsumerMaxReceiveCount,
-		// The relay's function timeout, short enough that stalled marking
-		// (SlowCall) pushes it against its deadline budget.
+		// A short relay: 2 s retry budget, 1 s calls, and the shortest
+		// function timeout that holds them (relay.MinFunctionTimeout, 6 s),
+		// so that stalled marking (SlowCall) pushes it against its deadline
+		// budget.
+		RelayRetryBudget:     RelayRetryBudget,
+		RelayCallTimeout:     RelayCallTimeout,
 		RelayFunctionTimeout: RelayFunctionTimeout,
 		// The reconciler races the relay on purpose: records older than 1 s
 		// are re-sent every 500 ms while the relay may be publishing them.
@@ -369,7 +373,9 @@ const (
 	ConsumerFunctionTimeout   = time.Second
 	ConsumerVisibilityTimeout = 2 * time.Second
 	ConsumerMaxReceiveCount   = 3
-	RelayFunctionTimeout      = 3 * time.Second
+	RelayRetryBudget          = 2 * time.Second
+	RelayCallTimeout          = time.Second
+	RelayFunctionTimeout      = 6 * time.Second
 )
 
 type dlqCounts struct{ deadLettered, redriven int }

@@ -28,8 +28,8 @@ import (
 	"github.com/aws/smithy-go/middleware"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/app"
-	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/awsclient"
+	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/dedup"
 	"github.com/ddb-outbox/ddb-outbox/pkg/dynoxide"
 	"github.com/ddb-outbox/ddb-outbox/pkg/ledger"
@@ -103,7 +103,13 @@ type Options struct {
 	ConsumerMaxReceiveCount   int
 	// RelayFunctionTimeout is the relay's function timeout as the stream
 	// event source mapping invokes it (default config.DefaultRelayTimeout).
+	// Like the CDK construct, Start refuses one shorter than
+	// relay.MinFunctionTimeout of the relay's configuration.
 	RelayFunctionTimeout time.Duration
+	// RelayRetryBudget and RelayCallTimeout tune the relay (app.Settings);
+	// zero keeps the relay's defaults.
+	RelayRetryBudget time.Duration
+	RelayCallTimeout time.Duration
 	// Metrics receives the relay's and reconciler's EMF metric lines
 	// (default: discarded).
 	Metrics io.Writer
@@ -176,11 +182,11 @@ type Stack struct {
 	// Consumers are the consumer delivery paths by consumer name
 	// (routing.ConsumerLedger, routing.ConsumerNotifier): queue, DLQ, SQS
 	// event source mapping.
-	Consumers map[string]*ConsumerPath
-	Relay          *relay.Relay
-	Reconciler     *reconciler.Reconciler
-	Ledger         *ledger.Ledger
-	Notifier       *notifier.Notifier
+	Consumers  map[string]*ConsumerPath
+	Relay      *relay.Relay
+	Reconciler *reconciler.Reconciler
+	Ledger     *ledger.Ledger
+	Notifier   *notifier.Notifier
 
 	log    *slog.Logger
 	server *http.Server
@@ -240,7 +246,12 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		PublishedRetention: 7 * 24 * time.Hour,
 		DedupRetention:     7 * 24 * time.Hour,
 		MaxEntryBytes:      256 * 1024,
+		RelayRetryBudget:   opts.RelayRetryBudget,
+		RelayCallTimeout:   opts.RelayCallTimeout,
 		Metrics:            opts.Metrics,
+	}
+	if least := relay.MinFunctionTimeout(app.RelayConfig(s.Settings, nil)); opts.RelayFunctionTimeout < least {
+		return nil, fmt.Errorf("devstack: RelayFunctionTimeout %s is shorter than %s, the relay's retry budget plus its marking reserve (relay.MinFunctionTimeout); the CDK construct refuses it too", opts.RelayFunctionTimeout, least)
 	}
 	if err := s.createTables(ctx); err != nil {
 		return nil, err

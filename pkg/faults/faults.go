@@ -83,6 +83,10 @@ const (
 	// response; the whole batch is delivered again. Rate defaults to
 	// Config.Rate/5.
 	TimeoutAfterHandle Kind = "timeout_after_handle"
+	// RelayTimeout: TimeoutAfterHandle at the relay (the stream handler): it
+	// stalls the shard for a whole function timeout, so its rate defaults to
+	// Config.Rate/50.
+	RelayTimeout Kind = "relay_timeout"
 	// SlowCall: a call of SlowOperations (the relay's marking: UpdateItem,
 	// BatchExecuteStatement) is delayed by Config.MaxStall before it is
 	// sent, to push the relay against its deadline. Rate defaults to
@@ -93,7 +97,7 @@ const (
 // AllKinds lists every Kind, in the order Summary prints them.
 var AllKinds = []Kind{FailBeforeSend, ResponseLost, Throttle, Latency, EntryRetryable, EntryPermanent,
 	StatementFailed, CrashAfterHandle, CrashBeforeEffect, CrashAfterEffect, PollerRestart,
-	ConsumerOutage, ConsumerRejected, TimeoutAfterHandle, SlowCall}
+	ConsumerOutage, ConsumerRejected, TimeoutAfterHandle, RelayTimeout, SlowCall}
 
 // Config configures an Injector. The zero value injects nothing.
 type Config struct {
@@ -239,6 +243,8 @@ func (in *Injector) RateOf(k Kind) float64 {
 		return in.cfg.Rate / 10
 	case TimeoutAfterHandle, SlowCall:
 		return in.cfg.Rate / 5
+	case RelayTimeout:
+		return in.cfg.Rate / 50
 	}
 	return in.cfg.Rate
 }

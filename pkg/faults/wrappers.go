@@ -226,7 +226,7 @@ func (in *Injector) wrapCall(ctx context.Context, boundary, service string, call
 func (in *Injector) StreamHandler(next localrt.StreamHandler) localrt.StreamHandler {
 	return func(ctx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
 		crash := in.Chance(BoundaryStream, CrashAfterHandle)
-		late := in.Chance(BoundaryStream+".timeout", TimeoutAfterHandle)
+		late := in.Chance(BoundaryStream+".timeout", RelayTimeout)
 		resp, err := next(ctx, ev)
 		if late {
 			overrun(ctx)
