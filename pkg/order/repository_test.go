@@ -170,7 +170,7 @@ func TestRepositoryRetriesTransactionConflicts(t *testing.T) {
 	repo := f.repo(t, nil)
 	ctx := context.Background()
 	o, evs := place(t, "o-1")
-	if _, _, err := repo.Create(ctx, o, evs, order.CreateMeta{IdempotencyKey: "k", RequestHash: "h"}); err != nil {
+	if _, _, err := repo.Create(ctx, o, evs, order.CreateMeta{Actor: "arn:aws:iam::123456789012:user/a", IdempotencyKey: "k", RequestHash: "h"}); err != nil {
 		t.Fatal(err)
 	}
 	pay := func(o *order.Order) ([]outbox.Event, error) { return o.Pay(time.Now()) }
@@ -203,19 +203,19 @@ func TestRepositoryIdempotencyExpiry(t *testing.T) {
 	now := time.Now()
 	first := f.repo(t, func() time.Time { return now })
 	o, evs := place(t, "o-1")
-	if _, created, err := first.Create(ctx, o, evs, order.CreateMeta{IdempotencyKey: "k", RequestHash: "h1"}); err != nil || !created {
+	if _, created, err := first.Create(ctx, o, evs, order.CreateMeta{Actor: "a", IdempotencyKey: "k", RequestHash: "h1"}); err != nil || !created {
 		t.Fatal(err)
 	}
 	o2, evs2 := place(t, "o-2")
-	if _, _, err := first.Create(ctx, o2, evs2, order.CreateMeta{IdempotencyKey: "k", RequestHash: "h2"}); !errors.Is(err, order.ErrIdempotencyKeyReused) {
+	if _, _, err := first.Create(ctx, o2, evs2, order.CreateMeta{Actor: "a", IdempotencyKey: "k", RequestHash: "h2"}); !errors.Is(err, order.ErrIdempotencyKeyReused) {
 		t.Fatalf("reuse: %v", err)
 	}
-	if _, _, err := first.Create(ctx, o2, evs2, order.CreateMeta{IdempotencyKey: "k"}); !errors.Is(err, order.ErrValidation) {
+	if _, _, err := first.Create(ctx, o2, evs2, order.CreateMeta{Actor: "a", IdempotencyKey: "k"}); !errors.Is(err, order.ErrValidation) {
 		t.Fatalf("missing hash: %v", err)
 	}
 	// 25 h later the key is free again, even before TTL deletes the record.
 	later := f.repo(t, func() time.Time { return now.Add(25 * time.Hour) })
-	got, created, err := later.Create(ctx, o2, evs2, order.CreateMeta{IdempotencyKey: "k", RequestHash: "h2"})
+	got, created, err := later.Create(ctx, o2, evs2, order.CreateMeta{Actor: "a", IdempotencyKey: "k", RequestHash: "h2"})
 	if err != nil || !created || got.ID != "o-2" {
 		t.Fatalf("after expiry: %v %v %+v", err, created, got)
 	}
