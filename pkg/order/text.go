@@ -109,4 +109,3 @@ func forbiddenRune(r rune) bool {
 func IsNoncharacter(r rune) bool {
 	return r >= 0xFDD0 && r <= 0xFDEF || r&0xFFFE == 0xFFFE && r <= unicode.MaxRune
 }
-
