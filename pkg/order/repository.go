@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -72,10 +73,10 @@ func OrderKey(id string) map[string]types.AttributeValue {
 }
 
 // IdempotencyKey returns the orders table key of the idempotency record of
-// key sent by actor: "IDEMPOTENCY#<hex SHA-256 of actor>#<key>". Hashing
-// bounds the key length (an IAM ARN may be 2,048 bytes; a DynamoDB
+// key sent by actor: "IDEMPOTENCY#<hex SHA-256 of IdempotencyScope(actor)>#<key>".
+// Hashing bounds the key length (an IAM ARN may be 2,048 bytes; a DynamoDB
 // partition key at most 2,048) whatever the actor; the actor itself is
-// stored in the record (AttrActor). The same key from two actors names two
+// stored in the record (AttrActor). The same key from two scopes names two
 // records, so one caller can neither see (409 oracle), replay nor squat
 // another caller's key.
 func IdempotencyKey(actor, key string) map[string]types.AttributeValue {
@@ -83,8 +84,32 @@ func IdempotencyKey(actor, key string) map[string]types.AttributeValue {
 }
 
 func idempotencyPK(actor, key string) string {
-	sum := sha256.Sum256([]byte(actor))
+	sum := sha256.Sum256([]byte(IdempotencyScope(actor)))
 	return KeyPrefixIdempotency + hex.EncodeToString(sum[:]) + "#" + key
+}
+
+// IdempotencyScope returns the caller an idempotency key belongs to. For an
+// assumed-role session ARN, "arn:<partition>:sts::<account>:assumed-role/<role>/<session>",
+// it is the role without the session ("arn:<partition>:sts::<account>:assumed-role/<role>"):
+// every session of one role is one caller, so an instance of a service can
+// retry a request another instance (another session name: an ECS task id, an
+// EC2 instance id) started. Any other actor (an IAM user ARN, a federated
+// user, the API's local stand-in) is its own scope.
+func IdempotencyScope(actor string) string {
+	const marker = ":assumed-role/"
+	if !strings.HasPrefix(actor, "arn:") {
+		return actor
+	}
+	i := strings.Index(actor, marker)
+	if i < 0 || !strings.Contains(actor[:i], ":sts::") {
+		return actor
+	}
+	rest := actor[i+len(marker):]
+	j := strings.IndexByte(rest, '/')
+	if j <= 0 || j == len(rest)-1 {
+		return actor
+	}
+	return actor[:i+len(marker)+j]
 }
 
 // ValidateActor returns an error wrapping ErrValidation unless actor is
@@ -302,7 +327,7 @@ func (r *Repository) Get(ctx context.Context, id string) (Order, error) {
 // IdempotencyKey): the same key from another actor is an independent
 // request. Concurrent creates with one actor and key create exactly one
 // order. The call also carries the ClientRequestToken
-// outbox.RequestToken(actor, key, hash).
+// outbox.RequestToken(IdempotencyScope(actor), key, hash).
 //
 // Errors: ErrValidation (bad order, key, actor, or a key without hash or
 // actor), ErrIdempotencyKeyReused,
@@ -358,7 +383,7 @@ func (r *Repository) Create(ctx context.Context, o *Order, events []outbox.Event
 			return Order{}, false, err
 		}
 		writes = append(writes, idemPut)
-		opts = append(opts, outbox.WithClientRequestToken(outbox.RequestToken(meta.Actor, key, meta.RequestHash)))
+		opts = append(opts, outbox.WithClientRequestToken(outbox.RequestToken(IdempotencyScope(meta.Actor), key, meta.RequestHash)))
 	}
 
 	var lastErr error

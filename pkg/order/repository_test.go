@@ -223,3 +223,49 @@ func TestRepositoryIdempotencyExpiry(t *testing.T) {
 		t.Fatalf("orders table %d items, want 2 orders + 1 idempotency record", n)
 	}
 }
+
+// TestRepositoryActorScopesIdempotencyAndIsStored: an idempotency key
+// belongs to the actor's scope (sessions of one role share it, other
+// principals do not), and the actor is stored on the order and in each
+// envelope.
+func TestRepositoryActorScopesIdempotencyAndIsStored(t *testing.T) {
+	t.Parallel()
+	f := newRepoFixture(t)
+	repo := f.repo(t, nil)
+	ctx := context.Background()
+	const (
+		session1 = "arn:aws:sts::123456789012:assumed-role/checkout/task-1"
+		session2 = "arn:aws:sts::123456789012:assumed-role/checkout/task-2"
+		other    = "arn:aws:sts::123456789012:assumed-role/reporting/task-1"
+		ops      = "arn:aws:iam::123456789012:user/ops"
+	)
+	o1, evs1 := place(t, "o-1")
+	first, created, err := repo.Create(ctx, o1, evs1, order.CreateMeta{Actor: session1, IdempotencyKey: "k", RequestHash: "h"})
+	if err != nil || !created || first.CreatedBy != session1 || first.UpdatedBy != session1 {
+		t.Fatalf("create: %v %v %+v", err, created, first)
+	}
+	o2, evs2 := place(t, "o-2")
+	again, created, err := repo.Create(ctx, o2, evs2, order.CreateMeta{Actor: session2, IdempotencyKey: "k", RequestHash: "h"})
+	if err != nil || created || again.ID != "o-1" {
+		t.Fatalf("another session of the role: %v %v %+v, want the first order", err, created, again)
+	}
+	o3, evs3 := place(t, "o-3")
+	third, created, err := repo.Create(ctx, o3, evs3, order.CreateMeta{Actor: other, IdempotencyKey: "k", RequestHash: "h"})
+	if err != nil || !created || third.ID != "o-3" {
+		t.Fatalf("another role: %v %v %+v, want its own order", err, created, third)
+	}
+	paid, err := repo.Update(ctx, "o-1", func(o *order.Order) ([]outbox.Event, error) { return o.Pay(time.Now()) }, order.UpdateMeta{Actor: ops})
+	if err != nil || paid.UpdatedBy != ops || paid.CreatedBy != session1 {
+		t.Fatalf("update: %v %+v", err, paid)
+	}
+	got, err := repo.Get(ctx, "o-1")
+	if err != nil || got.CreatedBy != session1 || got.UpdatedBy != ops {
+		t.Fatalf("stored order: %v %+v", err, got)
+	}
+	if _, _, err := repo.Create(ctx, o3, evs3, order.CreateMeta{IdempotencyKey: "k2", RequestHash: "h"}); !errors.Is(err, order.ErrValidation) {
+		t.Fatalf("key without actor: %v", err)
+	}
+	if _, _, err := repo.Create(ctx, o3, evs3, order.CreateMeta{Actor: "bad actor"}); !errors.Is(err, order.ErrValidation) {
+		t.Fatalf("invalid actor: %v", err)
+	}
+}
