@@ -1,8 +1,11 @@
 package order_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -267,5 +270,32 @@ func TestRepositoryActorScopesIdempotencyAndIsStored(t *testing.T) {
 	}
 	if _, _, err := repo.Create(ctx, o3, evs3, order.CreateMeta{Actor: "bad actor"}); !errors.Is(err, order.ErrValidation) {
 		t.Fatalf("invalid actor: %v", err)
+	}
+}
+
+// TestRepositoryLogsActor: each committed event's log record carries the
+// actor and causation id.
+func TestRepositoryLogsActor(t *testing.T) {
+	t.Parallel()
+	f := newRepoFixture(t)
+	var buf bytes.Buffer
+	w, err := outbox.NewWriter(f.env.DDB, outbox.WriterConfig{Table: f.outbox})
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo, err := order.NewRepository(order.RepositoryConfig{Table: f.orders, Client: f.env.DDB, Writer: w, Logger: slog.New(slog.NewJSONHandler(&buf, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, evs := place(t, "o-log")
+	if _, _, err := repo.Create(context.Background(), o, evs, order.CreateMeta{Actor: "local:alice", CausationID: "req-1"}); err != nil {
+		t.Fatal(err)
+	}
+	var rec map[string]any
+	if err := json.Unmarshal(bytes.TrimSpace(buf.Bytes()), &rec); err != nil {
+		t.Fatalf("log %q: %v", buf.String(), err)
+	}
+	if rec["actor"] != "local:alice" || rec["causation_id"] != "req-1" || rec["aggregate_id"] != "o-log" {
+		t.Fatalf("log record %v", rec)
 	}
 }
