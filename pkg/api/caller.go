@@ -37,7 +37,18 @@ const (
 	// deployment that serves the handler over plain HTTP outside a developer
 	// machine (such a deployment needs its own authentication in front).
 	CallersIAMOnly
+	// CallersOpenDemo is CallersAuto for an API deployed without
+	// authorization (the infra auth mode NONE, demos only): a request through
+	// API Gateway without an IAM principal is served as AnonymousCaller
+	// instead of 401. Every anonymous client then shares one idempotency
+	// scope, so the key oracle, replay and squatting between clients are
+	// back: never use it for real traffic.
+	CallersOpenDemo
 )
+
+// AnonymousCaller is the actor of an unauthenticated API Gateway request
+// under CallersOpenDemo.
+const AnonymousCaller = "anonymous"
 
 // HeaderCaller is the local stand-in for the caller identity (CallersAuto,
 // plain net/http requests only): 1..MaxLocalCallerLen characters of
@@ -79,6 +90,9 @@ func (h *Handler) resolveCaller(r *http.Request) (string, error) {
 	unauthenticated := newError(http.StatusUnauthorized, CodeUnauthenticated, "the request carries no authenticated IAM principal; sign it with SigV4")
 	if rc, ok := core.GetAPIGatewayV2ContextFromContext(r.Context()); ok {
 		if rc.Authorizer == nil || rc.Authorizer.IAM == nil || rc.Authorizer.IAM.UserARN == "" {
+			if h.cfg.Callers == CallersOpenDemo {
+				return AnonymousCaller, nil
+			}
 			return "", unauthenticated
 		}
 		arn := rc.Authorizer.IAM.UserARN

@@ -87,7 +87,7 @@ func (c Config) Validate() error {
 		return errors.New("api: Config.Orders is required")
 	case c.MaxBodyBytes < 256:
 		return fmt.Errorf("api: MaxBodyBytes %d is too small", c.MaxBodyBytes)
-	case c.Callers != CallersAuto && c.Callers != CallersIAMOnly:
+	case c.Callers != CallersAuto && c.Callers != CallersIAMOnly && c.Callers != CallersOpenDemo:
 		return fmt.Errorf("api: Callers %d is not a CallerMode", c.Callers)
 	}
 	return nil

@@ -196,6 +196,17 @@ func TestLambdaCallerIsTheIAMPrincipal(t *testing.T) {
 	if n := f.counts(t); n != (counts{}) {
 		t.Fatalf("unauthenticated request wrote %+v", n)
 	}
+	// The demo mode serves it as the anonymous caller instead.
+	demo := newFixture(t, f.env, func(c *api.Config) { c.Callers = api.CallersOpenDemo })
+	if r, err := api.LambdaHandler(demo.h)(ctx, unsigned); err != nil || r.StatusCode != http.StatusCreated {
+		t.Fatalf("demo mode: %v %d %s", err, r.StatusCode, r.Body)
+	} else {
+		var o order.Order
+		_ = json.Unmarshal([]byte(r.Body), &o)
+		if recs := demo.records(t, o.ID); len(recs) != 1 || recs[0].Envelope.Actor != api.AnonymousCaller {
+			t.Fatalf("demo outbox %+v", recs)
+		}
+	}
 
 	spoof := gatewayRequest(t, "POST", "/orders", bodyA, arnA)
 	spoof.Headers["x-caller"] = "admin"
