@@ -22,6 +22,7 @@ import (
 // no real event could ever advance it. It is refused (impossible_sequence),
 // writes nothing, and the order's real cancellation still lands.
 func TestNotifierSequenceBombDoesNotFreezeTheView(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	f.handle(t, envelope(t, "o-7", 1, order.EventOrderPlaced, order.Placed{OrderID: "o-7", CustomerID: "c-7", AmountMinor: 100, Currency: "EUR"}))
 	bomb := envelope(t, "o-7", math.MaxInt64, order.EventOrderCancelled, order.Cancelled{OrderID: "o-7", Reason: "x", Currency: "EUR"})
@@ -41,6 +42,7 @@ func TestNotifierSequenceBombDoesNotFreezeTheView(t *testing.T) {
 // TestNotifierRefusesForgedEvents: each input is refused as a permanent
 // failure with its reason and writes nothing.
 func TestNotifierRefusesForgedEvents(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	placed := order.Placed{OrderID: "o-8", CustomerID: "c-8", AmountMinor: 100, Currency: "EUR"}
 	tests := []struct {

@@ -67,6 +67,7 @@ type ContractError struct {
 	Detail string
 }
 
+// Error returns "order: <type> <event id> refused (<reason>): <detail>".
 func (e *ContractError) Error() string {
 	return fmt.Sprintf("order: %s %s refused (%s): %s", e.EventType, e.EventID, e.Reason, e.Detail)
 }
