@@ -15,10 +15,20 @@
 // schemas/<EventType>.v<version>.json describes the FULL outbox envelope (the
 // EventBridge detail), not only the payload: event_id (lower-case UUID),
 // event_type, event_version, aggregate_type "Order", aggregate_id, sequence
-// (integer >= 1), occurred_at (RFC 3339 date-time), optional correlation_id
-// and causation_id, and payload. Unknown properties are refused at every
-// level (additionalProperties false): adding a field is a new version.
-// Formats (date-time, uuid) are asserted.
+// (the exact values the order state machine emits: OrderPlaced 1, OrderPaid
+// 2, OrderShipped 3, OrderCancelled 2 or 3; see order.ExpectedSequences),
+// occurred_at (RFC 3339 date-time), optional correlation_id, causation_id
+// and actor (who made the change: printable ASCII, at most 2048 bytes), and
+// payload (amounts at most order.MaxAmountMinor, customer_id in
+// [A-Za-z0-9._:@-]{1,128}, reason at most 512). Unknown properties are
+// refused at every level (additionalProperties false): adding a payload
+// field is a new version. Optional envelope metadata (actor was the first)
+// may be added within a version: every consumer decodes envelopes
+// tolerantly (dedup.DecodeEnvelope), so running consumers keep working,
+// and documents valid before stay valid. Formats (date-time, uuid) are
+// asserted. The schemas cannot express every rule consumers enforce
+// (order.CheckEvent: known ISO 4217 code, order_id = aggregate_id, no
+// control or format characters in reason).
 //
 // # Samples
 //

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"math"
 	"reflect"
 	"strconv"
+	"strings"
 	"testing"
 
 	lambdaevents "github.com/aws/aws-lambda-go/events"
@@ -211,8 +213,11 @@ func TestEveryOrderEventValidates(t *testing.T) {
 			t.Fatalf("no schema for %s: %v", typ, err)
 		}
 		for i, p := range payloads[typ] {
-			for _, meta := range []outbox.Metadata{{}, {CorrelationID: "corr", CausationID: "cause"}} {
-				env, err := outbox.NewEnvelope(outbox.Aggregate{Type: order.AggregateType, ID: "o-1", Sequence: int64(i + 1)},
+			c, _ := p.(order.Cancelled)
+			seq := order.ExpectedSequences(typ, c.WasPaid)[0]
+			for _, meta := range []outbox.Metadata{{}, {CorrelationID: "corr", CausationID: "cause"},
+				{Actor: "arn:aws:sts::123456789012:assumed-role/checkout/i-0abc"}, {Actor: "local:alice"}} {
+				env, err := outbox.NewEnvelope(outbox.Aggregate{Type: order.AggregateType, ID: "o-1", Sequence: seq},
 					outbox.Event{Type: typ, Version: order.EventVersion, Payload: p}, meta)
 				if err != nil {
 					t.Fatal(err)
@@ -260,6 +265,14 @@ func TestBrokenEnvelopesFail(t *testing.T) {
 		{"unknown version", func(m map[string]any) { m["event_version"] = 2 }, contract.ErrUnknownSchema},
 		{"unknown type", func(m map[string]any) { m["event_type"] = "OrderLost" }, contract.ErrUnknownSchema},
 		{"version is a string", func(m map[string]any) { m["event_version"] = "1" }, contract.ErrInvalidEvent},
+		{"actor empty", func(m map[string]any) { m["actor"] = "" }, contract.ErrInvalidEvent},
+		{"actor with a space", func(m map[string]any) { m["actor"] = "a b" }, contract.ErrInvalidEvent},
+		{"actor with a newline", func(m map[string]any) { m["actor"] = "a\nb" }, contract.ErrInvalidEvent},
+		{"actor too long", func(m map[string]any) { m["actor"] = strings.Repeat("a", outbox.MaxActorLen+1) }, contract.ErrInvalidEvent},
+		{"actor not a string", func(m map[string]any) { m["actor"] = 5 }, contract.ErrInvalidEvent},
+		{"OrderPaid at sequence 1", func(m map[string]any) { m["sequence"] = 1 }, contract.ErrInvalidEvent},
+		{"sequence MaxInt64", func(m map[string]any) { m["sequence"] = int64(math.MaxInt64) }, contract.ErrInvalidEvent},
+		{"amount over MaxAmountMinor", func(m map[string]any) { m["payload"].(map[string]any)["amount_minor"] = order.MaxAmountMinor + 1 }, contract.ErrInvalidEvent},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -283,6 +296,39 @@ func TestBrokenEnvelopesFail(t *testing.T) {
 			t.Fatal(err)
 		}
 		return mustDetail(t, e)
+	}
+	// Optional actor accepted; bounds accepted.
+	for name, mutate := range map[string]func(m map[string]any){
+		"actor":                 func(m map[string]any) { m["actor"] = "arn:aws:iam::123456789012:user/ops" },
+		"longest actor":         func(m map[string]any) { m["actor"] = strings.Repeat("a", outbox.MaxActorLen) },
+		"amount MaxAmountMinor": func(m map[string]any) { m["payload"].(map[string]any)["amount_minor"] = order.MaxAmountMinor },
+	} {
+		var m map[string]any
+		if err := json.Unmarshal(mustDetail(t, env), &m); err != nil {
+			t.Fatal(err)
+		}
+		mutate(m)
+		b, _ := json.Marshal(m)
+		if err := contract.Validate(b); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	placed := func(customer string) []byte {
+		e, err := outbox.NewEnvelope(outbox.Aggregate{Type: order.AggregateType, ID: "o-1", Sequence: 1},
+			outbox.Event{Type: order.EventOrderPlaced, Version: 1, Payload: order.Placed{OrderID: "o-1", CustomerID: customer, AmountMinor: 1, Currency: "EUR"}},
+			outbox.Metadata{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return mustDetail(t, e)
+	}
+	for _, c := range []string{"c\u202e1", "c 1", "josé", strings.Repeat("c", order.MaxCustomerIDLen+1)} {
+		if err := contract.Validate(placed(c)); !errors.Is(err, contract.ErrInvalidEvent) {
+			t.Errorf("customer_id %q: %v", c, err)
+		}
+	}
+	if err := contract.Validate(placed("crm:4711")); err != nil {
+		t.Errorf("customer_id crm:4711: %v", err)
 	}
 	if err := contract.Validate(cancelled(true, 0)); !errors.Is(err, contract.ErrInvalidEvent) {
 		t.Errorf("paid cancellation without refund: %v", err)

@@ -9,15 +9,24 @@
 //     the documented members (exact names, no duplicates, nothing after it).
 //   - An invalid request writes nothing: headers, body and values are all
 //     checked before the repository is called (invariant I6).
-//   - POST /orders with an Idempotency-Key is idempotent for 24 h: the same
-//     key and body returns the first order with 200 (the first call got 201);
-//     the same key with another body is 409 idempotency_key_reused.
+//   - Every request has a caller (CallerMode): behind API Gateway the IAM
+//     principal that signed it (requestContext.authorizer.iam.userArn; none
+//     is 401 unauthenticated); over plain net/http (local only) X-Caller or
+//     "local". The caller is the actor of each change and is logged.
+//   - POST /orders with an Idempotency-Key is idempotent for 24 h per caller:
+//     the same caller, key and body returns the first order with 200 (the
+//     first call got 201); the same caller and key with another body is 409
+//     idempotency_key_reused. Another caller's use of the same key is an
+//     independent request (no oracle, no replay of another caller's order,
+//     no squatting).
+//   - Free text (customer_id, reason) is refused with 422 invalid_text when
+//     it holds characters customers must never be shown (order.CheckText).
 //   - Commands accept If-Match with the order version; a mismatch is 409
 //     version_conflict. Orders carry ETag: "<version>".
 //   - Errors are {"code","message"}; see the Code* constants for the table.
 //     500 responses never carry details; they are logged.
-//   - Logs are slog records with the fixed keys aggregate_id and
-//     idempotency_key (the repository logs event_id and sequence per
+//   - Logs are slog records with the fixed keys aggregate_id,
+//     idempotency_key, actor and request_id (the repository logs event_id and sequence per
 //     committed event).
 //
 // # Example

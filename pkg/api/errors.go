@@ -17,7 +17,8 @@ import (
 //	400    malformed_json          body is not exactly one JSON object, or is empty where one is required
 //	400    unknown_field           the object has a member the endpoint does not define (exact, case-sensitive names)
 //	400    invalid_type            a member has the wrong JSON type (e.g. amount_minor 12.5 or "12", or beyond int64)
-//	400    invalid_header          malformed Idempotency-Key or If-Match
+//	400    invalid_header          malformed Idempotency-Key, If-Match or X-Caller
+//	401    unauthenticated         no authenticated caller (no API Gateway IAM principal; see CallerMode)
 //	404    not_found               no such order, or no such route
 //	405    method_not_allowed      the route exists for other methods (see the Allow header)
 //	409    invalid_transition      the command is not allowed in the order's status
@@ -27,7 +28,10 @@ import (
 //	409    already_exists          the generated order id is taken (should not happen)
 //	413    payload_too_large       body larger than Config.MaxBodyBytes
 //	415    unsupported_media_type  a body without Content-Type application/json
-//	422    validation_failed       well-formed but invalid values (amount, currency, customer id, reason)
+//	422    validation_failed       well-formed but invalid values (amount, currency, customer id length, reason length)
+//	422    invalid_text            a text field holds a forbidden character: customer_id outside [A-Za-z0-9._:@-],
+//	                               or a reason with a control (Cc: ESC, CR, LF, TAB, ...), format (Cf: U+202E, ...),
+//	                               line/paragraph separator or noncharacter code point (order.CheckText)
 //	500    internal                anything else; details are logged, never returned
 //	503    unavailable             DynamoDB throttled or timed out; retry later
 const (
@@ -35,6 +39,7 @@ const (
 	CodeUnknownField         = "unknown_field"
 	CodeInvalidType          = "invalid_type"
 	CodeInvalidHeader        = "invalid_header"
+	CodeUnauthenticated      = "unauthenticated"
 	CodeNotFound             = "not_found"
 	CodeMethodNotAllowed     = "method_not_allowed"
 	CodeInvalidTransition    = "invalid_transition"
@@ -45,6 +50,7 @@ const (
 	CodePayloadTooLarge      = "payload_too_large"
 	CodeUnsupportedMedia     = "unsupported_media_type"
 	CodeValidationFailed     = "validation_failed"
+	CodeInvalidText          = "invalid_text"
 	CodeInternal             = "internal"
 	CodeUnavailable          = "unavailable"
 )
@@ -89,6 +95,8 @@ func classify(err error) (e *apiError, internal bool) {
 		return newError(http.StatusConflict, CodeRequestInProgress, "a request with the same Idempotency-Key is in progress; retry"), false
 	case errors.Is(err, order.ErrAlreadyExists):
 		return newError(http.StatusConflict, CodeAlreadyExists, "order already exists"), false
+	case errors.Is(err, order.ErrInvalidText):
+		return newError(http.StatusUnprocessableEntity, CodeInvalidText, err.Error()), false
 	case errors.Is(err, order.ErrValidation):
 		return newError(http.StatusUnprocessableEntity, CodeValidationFailed, err.Error()), false
 	case errors.Is(err, context.DeadlineExceeded) || isThrottle(err):

@@ -55,6 +55,11 @@ type Config struct {
 	Now func() time.Time
 	// NewID returns a new order id. Default: a UUIDv7 string.
 	NewID func() (string, error)
+	// Callers selects where the caller identity comes from (see
+	// CallerMode). Default CallersAuto: the API Gateway IAM principal for
+	// requests through LambdaHandler, the X-Caller stand-in for plain
+	// net/http requests.
+	Callers CallerMode
 }
 
 func (c *Config) setDefaults() {
@@ -82,6 +87,8 @@ func (c Config) Validate() error {
 		return errors.New("api: Config.Orders is required")
 	case c.MaxBodyBytes < 256:
 		return fmt.Errorf("api: MaxBodyBytes %d is too small", c.MaxBodyBytes)
+	case c.Callers != CallersAuto && c.Callers != CallersIAMOnly && c.Callers != CallersOpenDemo:
+		return fmt.Errorf("api: Callers %d is not a CallerMode", c.Callers)
 	}
 	return nil
 }
@@ -94,6 +101,12 @@ func (c Config) Validate() error {
 //	POST /orders/{id}/pay      empty body or {}            → 200 order
 //	POST /orders/{id}/ship     empty body or {}            → 200 order
 //	POST /orders/{id}/cancel   empty body or {"reason"}    → 200 order
+//
+// Every request is first authenticated (see CallerMode): 401
+// unauthenticated without a caller identity. The caller is the actor of the
+// change (stored on the order, carried in each event envelope, logged as
+// "actor") and scopes Idempotency-Key values: the same key from two callers
+// is two independent requests.
 //
 // Commands honour If-Match: <version> (or "<version>"). Responses are JSON;
 // orders are shaped like order.Order and carry ETag: "<version>". Errors are
@@ -140,12 +153,24 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, http.StatusInternalServerError, ErrorBody{Code: CodeInternal, Message: "internal error"})
 		}
 	}()
+	// aws-lambda-go-api-proxy's header accessors trust these headers; a
+	// client can send them. Nothing here reads them; drop them so nothing
+	// below can.
+	r.Header.Del(core.APIGwContextHeader)
+	r.Header.Del(core.APIGwStageVarsHeader)
 	corr := r.Header.Get(HeaderCorrelationID)
 	if !validToken(corr, 128) {
 		corr = uuid.NewString()
 		r.Header.Set(HeaderCorrelationID, corr)
 	}
 	w.Header().Set(HeaderCorrelationID, corr)
+	ctx := context.WithValue(r.Context(), requestKey{}, resolveRequestID(r))
+	caller, err := h.resolveCaller(r)
+	if err != nil {
+		h.fail(w, r.WithContext(ctx), reqInfo{}, err)
+		return
+	}
+	r = r.WithContext(context.WithValue(ctx, callerKey{}, caller))
 	// ServeMux would answer an unclean path (//orders, /orders/x/../y) with
 	// a 301/307 HTML redirect; this API answers JSON only.
 	if p := r.URL.Path; p == "" || path.Clean(p) != p {
@@ -210,6 +235,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request) {
 		causation = requestID(r)
 	}
 	got, created, err := h.cfg.Orders.Create(r.Context(), o, events, order.CreateMeta{
+		Actor:          callerOf(r),
 		IdempotencyKey: key,
 		RequestHash:    RequestHash(req.CustomerID, req.AmountMinor, req.Currency),
 		CorrelationID:  r.Header.Get(HeaderCorrelationID),
@@ -284,6 +310,7 @@ func (h *Handler) command(name string, parse commandFunc) http.HandlerFunc {
 			return
 		}
 		o, err := h.cfg.Orders.Update(r.Context(), info.aggregateID, fn, order.UpdateMeta{
+			Actor:           callerOf(r),
 			ExpectedVersion: expected,
 			CorrelationID:   r.Header.Get(HeaderCorrelationID),
 			CausationID:     requestID(r),
@@ -317,8 +344,10 @@ func (h *Handler) cancel(body []byte, now time.Time) (order.UpdateFunc, error) {
 			return nil, err
 		}
 	}
-	if len(req.Reason) > order.MaxReasonLen {
-		return nil, fmt.Errorf("%w: reason must be at most %d bytes", order.ErrValidation, order.MaxReasonLen)
+	// Checked here too, so an invalid reason is refused before the order is
+	// read (I6); Cancel checks it again.
+	if err := order.ValidateReason(req.Reason); err != nil {
+		return nil, err
 	}
 	return func(o *order.Order) ([]outbox.Event, error) { return o.Cancel(req.Reason, now) }, nil
 }
@@ -381,18 +410,6 @@ func ifMatch(r *http.Request) (int64, error) {
 	return n, nil
 }
 
-// requestID returns the API Gateway request id when running behind the
-// Lambda adapter, else a valid X-Request-Id header, else a new UUID.
-func requestID(r *http.Request) string {
-	if rc, ok := core.GetAPIGatewayV2ContextFromContext(r.Context()); ok && rc.RequestID != "" {
-		return rc.RequestID
-	}
-	if id := r.Header.Get(HeaderRequestID); validToken(id, 128) {
-		return id
-	}
-	return uuid.NewString()
-}
-
 // validToken reports whether s is 1..max bytes of printable ASCII.
 func validToken(s string, max int) bool {
 	if s == "" || len(s) > max {
@@ -428,6 +445,10 @@ func (h *Handler) log(r *http.Request, info reqInfo, level slog.Level, status in
 		slog.String("path", r.URL.Path),
 		slog.Int("status", status),
 		slog.String("correlation_id", r.Header.Get(HeaderCorrelationID)),
+		slog.String("request_id", requestID(r)),
+	}
+	if c := callerOf(r); c != "" {
+		attrs = append(attrs, slog.String("actor", c))
 	}
 	if info.aggregateID != "" {
 		attrs = append(attrs, slog.String("aggregate_id", truncate(info.aggregateID, 128)))

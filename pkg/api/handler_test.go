@@ -34,7 +34,7 @@ type fixture struct {
 	h      *api.Handler
 }
 
-func newFixture(t *testing.T, env *ddbtest.Env) *fixture {
+func newFixture(t *testing.T, env *ddbtest.Env, opts ...func(*api.Config)) *fixture {
 	t.Helper()
 	f := &fixture{env: env, orders: ddbtest.Name("orders"), outbox: ddbtest.Name("outbox")}
 	env.CreateTable(t, order.CreateTableInput(f.orders))
@@ -48,7 +48,11 @@ func newFixture(t *testing.T, env *ddbtest.Env) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.h, err = api.New(api.Config{Orders: repo, Logger: logger})
+	cfg := api.Config{Orders: repo, Logger: logger}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	f.h, err = api.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -326,8 +330,8 @@ func TestInvalidRequestsWriteNothing(t *testing.T) {
 		{"if-match stale", "POST", "/orders/" + qid + "/cancel", "", []string{"If-Match", `"1"`}, 409, api.CodeVersionConflict},
 		{"if-match ahead", "POST", "/orders/" + pid + "/pay", "", []string{"If-Match", "7"}, 409, api.CodeVersionConflict},
 		{"invalid utf-8 byte", "POST", "/orders", "{\"customer_id\":\"a\xffb\",\"amount_minor\":1,\"currency\":\"EUR\"}", nil, 400, api.CodeMalformedJSON},
-		{"lone surrogate escape", "POST", "/orders", `{"customer_id":"a\ud800b","amount_minor":1,"currency":"EUR"}`, nil, 422, api.CodeValidationFailed},
-		{"cancel reason lone surrogate", "POST", "/orders/" + pid + "/cancel", `{"reason":"\udfff"}`, nil, 422, api.CodeValidationFailed},
+		{"lone surrogate escape", "POST", "/orders", `{"customer_id":"a\ud800b","amount_minor":1,"currency":"EUR"}`, nil, 422, api.CodeInvalidText},
+		{"cancel reason lone surrogate", "POST", "/orders/" + pid + "/cancel", `{"reason":"\udfff"}`, nil, 422, api.CodeInvalidText},
 		{"double slash path", "POST", "//orders", ok, nil, 404, api.CodeNotFound},
 		{"dot-dot path", "GET", "/orders/x/../" + pid, "", nil, 404, api.CodeNotFound},
 		{"ship placed", "POST", "/orders/" + pid + "/ship", "", nil, 409, api.CodeInvalidTransition},

@@ -5,6 +5,11 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/ddb-outbox/ddb-outbox/pkg/config"
+	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
 )
 
 // ConsumerConfig is the configuration every consumer shares (pkg/ledger and
@@ -20,6 +25,87 @@ type ConsumerConfig struct {
 	CallTimeout time.Duration
 	// Logger receives one line per handled event. Default slog.Default().
 	Logger *slog.Logger
+	// ExpectedSource is the EventBridge "source" every event must carry: the
+	// Source the relay publishes with (config.EnvEventSource). Default
+	// config.DefaultEventSource. Events with another source are refused by
+	// CheckOrigin (ErrForeignSource).
+	ExpectedSource string
+	// ExpectedAccount, when set, is the 12-digit AWS account id every event's
+	// "account" must equal: the account of the relay's bus. Empty: the
+	// account is not checked (the local runtime uses "000000000000").
+	ExpectedAccount string
+}
+
+// Errors returned by CheckOrigin. Retrying cannot fix them: consumers
+// dead-letter the event (reasons ReasonForeignSource, ReasonForeignAccount).
+var (
+	// ErrForeignSource: the event's source is not ExpectedSource.
+	ErrForeignSource = errors.New("dedup: event from an unexpected source")
+	// ErrForeignAccount: the event's account is not ExpectedAccount.
+	ErrForeignAccount = errors.New("dedup: event from an unexpected account")
+)
+
+// Machine-readable reasons for events CheckOrigin or DecodeEnvelope refuse,
+// for a consumer's dead-letter step (sqsconsumer.Permanent).
+const (
+	ReasonForeignSource  = "forged_source"
+	ReasonForeignAccount = "forged_account"
+	ReasonMalformedEvent = "malformed_event"
+)
+
+// CheckOrigin refuses an EventBridge event whose source is not
+// ExpectedSource (an error wrapping ErrForeignSource) or, when
+// ExpectedAccount is set, whose account is not ExpectedAccount (wrapping
+// ErrForeignAccount). EventBridge sets "account" to the account that called
+// PutEvents, so the account check stops events put by another account that
+// a too-broad bus policy let in; the source check stops other producers on
+// a shared bus. Neither stops a principal of the same account that may call
+// events:PutEvents on the bus (it can set any source not starting with
+// "aws."): the bus resource policy is the control for that
+// (docs/SECURITY-MODEL.md).
+func (c ConsumerConfig) CheckOrigin(ev events.EventBridgeEvent) error {
+	src := c.ExpectedSource
+	if src == "" {
+		src = config.DefaultEventSource
+	}
+	if ev.Source != src {
+		return fmt.Errorf("%w: event %s has source %q, want %q", ErrForeignSource, ev.ID, clip(ev.Source, 256), src)
+	}
+	if c.ExpectedAccount != "" && ev.AccountID != c.ExpectedAccount {
+		return fmt.Errorf("%w: event %s has account %q, want %q", ErrForeignAccount, ev.ID, clip(ev.AccountID, 64), c.ExpectedAccount)
+	}
+	return nil
+}
+
+// Decode checks the event's origin (CheckOrigin) and then decodes its
+// envelope (DecodeEnvelope). Errors wrap ErrForeignSource, ErrForeignAccount
+// or ErrMalformedEvent; OriginReason names them.
+func (c ConsumerConfig) Decode(ev events.EventBridgeEvent) (outbox.Envelope, error) {
+	if err := c.CheckOrigin(ev); err != nil {
+		return outbox.Envelope{}, err
+	}
+	return DecodeEnvelope(ev)
+}
+
+// OriginReason returns the Reason* constant for an error from Decode or
+// CheckOrigin, and "" for any other error.
+func OriginReason(err error) string {
+	switch {
+	case errors.Is(err, ErrForeignSource):
+		return ReasonForeignSource
+	case errors.Is(err, ErrForeignAccount):
+		return ReasonForeignAccount
+	case errors.Is(err, ErrMalformedEvent):
+		return ReasonMalformedEvent
+	}
+	return ""
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }
 
 // Consumer is what a consumer builds from a ConsumerConfig: the effective
@@ -30,9 +116,10 @@ type Consumer struct {
 }
 
 // NewConsumer applies the defaults (Dedup.Consumer = name; Dedup.MaxAttempts
-// = maxAttempts when unset and maxAttempts > 0), validates cfg and builds the
-// Applier. Errors name the consumer: a nil client, an empty Table, a
-// negative CallTimeout, or an invalid Dedup config.
+// = maxAttempts when unset and maxAttempts > 0; ExpectedSource =
+// config.DefaultEventSource), validates cfg and builds the Applier. Errors
+// name the consumer: a nil client, an empty Table, a negative CallTimeout,
+// an ExpectedAccount that is not 12 digits, or an invalid Dedup config.
 func NewConsumer(name string, client TransactWriter, cfg ConsumerConfig, maxAttempts int) (Consumer, error) {
 	if client == nil {
 		return Consumer{}, fmt.Errorf("%s: nil client", name)
@@ -49,15 +136,33 @@ func NewConsumer(name string, client TransactWriter, cfg ConsumerConfig, maxAtte
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.ExpectedSource == "" {
+		cfg.ExpectedSource = config.DefaultEventSource
+	}
 	switch {
 	case cfg.Table == "":
 		return Consumer{}, errors.New(name + ": Config.Table is required")
 	case cfg.CallTimeout < 0:
 		return Consumer{}, fmt.Errorf("%s: Config.CallTimeout %s is negative", name, cfg.CallTimeout)
+	case cfg.ExpectedAccount != "" && !accountID(cfg.ExpectedAccount):
+		return Consumer{}, fmt.Errorf("%s: Config.ExpectedAccount %q is not a 12-digit AWS account id", name, cfg.ExpectedAccount)
 	}
 	a, err := NewApplier(client, cfg.Dedup)
 	if err != nil {
 		return Consumer{}, fmt.Errorf("%s: %w", name, err)
 	}
 	return Consumer{Config: cfg, Applier: a}, nil
+}
+
+// accountID reports whether s is a 12-digit AWS account id.
+func accountID(s string) bool {
+	if len(s) != 12 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
 }

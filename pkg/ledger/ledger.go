@@ -22,18 +22,36 @@
 //
 // # Errors and redelivery
 //
-// Handle returns an error when the event must be delivered again or parked:
-//   - a malformed event or payload (wraps dedup.ErrMalformedEvent or
-//     ErrInvalidPayload) or an unsupported event_version
-//     (ErrUnsupportedVersion). Retrying cannot fix these: the asynchronous
-//     Lambda invocation from the EventBridge rule retries (2 times by
-//     default) and then sends the event to the function's on-failure
-//     destination / the rule target's DLQ, where it is alarmed (I5). Money is
-//     never silently dropped.
+// Handle returns an error when the event must be delivered again or parked.
+// Consumers run behind an SQS queue (pkg/sqsconsumer):
+//   - Events retrying cannot fix are refused before anything is written and
+//     returned wrapped in a *sqsconsumer.PermanentError with a reason, so the
+//     SQS adapter dead-letters them at once to the consumer's alarmed DLQ
+//     (I5): a source other than Config.ExpectedSource (forged_source), an
+//     account other than Config.ExpectedAccount (forged_account), a
+//     malformed detail (malformed_event, dedup.ErrMalformedEvent), an event
+//     the order domain cannot emit (an order.Reason* reason such as
+//     unknown_currency, amount_out_of_range, impossible_sequence,
+//     foreign_aggregate_type, order_id_mismatch; ErrInvalidPayload), an
+//     unsupported event_version (unsupported_version, ErrUnsupportedVersion)
+//     and a booking that would overflow the balance (balance_overflow,
+//     ErrBalanceOverflow). Each refusal is logged with its "reason". Money
+//     is never silently dropped and never booked from a forged event.
 //   - a transaction still cancelled by TransactionConflict or throttling after
 //     Config.Dedup.MaxAttempts tries (a hot balance item under concurrency),
 //     or any other DynamoDB error: the platform redelivers, and the marker
 //     makes the redelivery safe.
+//
+// # Balance range
+//
+// A balance is an int64 of minor units. Each booking is at most
+// order.MaxAmountMinor (1e15), but enough valid bookings could still pass
+// the int64 range (about 9,223 maximal payments), which would make Balance
+// fail to decode the item. The balance ADD is therefore conditioned on the
+// current balance leaving room for the delta (balance_minor BETWEEN
+// MinInt64-delta AND MaxInt64-delta, or no balance yet); a booking that
+// would overflow cancels the whole transaction (no marker, no entry) and is
+// dead-lettered as balance_overflow for an operator.
 //
 // # Table
 //
@@ -46,11 +64,10 @@ package ledger
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"regexp"
+	"math"
 	"strconv"
 	"time"
 
@@ -64,6 +81,7 @@ import (
 	"github.com/ddb-outbox/ddb-outbox/pkg/order"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
 	"github.com/ddb-outbox/ddb-outbox/pkg/routing"
+	"github.com/ddb-outbox/ddb-outbox/pkg/sqsconsumer"
 )
 
 // Attribute names of ledger items.
@@ -97,17 +115,33 @@ const (
 // per delivery: higher than dedup's because balance items are hot.
 const DefaultMaxAttempts = 8
 
-// Errors returned by Handle for events that retrying cannot fix.
+// Errors returned by Handle for events that retrying cannot fix. Handle
+// wraps each in a *sqsconsumer.PermanentError with a reason, so the
+// consumer's SQS adapter dead-letters the event at once.
 var (
-	// ErrInvalidPayload reports a payload that does not decode or breaks a
-	// rule (empty order_id, non-positive amount, bad currency code).
+	// ErrInvalidPayload reports an event the order domain cannot have
+	// emitted (it also wraps the *order.ContractError naming the rule:
+	// foreign aggregate type, order_id not the aggregate id, amount outside
+	// 1..order.MaxAmountMinor, unknown ISO 4217 currency, impossible
+	// sequence, a payload that does not decode, ...).
 	ErrInvalidPayload = errors.New("ledger: invalid payload")
+	// ErrBalanceOverflow reports a booking that would take a balance
+	// outside the int64 range; nothing is written (reason
+	// ReasonBalanceOverflow).
+	ErrBalanceOverflow = errors.New("ledger: balance would overflow int64")
 	// ErrUnsupportedVersion reports a known event type with an event_version
 	// this consumer does not understand.
 	ErrUnsupportedVersion = errors.New("ledger: unsupported event version")
 )
 
-var currencyRE = regexp.MustCompile(`^[A-Z]{3}$`)
+// ReasonBalanceOverflow is the dead-letter reason of ErrBalanceOverflow.
+const ReasonBalanceOverflow = "balance_overflow"
+
+// Effect indexes in the Apply call (see dedup.EffectIndex).
+const (
+	effectEntry   = 0
+	effectBalance = 1
+)
 
 // Client is the DynamoDB subset the Ledger calls, with the SDK's exact
 // signatures; *dynamodb.Client satisfies it. Scan is used only by the audit
@@ -144,27 +178,33 @@ func New(client Client, cfg Config) (*Ledger, error) {
 // booked). It returns nil when the event was applied, was a duplicate, moves
 // no money, or is of a type the ledger ignores; it returns an error when the
 // platform must redeliver or park the event (see "Errors and redelivery").
+// Errors for events retrying cannot fix wrap *sqsconsumer.PermanentError
+// with a reason (forged_source, forged_account, malformed_event, a
+// order.Reason* value, balance_overflow) and one of dedup.ErrMalformedEvent,
+// dedup.ErrForeignSource, dedup.ErrForeignAccount, ErrInvalidPayload,
+// ErrUnsupportedVersion or ErrBalanceOverflow.
 func (l *Ledger) Handle(ctx context.Context, ev events.EventBridgeEvent) error {
-	env, err := dedup.DecodeEnvelope(ev)
+	env, err := l.cfg.Decode(ev)
 	if err != nil {
-		l.log.ErrorContext(ctx, "ledger: malformed event", "bus_event_id", ev.ID, "detail_type", ev.DetailType, "error", err)
-		return err
+		reason := dedup.OriginReason(err)
+		l.log.ErrorContext(ctx, "ledger: event refused", "reason", reason, "bus_event_id", ev.ID,
+			"detail_type", ev.DetailType, "source", ev.Source, "account", ev.AccountID, "error", err)
+		return sqsconsumer.Permanent(reason, err)
 	}
 	log := l.log.With("event_id", env.EventID, "event_type", env.EventType, "aggregate_id", env.AggregateID,
 		"sequence", env.Sequence, "idempotency_key", dedup.MarkerKey(l.cfg.Dedup.Consumer, env.EventID))
+	if env.Actor != "" {
+		log = log.With("actor", env.Actor)
+	}
 
 	var b *booking
 	switch env.EventType {
 	case order.EventOrderPaid, order.EventOrderCancelled:
-		if env.EventVersion != order.EventVersion {
-			err := fmt.Errorf("%w: %s v%d (event %s)", ErrUnsupportedVersion, env.EventType, env.EventVersion, env.EventID)
-			log.ErrorContext(ctx, "ledger: unsupported event version", "error", err)
-			return err
-		}
 		b, err = bookingFor(env)
 		if err != nil {
-			log.ErrorContext(ctx, "ledger: invalid payload", "error", err)
-			return err
+			ce, _ := order.AsContractError(err)
+			log.ErrorContext(ctx, "ledger: event refused", "reason", ce.Reason, "error", err)
+			return sqsconsumer.Permanent(ce.Reason, err)
 		}
 	default:
 		log.InfoContext(ctx, "ledger: ignoring event type")
@@ -181,11 +221,15 @@ func (l *Ledger) Handle(ctx context.Context, ev events.EventBridgeEvent) error {
 	}
 	applied, err := l.applier.Apply(ctx, env, effects)
 	switch {
-	case err != nil && b != nil && dedup.EffectConditionFailed(err, 0):
+	case err != nil && b != nil && dedup.EffectConditionFailed(err, effectEntry):
 		// The entry exists though the marker did not: the marker expired and
 		// the event came back. The money moved the first time.
 		log.WarnContext(ctx, "ledger: entry already booked; acknowledging redelivery")
 		return nil
+	case err != nil && b != nil && dedup.EffectConditionFailed(err, effectBalance):
+		err = fmt.Errorf("%w: %s %d %s on %s (event %s)", ErrBalanceOverflow, b.direction, b.amount, b.currency, BalancePrefix+b.currency, env.EventID)
+		log.ErrorContext(ctx, "ledger: event refused", "reason", ReasonBalanceOverflow, "error", err)
+		return sqsconsumer.Permanent(ReasonBalanceOverflow, err)
 	case err != nil:
 		log.ErrorContext(ctx, "ledger: booking failed; the event will be redelivered", "error", err)
 		return fmt.Errorf("ledger: book %s %s: %w", env.EventType, env.EventID, err)
@@ -203,43 +247,34 @@ func (l *Ledger) Handle(ctx context.Context, ev events.EventBridgeEvent) error {
 type booking struct {
 	orderID   string
 	direction string
-	amount    int64 // > 0, minor units
+	amount    int64 // 1..order.MaxAmountMinor, minor units
 	currency  string
 }
 
-// bookingFor returns the booking of a v1 OrderPaid or OrderCancelled
-// envelope, nil when no money moves, or an error wrapping ErrInvalidPayload.
+// bookingFor checks env against the order domain's event contract
+// (order.CheckEvent) and returns the booking of a v1 OrderPaid or
+// OrderCancelled envelope, or nil when no money moves. Errors are
+// *order.ContractError values, wrapped with ErrUnsupportedVersion for
+// order.ReasonUnsupportedVersion and with ErrInvalidPayload otherwise.
 func bookingFor(env outbox.Envelope) (*booking, error) {
-	var b booking
-	switch env.EventType {
-	case order.EventOrderPaid:
-		var p order.Paid
-		if err := json.Unmarshal(env.Payload, &p); err != nil {
-			return nil, fmt.Errorf("%w: %s %s: %v", ErrInvalidPayload, env.EventType, env.EventID, err)
+	p, err := order.CheckEvent(env)
+	if err != nil {
+		ce, _ := order.AsContractError(err)
+		if ce != nil && ce.Reason == order.ReasonUnsupportedVersion {
+			return nil, fmt.Errorf("%w: %w", ErrUnsupportedVersion, err)
 		}
-		b = booking{orderID: p.OrderID, direction: DirectionCredit, amount: p.AmountMinor, currency: p.Currency}
-	case order.EventOrderCancelled:
-		var p order.Cancelled
-		if err := json.Unmarshal(env.Payload, &p); err != nil {
-			return nil, fmt.Errorf("%w: %s %s: %v", ErrInvalidPayload, env.EventType, env.EventID, err)
-		}
-		if p.OrderID == "" {
-			return nil, fmt.Errorf("%w: %s %s: order_id is empty", ErrInvalidPayload, env.EventType, env.EventID)
-		}
+		return nil, fmt.Errorf("%w: %w", ErrInvalidPayload, err)
+	}
+	switch p := p.(type) {
+	case order.Paid:
+		return &booking{orderID: p.OrderID, direction: DirectionCredit, amount: p.AmountMinor, currency: p.Currency}, nil
+	case order.Cancelled:
 		if !p.WasPaid {
 			return nil, nil
 		}
-		b = booking{orderID: p.OrderID, direction: DirectionDebit, amount: p.RefundMinor, currency: p.Currency}
+		return &booking{orderID: p.OrderID, direction: DirectionDebit, amount: p.RefundMinor, currency: p.Currency}, nil
 	}
-	switch {
-	case b.orderID == "":
-		return nil, fmt.Errorf("%w: %s %s: order_id is empty", ErrInvalidPayload, env.EventType, env.EventID)
-	case b.amount <= 0:
-		return nil, fmt.Errorf("%w: %s %s: amount %d must be > 0", ErrInvalidPayload, env.EventType, env.EventID, b.amount)
-	case !currencyRE.MatchString(b.currency):
-		return nil, fmt.Errorf("%w: %s %s: currency %q is not an ISO 4217 code", ErrInvalidPayload, env.EventType, env.EventID, b.currency)
-	}
-	return &b, nil
+	return nil, nil
 }
 
 // effects returns the entry Put (effect 0) and the balance Update (effect 1).
@@ -253,11 +288,25 @@ func (l *Ledger) effects(env outbox.Envelope, b booking, now time.Time) ([]types
 	if err != nil {
 		return nil, fmt.Errorf("ledger: build entry condition: %w", err)
 	}
+	// The balance must stay within int64 whatever sequence of valid events
+	// arrives (Balance decodes it into an int64; DynamoDB itself would store
+	// 38 digits): apply the ADD only while the current balance leaves room
+	// for delta, else cancel the transaction (ErrBalanceOverflow).
+	lo, hi := int64(math.MinInt64), int64(math.MaxInt64)
+	if delta > 0 {
+		hi -= delta
+	} else {
+		lo -= delta
+	}
+	balance := expression.Name(AttrBalanceMinor)
 	upd, err := expression.NewBuilder().WithUpdate(
-		expression.Add(expression.Name(AttrBalanceMinor), expression.Value(delta)).
+		expression.Add(balance, expression.Value(delta)).
 			Set(expression.Name(AttrCurrency), expression.Value(b.currency)).
 			Set(expression.Name(AttrUpdatedAt), expression.Value(now.Format(time.RFC3339Nano))),
-	).Build()
+	).WithCondition(expression.Or(
+		expression.AttributeNotExists(balance),
+		balance.Between(expression.Value(lo), expression.Value(hi)),
+	)).Build()
 	if err != nil {
 		return nil, fmt.Errorf("ledger: build balance update: %w", err)
 	}
@@ -285,6 +334,7 @@ func (l *Ledger) effects(env outbox.Envelope, b booking, now time.Time) ([]types
 			TableName:                 table,
 			Key:                       pk(BalancePrefix + b.currency),
 			UpdateExpression:          upd.Update(),
+			ConditionExpression:       upd.Condition(),
 			ExpressionAttributeNames:  upd.Names(),
 			ExpressionAttributeValues: upd.Values(),
 		}},

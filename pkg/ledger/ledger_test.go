@@ -216,7 +216,7 @@ func TestLedgerRefusesBadInput(t *testing.T) {
 			}
 		})
 	}
-	bad := events.EventBridgeEvent{ID: "x", DetailType: order.EventOrderPaid, Detail: json.RawMessage(`{"event_id":1}`)}
+	bad := events.EventBridgeEvent{ID: "x", DetailType: order.EventOrderPaid, Source: "com.ddb-outbox.orders", Detail: json.RawMessage(`{"event_id":1}`)}
 	if err := f.ledger.Handle(ctx, bad); !errors.Is(err, dedup.ErrMalformedEvent) {
 		t.Fatalf("malformed detail: err = %v", err)
 	}

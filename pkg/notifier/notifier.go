@@ -19,15 +19,27 @@
 // notification are still recorded once and the view stays where it is.
 //
 // Unknown detail-types are ignored with a log line. Errors follow the same
-// policy as pkg/ledger: a malformed event or payload and an unsupported
-// event_version are returned (the platform retries, then parks the event in
-// the on-failure destination / DLQ); conflicts that outlast the bounded
-// retries are returned so the platform redelivers.
+// policy as pkg/ledger: an event from another source or account, a
+// malformed event, an event the order domain cannot emit
+// (order.CheckEvent: e.g. a sequence the state machine never produces,
+// which would otherwise freeze the view, or text with control characters)
+// and an unsupported event_version are refused before anything is written
+// and returned wrapped in a *sqsconsumer.PermanentError with a reason, so
+// they are dead-lettered at once; conflicts that outlast the bounded retries
+// are returned so the platform redelivers.
+//
+// # Rendering
+//
+// Messages are built from the checked payload, and every piece of stored
+// text in them (order id, customer id, reason) goes through RenderText:
+// control, format and line-separator characters and noncharacters become
+// visible \u{XXXX} escapes and the piece is cut to a bounded length, so a
+// message is one line of displayable text that is also legal in an SQS
+// message body, whatever reached the table.
 package notifier
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -45,6 +57,7 @@ import (
 	"github.com/ddb-outbox/ddb-outbox/pkg/order"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
 	"github.com/ddb-outbox/ddb-outbox/pkg/routing"
+	"github.com/ddb-outbox/ddb-outbox/pkg/sqsconsumer"
 )
 
 // Attribute names of notifier items.
@@ -91,10 +104,11 @@ const (
 	effectView         = 1
 )
 
-// Errors returned by Handle for events that retrying cannot fix.
+// Errors returned by Handle for events that retrying cannot fix. Handle
+// wraps each in a *sqsconsumer.PermanentError with a reason.
 var (
-	// ErrInvalidPayload reports a payload that does not decode or has no
-	// order_id.
+	// ErrInvalidPayload reports an event the order domain cannot have
+	// emitted; it also wraps the *order.ContractError naming the rule.
 	ErrInvalidPayload = errors.New("notifier: invalid payload")
 	// ErrUnsupportedVersion reports a known event type with an event_version
 	// this consumer does not understand.
@@ -135,48 +149,70 @@ func New(client Client, cfg Config) (*Notifier, error) {
 
 // payload holds the fields of every v1 order payload the notifier renders.
 type payload struct {
-	OrderID     string `json:"order_id"`
-	CustomerID  string `json:"customer_id"`
-	AmountMinor int64  `json:"amount_minor"`
-	Currency    string `json:"currency"`
-	Reason      string `json:"reason"`
-	WasPaid     bool   `json:"was_paid"`
-	RefundMinor int64  `json:"refund_minor"`
+	OrderID     string
+	CustomerID  string
+	AmountMinor int64
+	Currency    string
+	Reason      string
+	WasPaid     bool
+	RefundMinor int64
+}
+
+// payloadOf flattens a payload returned by order.CheckEvent.
+func payloadOf(v any) payload {
+	switch p := v.(type) {
+	case order.Placed:
+		return payload{OrderID: p.OrderID, CustomerID: p.CustomerID, AmountMinor: p.AmountMinor, Currency: p.Currency}
+	case order.Paid:
+		return payload{OrderID: p.OrderID, AmountMinor: p.AmountMinor, Currency: p.Currency}
+	case order.Shipped:
+		return payload{OrderID: p.OrderID}
+	case order.Cancelled:
+		return payload{OrderID: p.OrderID, Reason: p.Reason, WasPaid: p.WasPaid, RefundMinor: p.RefundMinor, Currency: p.Currency}
+	}
+	return payload{}
 }
 
 // Handle records the notification for one EventBridge event and advances the
 // order view if the event is newer than what it shows. It returns nil when
 // the event was applied, was a duplicate, or is of a type the notifier
-// ignores; otherwise an error the platform must act on (see the package doc).
+// ignores; otherwise an error the platform must act on (see the package
+// doc). Refused events (nothing written) return an error wrapping a
+// *sqsconsumer.PermanentError whose reason is dedup.ReasonForeignSource,
+// dedup.ReasonForeignAccount, dedup.ReasonMalformedEvent or an
+// order.Reason* value, and one of dedup.ErrForeignSource,
+// dedup.ErrForeignAccount, dedup.ErrMalformedEvent, ErrUnsupportedVersion or
+// ErrInvalidPayload.
 func (n *Notifier) Handle(ctx context.Context, ev events.EventBridgeEvent) error {
-	env, err := dedup.DecodeEnvelope(ev)
+	env, err := n.cfg.Decode(ev)
 	if err != nil {
-		n.log.ErrorContext(ctx, "notifier: malformed event", "bus_event_id", ev.ID, "detail_type", ev.DetailType, "error", err)
-		return err
+		reason := dedup.OriginReason(err)
+		n.log.ErrorContext(ctx, "notifier: event refused", "reason", reason, "bus_event_id", ev.ID,
+			"detail_type", ev.DetailType, "source", ev.Source, "account", ev.AccountID, "error", err)
+		return sqsconsumer.Permanent(reason, err)
 	}
 	log := n.log.With("event_id", env.EventID, "event_type", env.EventType, "aggregate_id", env.AggregateID,
 		"sequence", env.Sequence, "idempotency_key", dedup.MarkerKey(n.cfg.Dedup.Consumer, env.EventID))
+	if env.Actor != "" {
+		log = log.With("actor", env.Actor)
+	}
 	status, known := statusOf[env.EventType]
 	if !known {
 		log.InfoContext(ctx, "notifier: ignoring event type")
 		return nil
 	}
-	if env.EventVersion != order.EventVersion {
-		err := fmt.Errorf("%w: %s v%d (event %s)", ErrUnsupportedVersion, env.EventType, env.EventVersion, env.EventID)
-		log.ErrorContext(ctx, "notifier: unsupported event version", "error", err)
-		return err
+	checked, err := order.CheckEvent(env)
+	if err != nil {
+		ce, _ := order.AsContractError(err)
+		sentinel := ErrInvalidPayload
+		if ce.Reason == order.ReasonUnsupportedVersion {
+			sentinel = ErrUnsupportedVersion
+		}
+		err = fmt.Errorf("%w: %w", sentinel, err)
+		log.ErrorContext(ctx, "notifier: event refused", "reason", ce.Reason, "error", err)
+		return sqsconsumer.Permanent(ce.Reason, err)
 	}
-	var p payload
-	if err := json.Unmarshal(env.Payload, &p); err != nil {
-		err = fmt.Errorf("%w: %s %s: %v", ErrInvalidPayload, env.EventType, env.EventID, err)
-		log.ErrorContext(ctx, "notifier: invalid payload", "error", err)
-		return err
-	}
-	if p.OrderID == "" {
-		err := fmt.Errorf("%w: %s %s: order_id is empty", ErrInvalidPayload, env.EventType, env.EventID)
-		log.ErrorContext(ctx, "notifier: invalid payload", "error", err)
-		return err
-	}
+	p := payloadOf(checked)
 
 	now := time.Now().UTC()
 	note, err := n.notificationPut(env, p, now)
@@ -269,20 +305,22 @@ func pk(v string) map[string]types.AttributeValue {
 }
 
 // render returns the customer-facing message for an order event, e.g.
-// "Payment of 12.50 EUR received for order o-1." (see FormatMoney).
+// "Payment of 12.50 EUR received for order o-1." (see FormatMoney). Stored
+// text goes through RenderText.
 func render(eventType string, p payload) string {
+	id := RenderText(p.OrderID, order.MaxIDLen)
 	switch eventType {
 	case order.EventOrderPlaced:
-		return fmt.Sprintf("Order %s placed by customer %s for %s.", p.OrderID, p.CustomerID, FormatMoney(p.AmountMinor, p.Currency))
+		return fmt.Sprintf("Order %s placed by customer %s for %s.", id, RenderText(p.CustomerID, order.MaxCustomerIDLen), FormatMoney(p.AmountMinor, p.Currency))
 	case order.EventOrderPaid:
-		return fmt.Sprintf("Payment of %s received for order %s.", FormatMoney(p.AmountMinor, p.Currency), p.OrderID)
+		return fmt.Sprintf("Payment of %s received for order %s.", FormatMoney(p.AmountMinor, p.Currency), id)
 	case order.EventOrderShipped:
-		return fmt.Sprintf("Order %s has shipped.", p.OrderID)
+		return fmt.Sprintf("Order %s has shipped.", id)
 	case order.EventOrderCancelled:
 		var b strings.Builder
-		fmt.Fprintf(&b, "Order %s was cancelled", p.OrderID)
+		fmt.Fprintf(&b, "Order %s was cancelled", id)
 		if p.Reason != "" {
-			fmt.Fprintf(&b, " (%s)", p.Reason)
+			fmt.Fprintf(&b, " (%s)", RenderText(p.Reason, order.MaxReasonLen))
 		}
 		b.WriteString(".")
 		if p.WasPaid {
@@ -290,23 +328,41 @@ func render(eventType string, p payload) string {
 		}
 		return b.String()
 	}
-	return fmt.Sprintf("Order %s: %s.", p.OrderID, eventType)
+	return fmt.Sprintf("Order %s: %s.", id, RenderText(eventType, 128))
 }
 
-// minorDigits lists ISO 4217 currencies whose exponent is not 2.
-var minorDigits = map[string]int{
-	"BIF": 0, "CLP": 0, "DJF": 0, "GNF": 0, "ISK": 0, "JPY": 0, "KMF": 0, "KRW": 0, "PYG": 0,
-	"RWF": 0, "UGX": 0, "UYI": 0, "VND": 0, "VUV": 0, "XAF": 0, "XOF": 0, "XPF": 0,
-	"BHD": 3, "IQD": 3, "JOD": 3, "KWD": 3, "LYD": 3, "OMR": 3, "TND": 3,
-	"CLF": 4, "UYW": 4,
+// RenderText returns s made safe to show in a one-line customer message:
+// every code point order.CheckText refuses (controls such as ESC, CR, LF;
+// format characters such as U+202E; line/paragraph separators;
+// noncharacters; U+FFFD or invalid UTF-8) is replaced by the visible escape
+// "\\u{XXXX}" (U+FFFD for an invalid byte), and the result is cut to at most
+// maxBytes bytes of whole code points with "…" appended when cut. The
+// result is valid UTF-8 and legal in an SQS message body. Events are
+// checked before rendering, so this is defence in depth for text that
+// reached the table some other way.
+func RenderText(s string, maxBytes int) string {
+	var b strings.Builder
+	for _, r := range s {
+		piece := string(r)
+		if order.IsForbiddenRune(r) {
+			piece = fmt.Sprintf("\\u{%04X}", r)
+		}
+		if b.Len()+len(piece) > maxBytes {
+			b.WriteString("…")
+			break
+		}
+		b.WriteString(piece)
+	}
+	return b.String()
 }
 
 // FormatMoney renders an amount in minor units as "<major>.<minor> <CUR>"
-// with the currency's ISO 4217 exponent (2 unless listed in minorDigits),
+// with the currency's ISO 4217 exponent (order.CurrencyExponent; 2 for a
+// code it does not know),
 // e.g. FormatMoney(1250, "EUR") = "12.50 EUR", FormatMoney(500, "JPY") =
 // "500 JPY". It uses integer arithmetic only.
 func FormatMoney(minor int64, currency string) string {
-	digits, ok := minorDigits[currency]
+	digits, ok := order.CurrencyExponent(currency)
 	if !ok {
 		digits = 2
 	}

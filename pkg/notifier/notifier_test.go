@@ -179,18 +179,31 @@ func TestNotifierMarkerAndEffectInOneTransaction(t *testing.T) {
 	}
 }
 
-// TestNotifierConcurrentOutOfOrder delivers ten events of one order, each
-// twice, shuffled, from concurrent goroutines: the view ends at the highest
-// sequence and every event has exactly one notification.
+// TestNotifierConcurrentOutOfOrder delivers every event of four orders
+// (placed, paid, then shipped or a paid cancellation: sequences 1..3, all the
+// state machine emits), each twice, shuffled, from concurrent goroutines:
+// each view ends at its highest sequence and every event has exactly one
+// notification.
 func TestNotifierConcurrentOutOfOrder(t *testing.T) {
 	f := newFixture(t)
 	var deliveries []events.EventBridgeEvent
-	for seq := int64(1); seq <= 10; seq++ {
-		e := envelope(t, "o-4", seq, order.EventOrderShipped, order.Shipped{OrderID: "o-4"})
-		if seq == 10 {
-			e = envelope(t, "o-4", seq, order.EventOrderCancelled, order.Cancelled{OrderID: "o-4", Reason: "lost", WasPaid: true, RefundMinor: 99, Currency: "KWD"})
+	final := map[string]string{}
+	for i := range 4 {
+		id := fmt.Sprintf("o-4%d", i)
+		envs := []outbox.Envelope{
+			envelope(t, id, 1, order.EventOrderPlaced, order.Placed{OrderID: id, CustomerID: "c-4", AmountMinor: 99, Currency: "KWD"}),
+			envelope(t, id, 2, order.EventOrderPaid, order.Paid{OrderID: id, AmountMinor: 99, Currency: "KWD"}),
 		}
-		deliveries = append(deliveries, delivery(t, e), delivery(t, e))
+		if i%2 == 0 {
+			envs = append(envs, envelope(t, id, 3, order.EventOrderShipped, order.Shipped{OrderID: id}))
+			final[id] = notifier.StatusShipped
+		} else {
+			envs = append(envs, envelope(t, id, 3, order.EventOrderCancelled, order.Cancelled{OrderID: id, Reason: "lost", WasPaid: true, RefundMinor: 99, Currency: "KWD"}))
+			final[id] = notifier.StatusCancelled
+		}
+		for _, e := range envs {
+			deliveries = append(deliveries, delivery(t, e), delivery(t, e))
+		}
 	}
 	rand.Shuffle(len(deliveries), func(i, j int) { deliveries[i], deliveries[j] = deliveries[j], deliveries[i] })
 	var wg sync.WaitGroup
@@ -213,8 +226,10 @@ func TestNotifierConcurrentOutOfOrder(t *testing.T) {
 	for err := range errs {
 		t.Fatalf("delivery never succeeded: %v", err)
 	}
-	f.wantView(t, "o-4", notifier.StatusCancelled, 10)
-	f.wantCount(t, 10)
+	for id, status := range final {
+		f.wantView(t, id, status, 3)
+	}
+	f.wantCount(t, 12)
 }
 
 func TestNotifierRefusesBadInput(t *testing.T) {

@@ -14,8 +14,24 @@
 // # Storage
 //
 // The orders table has one string partition key "pk": "ORDER#<id>" for
-// orders, "IDEMPOTENCY#<key>" for idempotency records (the only items with the
-// TTL attribute "expires_at"). Repository.Create and Repository.Update commit
+// orders, "IDEMPOTENCY#<hex SHA-256 of the caller scope>#<key>" for
+// idempotency records (the only items with the TTL attribute "expires_at"):
+// an idempotency key belongs to the caller that sent it (IdempotencyKey,
+// IdempotencyScope). Orders record who created and last changed them
+// (created_by, updated_by: CreateMeta.Actor, UpdateMeta.Actor), and every
+// envelope carries the actor.
+//
+// # Event contract
+//
+// CheckEvent is what every consumer runs before applying an order event: it
+// refuses (a *ContractError wrapping ErrForeignEvent, with a
+// machine-readable Reason) anything this domain cannot emit: another
+// aggregate type, an order_id that is not the aggregate id, amounts outside
+// 1..MaxAmountMinor, currencies outside the ISO 4217 list, customer ids and
+// reasons that break the text rules (CheckText), and sequences the state
+// machine never produces (ExpectedSequences, MaxEventsPerOrder = 3). The
+// write side validates with the same functions, so there is one source of
+// truth. Repository.Create and Repository.Update commit
 // the order write and its outbox records in one TransactWriteItems through
 // outbox.Writer (invariants I1 and I4): an update's order put is conditioned
 // on "version = :read_version" (optimistic concurrency), a create's on

@@ -2,11 +2,14 @@ package order
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -20,9 +23,11 @@ import (
 
 // Orders table key scheme and attribute names. The table has a single
 // string partition key AttrPK and holds two kinds of items: orders
-// ("ORDER#<id>") and idempotency records ("IDEMPOTENCY#<key>").
+// ("ORDER#<id>") and idempotency records
+// ("IDEMPOTENCY#<hex SHA-256 of the actor>#<key>", see IdempotencyKey):
+// an idempotency key is scoped to the caller that sent it.
 const (
-	AttrPK             = "pk"              // S: KeyPrefixOrder+id or KeyPrefixIdempotency+key
+	AttrPK             = "pk"              // S: KeyPrefixOrder+id or KeyPrefixIdempotency+actor hash+"#"+key
 	AttrKind           = "kind"            // S: KindOrder or KindIdempotency
 	AttrID             = "id"              // S: order id
 	AttrCustomerID     = "customer_id"     // S
@@ -33,6 +38,9 @@ const (
 	AttrCancelReason   = "cancel_reason"   // S, optional
 	AttrCreatedAt      = "created_at"      // S, RFC 3339 nanoseconds, UTC
 	AttrUpdatedAt      = "updated_at"      // S, RFC 3339 nanoseconds, UTC
+	AttrCreatedBy      = "created_by"      // S, the actor of the create (orders; optional)
+	AttrUpdatedBy      = "updated_by"      // S, the actor of the last change (orders; optional)
+	AttrActor          = "actor"           // S, the caller the key belongs to (idempotency records)
 	AttrIdempotencyKey = "idempotency_key" // S, idempotency records only
 	AttrOrderID        = "order_id"        // S, idempotency records only
 	AttrRequestHash    = "request_hash"    // S, idempotency records only
@@ -64,9 +72,59 @@ func OrderKey(id string) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{AttrPK: &types.AttributeValueMemberS{Value: KeyPrefixOrder + id}}
 }
 
-// IdempotencyKey returns the orders table key of the idempotency record of key.
-func IdempotencyKey(key string) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{AttrPK: &types.AttributeValueMemberS{Value: KeyPrefixIdempotency + key}}
+// IdempotencyKey returns the orders table key of the idempotency record of
+// key sent by actor: "IDEMPOTENCY#<hex SHA-256 of IdempotencyScope(actor)>#<key>".
+// Hashing bounds the key length (an IAM ARN may be 2,048 bytes; a DynamoDB
+// partition key at most 2,048) whatever the actor; the actor itself is
+// stored in the record (AttrActor). The same key from two scopes names two
+// records, so one caller can neither see (409 oracle), replay nor squat
+// another caller's key.
+func IdempotencyKey(actor, key string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{AttrPK: &types.AttributeValueMemberS{Value: idempotencyPK(actor, key)}}
+}
+
+func idempotencyPK(actor, key string) string {
+	sum := sha256.Sum256([]byte(IdempotencyScope(actor)))
+	return KeyPrefixIdempotency + hex.EncodeToString(sum[:]) + "#" + key
+}
+
+// IdempotencyScope returns the caller an idempotency key belongs to. For an
+// assumed-role session ARN, "arn:<partition>:sts::<account>:assumed-role/<role>/<session>",
+// it is the role without the session ("arn:<partition>:sts::<account>:assumed-role/<role>"):
+// every session of one role is one caller, so an instance of a service can
+// retry a request another instance (another session name: an ECS task id, an
+// EC2 instance id) started. Any other actor (an IAM user ARN, a federated
+// user, the API's local stand-in) is its own scope.
+func IdempotencyScope(actor string) string {
+	const marker = ":assumed-role/"
+	if !strings.HasPrefix(actor, "arn:") {
+		return actor
+	}
+	i := strings.Index(actor, marker)
+	if i < 0 || !strings.Contains(actor[:i], ":sts::") {
+		return actor
+	}
+	rest := actor[i+len(marker):]
+	j := strings.IndexByte(rest, '/')
+	if j <= 0 || j == len(rest)-1 {
+		return actor
+	}
+	return actor[:i+len(marker)+j]
+}
+
+// ValidateActor returns an error wrapping ErrValidation unless actor is
+// 1..outbox.MaxActorLen (2,048) bytes of printable ASCII (0x21..0x7e): an
+// IAM principal ARN, or the API's local stand-in.
+func ValidateActor(actor string) error {
+	if actor == "" || len(actor) > outbox.MaxActorLen {
+		return fmt.Errorf("%w: actor must be 1..%d bytes", ErrValidation, outbox.MaxActorLen)
+	}
+	for i := 0; i < len(actor); i++ {
+		if actor[i] < 0x21 || actor[i] > 0x7e {
+			return fmt.Errorf("%w: actor must be printable ASCII", ErrValidation)
+		}
+	}
+	return nil
 }
 
 // CreateTableInput returns the orders table definition used by the local
@@ -186,8 +244,14 @@ func NewRepository(cfg RepositoryConfig) (*Repository, error) {
 
 // CreateMeta carries request metadata of a create.
 type CreateMeta struct {
+	// Actor is the authenticated caller making the change (see
+	// ValidateActor). It is stored on the order (CreatedBy, UpdatedBy) and
+	// in every envelope (actor), and it scopes IdempotencyKey. Required
+	// with IdempotencyKey; optional otherwise.
+	Actor string
 	// IdempotencyKey, when set (see ValidateIdempotencyKey), makes the
-	// create idempotent for IdempotencyTTL: see Repository.Create.
+	// create idempotent for IdempotencyTTL within Actor's keys: see
+	// Repository.Create.
 	IdempotencyKey string
 	// RequestHash identifies the request body (e.g. hex SHA-256 of its
 	// canonical form). Required with IdempotencyKey.
@@ -200,6 +264,10 @@ type CreateMeta struct {
 
 // UpdateMeta carries request metadata of an update.
 type UpdateMeta struct {
+	// Actor is the authenticated caller making the change (see
+	// ValidateActor); stored as the order's UpdatedBy and in every envelope.
+	// Optional.
+	Actor string
 	// ExpectedVersion, when > 0, is the version the caller last saw (HTTP
 	// If-Match); Update returns ErrVersionConflict if the stored version
 	// differs.
@@ -252,13 +320,17 @@ func (r *Repository) Get(ctx context.Context, id string) (Order, error) {
 // also the idempotency record put, then the outbox records.
 //
 // With meta.IdempotencyKey set, the first create under a key wins for
-// IdempotencyTTL (24 h): a repeat with the same RequestHash writes nothing and
-// returns the order as it was first created with created=false; a repeat with
-// another RequestHash returns ErrIdempotencyKeyReused. Concurrent creates with
-// one key create exactly one order. The call also carries the ClientRequestToken
-// outbox.RequestToken(key, hash).
+// IdempotencyTTL (24 h): a repeat by the same meta.Actor with the same
+// RequestHash writes nothing and returns the order as it was first created
+// with created=false; a repeat by the same actor with another RequestHash
+// returns ErrIdempotencyKeyReused. Keys are scoped to the actor (see
+// IdempotencyKey): the same key from another actor is an independent
+// request. Concurrent creates with one actor and key create exactly one
+// order. The call also carries the ClientRequestToken
+// outbox.RequestToken(IdempotencyScope(actor), key, hash).
 //
-// Errors: ErrValidation (bad order, key or missing hash), ErrIdempotencyKeyReused,
+// Errors: ErrValidation (bad order, key, actor, or a key without hash or
+// actor), ErrIdempotencyKeyReused,
 // ErrAlreadyExists (order id taken), ErrConcurrentRequest (contention outlasted
 // MaxAttempts), outbox.ErrNoEvents and the other outbox.Writer errors, or a
 // wrapped SDK error.
@@ -280,11 +352,22 @@ func (r *Repository) Create(ctx context.Context, o *Order, events []outbox.Event
 		if meta.RequestHash == "" {
 			return Order{}, false, fmt.Errorf("%w: request hash is required with an idempotency key", ErrValidation)
 		}
+		if meta.Actor == "" {
+			return Order{}, false, fmt.Errorf("%w: an idempotency key needs the actor it belongs to", ErrValidation)
+		}
 	}
+	if meta.Actor != "" {
+		if err := ValidateActor(meta.Actor); err != nil {
+			return Order{}, false, err
+		}
+	}
+	created := *o
+	created.CreatedBy, created.UpdatedBy = meta.Actor, meta.Actor
+	o = &created
 	if meta.CausationID == "" {
 		meta.CausationID = key
 	}
-	envs, err := envelopes(*o, 0, events, outbox.Metadata{CorrelationID: meta.CorrelationID, CausationID: meta.CausationID})
+	envs, err := envelopes(*o, 0, events, outbox.Metadata{CorrelationID: meta.CorrelationID, CausationID: meta.CausationID, Actor: meta.Actor})
 	if err != nil {
 		return Order{}, false, err
 	}
@@ -295,12 +378,12 @@ func (r *Repository) Create(ctx context.Context, o *Order, events []outbox.Event
 	writes := []types.TransactWriteItem{orderPut}
 	var opts []outbox.WriteOption
 	if key != "" {
-		idemPut, err := r.idempotencyPut(*o, key, meta.RequestHash)
+		idemPut, err := r.idempotencyPut(*o, meta.Actor, key, meta.RequestHash)
 		if err != nil {
 			return Order{}, false, err
 		}
 		writes = append(writes, idemPut)
-		opts = append(opts, outbox.WithClientRequestToken(outbox.RequestToken(key, meta.RequestHash)))
+		opts = append(opts, outbox.WithClientRequestToken(outbox.RequestToken(IdempotencyScope(meta.Actor), key, meta.RequestHash)))
 	}
 
 	var lastErr error
@@ -311,7 +394,7 @@ func (r *Repository) Create(ctx context.Context, o *Order, events []outbox.Event
 			}
 		}
 		if key != "" {
-			first, found, err := r.replay(ctx, key, meta.RequestHash)
+			first, found, err := r.replay(ctx, meta.Actor, key, meta.RequestHash)
 			if err != nil || found {
 				return first, false, err
 			}
@@ -346,7 +429,7 @@ func (r *Repository) Create(ctx context.Context, o *Order, events []outbox.Event
 		return Order{}, false, fmt.Errorf("create order %s: %w", o.ID, err)
 	}
 	if key != "" {
-		if first, found, err := r.replay(ctx, key, meta.RequestHash); err != nil || found {
+		if first, found, err := r.replay(ctx, meta.Actor, key, meta.RequestHash); err != nil || found {
 			return first, false, err
 		}
 	}
@@ -396,7 +479,10 @@ func (r *Repository) Update(ctx context.Context, id string, fn UpdateFunc, meta 
 		if next.ID != cur.ID || next.CreatedAt != cur.CreatedAt {
 			return Order{}, fmt.Errorf("order %s: update must not change the id or creation time", id)
 		}
-		envs, err := envelopes(next, cur.Version, events, outbox.Metadata{CorrelationID: meta.CorrelationID, CausationID: meta.CausationID})
+		if meta.Actor != "" {
+			next.UpdatedBy = meta.Actor
+		}
+		envs, err := envelopes(next, cur.Version, events, outbox.Metadata{CorrelationID: meta.CorrelationID, CausationID: meta.CausationID, Actor: meta.Actor})
 		if err != nil {
 			return Order{}, err
 		}
@@ -468,6 +554,8 @@ type orderItem struct {
 	CancelReason string    `dynamodbav:"cancel_reason,omitempty"`
 	CreatedAt    time.Time `dynamodbav:"created_at"`
 	UpdatedAt    time.Time `dynamodbav:"updated_at"`
+	CreatedBy    string    `dynamodbav:"created_by,omitempty"`
+	UpdatedBy    string    `dynamodbav:"updated_by,omitempty"`
 }
 
 func toItem(o Order) orderItem {
@@ -475,6 +563,7 @@ func toItem(o Order) orderItem {
 		PK: KeyPrefixOrder + o.ID, Kind: KindOrder, ID: o.ID, CustomerID: o.CustomerID,
 		AmountMinor: o.AmountMinor, Currency: o.Currency, Status: o.Status, Version: o.Version,
 		CancelReason: o.CancelReason, CreatedAt: o.CreatedAt.UTC(), UpdatedAt: o.UpdatedAt.UTC(),
+		CreatedBy: o.CreatedBy, UpdatedBy: o.UpdatedBy,
 	}
 }
 
@@ -483,6 +572,7 @@ func (it orderItem) order() Order {
 		ID: it.ID, CustomerID: it.CustomerID, AmountMinor: it.AmountMinor, Currency: it.Currency,
 		Status: it.Status, Version: it.Version, CancelReason: it.CancelReason,
 		CreatedAt: it.CreatedAt.UTC(), UpdatedAt: it.UpdatedAt.UTC(),
+		CreatedBy: it.CreatedBy, UpdatedBy: it.UpdatedBy,
 	}
 }
 
@@ -491,6 +581,7 @@ type idempotencyItem struct {
 	PK          string    `dynamodbav:"pk"`
 	Kind        string    `dynamodbav:"kind"`
 	Key         string    `dynamodbav:"idempotency_key"`
+	Actor       string    `dynamodbav:"actor"`
 	OrderID     string    `dynamodbav:"order_id"`
 	RequestHash string    `dynamodbav:"request_hash"`
 	Order       orderItem `dynamodbav:"order"`
@@ -524,10 +615,10 @@ func (r *Repository) orderPut(o Order, prev int64) (types.TransactWriteItem, err
 
 // idempotencyPut builds the idempotency record Put. Its condition lets it
 // replace a record whose TTL passed but that DynamoDB has not deleted yet.
-func (r *Repository) idempotencyPut(o Order, key, hash string) (types.TransactWriteItem, error) {
+func (r *Repository) idempotencyPut(o Order, actor, key, hash string) (types.TransactWriteItem, error) {
 	now := r.cfg.Now().UTC()
 	item, err := attributevalue.MarshalMap(idempotencyItem{
-		PK: KeyPrefixIdempotency + key, Kind: KindIdempotency, Key: key, OrderID: o.ID,
+		PK: idempotencyPK(actor, key), Kind: KindIdempotency, Key: key, Actor: actor, OrderID: o.ID,
 		RequestHash: hash, Order: toItem(o), CreatedAt: now,
 		ExpiresAt: now.Add(r.cfg.IdempotencyTTL).Unix(),
 	})
@@ -552,8 +643,8 @@ func (r *Repository) idempotencyPut(o Order, key, hash string) (types.TransactWr
 // replay reads the live idempotency record of key. found is true when it
 // exists and has not expired; then it returns the order as first created,
 // or ErrIdempotencyKeyReused when hash differs.
-func (r *Repository) replay(ctx context.Context, key, hash string) (Order, bool, error) {
-	item, err := r.getItem(ctx, IdempotencyKey(key))
+func (r *Repository) replay(ctx context.Context, actor, key, hash string) (Order, bool, error) {
+	item, err := r.getItem(ctx, IdempotencyKey(actor, key))
 	if err != nil || item == nil {
 		return Order{}, false, err
 	}
@@ -632,6 +723,12 @@ func (r *Repository) logCommitted(ctx context.Context, msg string, o Order, envs
 		}
 		if key != "" {
 			attrs = append(attrs, slog.String("idempotency_key", key))
+		}
+		if env.Actor != "" {
+			attrs = append(attrs, slog.String("actor", env.Actor))
+		}
+		if env.CausationID != "" {
+			attrs = append(attrs, slog.String("causation_id", env.CausationID))
 		}
 		r.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, msg, attrs...)
 	}

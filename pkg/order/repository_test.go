@@ -1,8 +1,11 @@
 package order_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -170,7 +173,7 @@ func TestRepositoryRetriesTransactionConflicts(t *testing.T) {
 	repo := f.repo(t, nil)
 	ctx := context.Background()
 	o, evs := place(t, "o-1")
-	if _, _, err := repo.Create(ctx, o, evs, order.CreateMeta{IdempotencyKey: "k", RequestHash: "h"}); err != nil {
+	if _, _, err := repo.Create(ctx, o, evs, order.CreateMeta{Actor: "arn:aws:iam::123456789012:user/a", IdempotencyKey: "k", RequestHash: "h"}); err != nil {
 		t.Fatal(err)
 	}
 	pay := func(o *order.Order) ([]outbox.Event, error) { return o.Pay(time.Now()) }
@@ -203,23 +206,96 @@ func TestRepositoryIdempotencyExpiry(t *testing.T) {
 	now := time.Now()
 	first := f.repo(t, func() time.Time { return now })
 	o, evs := place(t, "o-1")
-	if _, created, err := first.Create(ctx, o, evs, order.CreateMeta{IdempotencyKey: "k", RequestHash: "h1"}); err != nil || !created {
+	if _, created, err := first.Create(ctx, o, evs, order.CreateMeta{Actor: "a", IdempotencyKey: "k", RequestHash: "h1"}); err != nil || !created {
 		t.Fatal(err)
 	}
 	o2, evs2 := place(t, "o-2")
-	if _, _, err := first.Create(ctx, o2, evs2, order.CreateMeta{IdempotencyKey: "k", RequestHash: "h2"}); !errors.Is(err, order.ErrIdempotencyKeyReused) {
+	if _, _, err := first.Create(ctx, o2, evs2, order.CreateMeta{Actor: "a", IdempotencyKey: "k", RequestHash: "h2"}); !errors.Is(err, order.ErrIdempotencyKeyReused) {
 		t.Fatalf("reuse: %v", err)
 	}
-	if _, _, err := first.Create(ctx, o2, evs2, order.CreateMeta{IdempotencyKey: "k"}); !errors.Is(err, order.ErrValidation) {
+	if _, _, err := first.Create(ctx, o2, evs2, order.CreateMeta{Actor: "a", IdempotencyKey: "k"}); !errors.Is(err, order.ErrValidation) {
 		t.Fatalf("missing hash: %v", err)
 	}
 	// 25 h later the key is free again, even before TTL deletes the record.
 	later := f.repo(t, func() time.Time { return now.Add(25 * time.Hour) })
-	got, created, err := later.Create(ctx, o2, evs2, order.CreateMeta{IdempotencyKey: "k", RequestHash: "h2"})
+	got, created, err := later.Create(ctx, o2, evs2, order.CreateMeta{Actor: "a", IdempotencyKey: "k", RequestHash: "h2"})
 	if err != nil || !created || got.ID != "o-2" {
 		t.Fatalf("after expiry: %v %v %+v", err, created, got)
 	}
 	if n := f.count(t, f.orders); n != 3 {
 		t.Fatalf("orders table %d items, want 2 orders + 1 idempotency record", n)
+	}
+}
+
+// TestRepositoryActorScopesIdempotencyAndIsStored: an idempotency key
+// belongs to the actor's scope (sessions of one role share it, other
+// principals do not), and the actor is stored on the order and in each
+// envelope.
+func TestRepositoryActorScopesIdempotencyAndIsStored(t *testing.T) {
+	t.Parallel()
+	f := newRepoFixture(t)
+	repo := f.repo(t, nil)
+	ctx := context.Background()
+	const (
+		session1 = "arn:aws:sts::123456789012:assumed-role/checkout/task-1"
+		session2 = "arn:aws:sts::123456789012:assumed-role/checkout/task-2"
+		other    = "arn:aws:sts::123456789012:assumed-role/reporting/task-1"
+		ops      = "arn:aws:iam::123456789012:user/ops"
+	)
+	o1, evs1 := place(t, "o-1")
+	first, created, err := repo.Create(ctx, o1, evs1, order.CreateMeta{Actor: session1, IdempotencyKey: "k", RequestHash: "h"})
+	if err != nil || !created || first.CreatedBy != session1 || first.UpdatedBy != session1 {
+		t.Fatalf("create: %v %v %+v", err, created, first)
+	}
+	o2, evs2 := place(t, "o-2")
+	again, created, err := repo.Create(ctx, o2, evs2, order.CreateMeta{Actor: session2, IdempotencyKey: "k", RequestHash: "h"})
+	if err != nil || created || again.ID != "o-1" {
+		t.Fatalf("another session of the role: %v %v %+v, want the first order", err, created, again)
+	}
+	o3, evs3 := place(t, "o-3")
+	third, created, err := repo.Create(ctx, o3, evs3, order.CreateMeta{Actor: other, IdempotencyKey: "k", RequestHash: "h"})
+	if err != nil || !created || third.ID != "o-3" {
+		t.Fatalf("another role: %v %v %+v, want its own order", err, created, third)
+	}
+	paid, err := repo.Update(ctx, "o-1", func(o *order.Order) ([]outbox.Event, error) { return o.Pay(time.Now()) }, order.UpdateMeta{Actor: ops})
+	if err != nil || paid.UpdatedBy != ops || paid.CreatedBy != session1 {
+		t.Fatalf("update: %v %+v", err, paid)
+	}
+	got, err := repo.Get(ctx, "o-1")
+	if err != nil || got.CreatedBy != session1 || got.UpdatedBy != ops {
+		t.Fatalf("stored order: %v %+v", err, got)
+	}
+	if _, _, err := repo.Create(ctx, o3, evs3, order.CreateMeta{IdempotencyKey: "k2", RequestHash: "h"}); !errors.Is(err, order.ErrValidation) {
+		t.Fatalf("key without actor: %v", err)
+	}
+	if _, _, err := repo.Create(ctx, o3, evs3, order.CreateMeta{Actor: "bad actor"}); !errors.Is(err, order.ErrValidation) {
+		t.Fatalf("invalid actor: %v", err)
+	}
+}
+
+// TestRepositoryLogsActor: each committed event's log record carries the
+// actor and causation id.
+func TestRepositoryLogsActor(t *testing.T) {
+	t.Parallel()
+	f := newRepoFixture(t)
+	var buf bytes.Buffer
+	w, err := outbox.NewWriter(f.env.DDB, outbox.WriterConfig{Table: f.outbox})
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo, err := order.NewRepository(order.RepositoryConfig{Table: f.orders, Client: f.env.DDB, Writer: w, Logger: slog.New(slog.NewJSONHandler(&buf, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, evs := place(t, "o-log")
+	if _, _, err := repo.Create(context.Background(), o, evs, order.CreateMeta{Actor: "local:alice", CausationID: "req-1"}); err != nil {
+		t.Fatal(err)
+	}
+	var rec map[string]any
+	if err := json.Unmarshal(bytes.TrimSpace(buf.Bytes()), &rec); err != nil {
+		t.Fatalf("log %q: %v", buf.String(), err)
+	}
+	if rec["actor"] != "local:alice" || rec["causation_id"] != "req-1" || rec["aggregate_id"] != "o-log" {
+		t.Fatalf("log record %v", rec)
 	}
 }

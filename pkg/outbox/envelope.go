@@ -34,6 +34,14 @@ type Envelope struct {
 	CorrelationID string `json:"correlation_id,omitempty"`
 	// CausationID is the id of the command or event that caused this one.
 	CausationID string `json:"causation_id,omitempty"`
+	// Actor is who made the change, when known: the authenticated caller
+	// identity the write side was given (for the orders API, the IAM
+	// principal ARN API Gateway authenticated, e.g.
+	// "arn:aws:sts::123456789012:assumed-role/checkout/i-0abc"). Optional;
+	// at most MaxActorLen bytes of printable ASCII. It is an audit fact set
+	// by the producer, not proof of origin: a consumer trusts it only as far
+	// as it trusts the path the event came by (see docs/SECURITY-MODEL.md).
+	Actor string `json:"actor,omitempty"`
 	// Payload is the event body, always a JSON object.
 	Payload json.RawMessage `json:"payload"`
 }
@@ -54,11 +62,18 @@ type Event struct {
 	Payload any
 }
 
-// Metadata carries tracing ids onto every envelope of a change.
+// Metadata carries tracing ids and the actor onto every envelope of a
+// change.
 type Metadata struct {
 	CorrelationID string
 	CausationID   string
+	// Actor becomes Envelope.Actor (optional; see there).
+	Actor string
 }
+
+// MaxActorLen is the maximum Envelope.Actor length in bytes: 2048, the
+// maximum length of an IAM ARN.
+const MaxActorLen = 2048
 
 // Errors returned by envelope construction and validation.
 var (
@@ -88,13 +103,15 @@ func NewEnvelope(agg Aggregate, ev Event, meta Metadata) (Envelope, error) {
 		OccurredAt:    time.Now().UTC(),
 		CorrelationID: meta.CorrelationID,
 		CausationID:   meta.CausationID,
+		Actor:         meta.Actor,
 		Payload:       payload,
 	}
 	return env, env.Validate()
 }
 
-// Validate checks that every required field is set and that Payload is a
-// JSON object. It returns an error wrapping ErrInvalidEnvelope.
+// Validate checks that every required field is set, that Payload is a JSON
+// object and that Actor, when set, is at most MaxActorLen bytes of printable
+// ASCII. It returns an error wrapping ErrInvalidEnvelope.
 func (e Envelope) Validate() error {
 	switch {
 	case e.EventID == "":
@@ -112,6 +129,8 @@ func (e Envelope) Validate() error {
 		return fmt.Errorf("%w: sequence must be >= 1", ErrInvalidEnvelope)
 	case e.OccurredAt.IsZero():
 		return fmt.Errorf("%w: occurred_at is zero", ErrInvalidEnvelope)
+	case len(e.Actor) > MaxActorLen || !printableASCII(e.Actor):
+		return fmt.Errorf("%w: actor must be at most %d bytes of printable ASCII", ErrInvalidEnvelope, MaxActorLen)
 	}
 	if !isJSONObject(e.Payload) {
 		return fmt.Errorf("%w: payload of %s is not a JSON object", ErrInvalidEnvelope, e.EventType)
@@ -126,6 +145,16 @@ func (e Envelope) Detail() ([]byte, error) {
 		return nil, fmt.Errorf("outbox: encode envelope %s: %w", e.EventID, err)
 	}
 	return b, nil
+}
+
+// printableASCII reports whether s holds only bytes 0x21..0x7e (true for "").
+func printableASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x21 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
 }
 
 // isJSONObject reports whether b is one valid JSON object.

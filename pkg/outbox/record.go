@@ -26,6 +26,7 @@ const (
 	AttrOccurredAt    = "occurred_at"    // S, RFC 3339 nanoseconds, UTC
 	AttrCorrelationID = "correlation_id" // S, optional
 	AttrCausationID   = "causation_id"   // S, optional
+	AttrActor         = "actor"          // S, optional: Envelope.Actor, who made the change
 	AttrPayload       = "payload"        // S, the payload JSON object as text (kept byte-exact)
 	AttrStatus        = "status"         // S: StatusPending, StatusPublished or StatusParked
 	AttrPendingShard  = "pending_shard"  // S, sparse: present only while pending
@@ -135,6 +136,9 @@ func (r Record) Item() map[string]types.AttributeValue {
 	if e.CausationID != "" {
 		item[AttrCausationID] = &types.AttributeValueMemberS{Value: e.CausationID}
 	}
+	if e.Actor != "" {
+		item[AttrActor] = &types.AttributeValueMemberS{Value: e.Actor}
+	}
 	if r.PendingShard != "" {
 		item[AttrPendingShard] = &types.AttributeValueMemberS{Value: r.PendingShard}
 	}
@@ -201,6 +205,7 @@ func RecordFromItem(item map[string]types.AttributeValue) (Record, error) {
 	}
 	e.CorrelationID = str(AttrCorrelationID, false)
 	e.CausationID = str(AttrCausationID, false)
+	e.Actor = str(AttrActor, false)
 	e.Payload = json.RawMessage(str(AttrPayload, true))
 	r.Status = str(AttrStatus, false)
 	r.PendingShard = str(AttrPendingShard, false)
