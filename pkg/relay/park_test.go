@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/localrt"
@@ -266,5 +267,45 @@ func TestHandleParksIllegalTextThroughStrictQueue(t *testing.T) {
 	ups := ddb.byPK()
 	if !strings.Contains(ups["Order#bad"], "status = PARKED") || !strings.Contains(ups["Order#good"], "status = PUBLISHED") {
 		t.Errorf("updates = %v", ups)
+	}
+}
+
+// A stored record whose detail holds characters SQS refuses (written before
+// the outbox writer refused them, or by another writer) is parked with
+// CodeUndeliverableText and never sent: EventBridge would accept it, and
+// then no SQS-backed consumer queue (nor the rule DLQ) could take it.
+func TestHandleParksUndeliverableTextWithoutSendingIt(t *testing.T) {
+	t.Parallel()
+	for _, text := range []string{"\uFFFF", "\uFFFE", "a\uFFFFb"} {
+		bad := withPayload(envelope(t, "bad", 1, 0), `{"reason":"`+text+`"}`)
+		good := envelope(t, "good", 1, 10)
+		eb := &fakeEventBridge{}
+		q := localrt.NewMemoryQueue("https://sqs.local/parked")
+		ddb := &fakeDDB{}
+		r, err := relay.New(eb, ddb, q, testConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := r.Handle(context.Background(), events.DynamoDBEvent{Records: []events.DynamoDBEventRecord{
+			insertRecord(t, bad, "600000000000000000001"),
+			insertRecord(t, good, "600000000000000000002"),
+		}})
+		if err != nil || len(resp.BatchItemFailures) != 0 {
+			t.Fatalf("%q: resp %+v, err %v", text, resp, err)
+		}
+		for _, call := range eb.calls {
+			for _, e := range call {
+				if strings.Contains(aws.ToString(e.Detail), bad.EventID) {
+					t.Fatalf("%q: the undeliverable event was sent to EventBridge", text)
+				}
+			}
+		}
+		msgs := q.Messages()
+		if len(msgs) != 1 || !strings.Contains(msgs[0].Body, relay.CodeUndeliverableText) {
+			t.Fatalf("%q: parked messages %+v, want one naming %s", text, msgs, relay.CodeUndeliverableText)
+		}
+		if ups := ddb.byPK(); !strings.Contains(ups["Order#bad"], "status = PARKED") || !strings.Contains(ups["Order#good"], "status = PUBLISHED") {
+			t.Errorf("%q: updates = %v", text, ups)
+		}
 	}
 }

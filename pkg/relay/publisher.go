@@ -16,6 +16,7 @@ import (
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
+	"github.com/ddb-outbox/ddb-outbox/pkg/sqsmsg"
 )
 
 // EventBridgeAPI is the one EventBridge method the Publisher calls, with the
@@ -69,6 +70,12 @@ const (
 	CodeNoResult = "NoResult"
 	// CodePoisonRecord: a stream record could not be decoded as an outbox record.
 	CodePoisonRecord = "PoisonRecord"
+	// CodeUndeliverableText: the detail holds characters Amazon SQS refuses
+	// in a message body (e.g. U+FFFE, U+FFFF; stored before the writer
+	// refused them, or by another writer). Every consumer receives events
+	// through an SQS queue, so such an event would be accepted by
+	// EventBridge and then never delivered: it is parked instead, never sent.
+	CodeUndeliverableText = "UndeliverableText"
 	// CodeNoTime: the context (the invocation deadline less the marking
 	// reserve, see MarkerConfig.Reserve) ended before the entry could be
 	// sent; retryable.
@@ -88,6 +95,7 @@ var permanentCodes = map[string]bool{
 	"NotAuthorizedForDetailTypeException": true,
 	CodeEntryTooLarge:                     true,
 	CodeInvalidEnvelope:                   true,
+	CodeUndeliverableText:                 true,
 	CodePoisonRecord:                      true,
 }
 
@@ -315,6 +323,9 @@ func (p *Publisher) buildEntry(i int, env outbox.Envelope) (entry, Result, bool)
 	detail, err := env.Detail()
 	if err != nil {
 		return entry{}, Result{Status: PermanentFailure, ErrorCode: CodeInvalidEnvelope, ErrorMessage: err.Error()}, false
+	}
+	if err := sqsmsg.Check(string(detail), sqsmsg.MaxMaxBytes); errors.Is(err, sqsmsg.ErrInvalidContents) {
+		return entry{}, Result{Status: PermanentFailure, ErrorCode: CodeUndeliverableText, ErrorMessage: err.Error()}, false
 	}
 	size := outbox.EntrySize(p.cfg.Source, env.EventType, detail)
 	if size > p.cfg.MaxEntryBytes {
