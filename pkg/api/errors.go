@@ -8,6 +8,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/order"
+	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
 )
 
 // Error codes: the "code" member of every error body. Clients branch on the
@@ -95,7 +96,7 @@ func classify(err error) (e *apiError, internal bool) {
 		return newError(http.StatusConflict, CodeRequestInProgress, "a request with the same Idempotency-Key is in progress; retry"), false
 	case errors.Is(err, order.ErrAlreadyExists):
 		return newError(http.StatusConflict, CodeAlreadyExists, "order already exists"), false
-	case errors.Is(err, order.ErrInvalidText):
+	case errors.Is(err, order.ErrInvalidText) || errors.Is(err, outbox.ErrUndeliverableText):
 		return newError(http.StatusUnprocessableEntity, CodeInvalidText, err.Error()), false
 	case errors.Is(err, order.ErrValidation):
 		return newError(http.StatusUnprocessableEntity, CodeValidationFailed, err.Error()), false
