@@ -115,8 +115,11 @@ type Report struct {
 	// audit's redrive. ConsumerTimeouts counts consumer invocations that
 	// overran their function timeout; ConsumerRedeliveries messages
 	// received again after a failed, timed-out or partial invocation.
-	DeadLettered         int
-	Redriven             int
+	DeadLettered int
+	Redriven     int
+	// HostileWritten counts legacy changes committed with text SQS refuses
+	// (HostileReasons); each must end parked.
+	HostileWritten       int
 	ConsumerTimeouts     int64
 	ConsumerRedeliveries int64
 	ReconcilerResends    int
@@ -177,6 +180,7 @@ func (r Report) Table() string {
 		{"poller restarts", int64(r.PollerRestarts)},
 		{"bus delivery retries", r.BusRetries},
 		{"bus dead letters", r.BusDeadLettered},
+		{"legacy hostile-text changes", int64(r.HostileWritten)},
 		{"consumer dead-lettered", int64(r.DeadLettered)},
 		{"consumer DLQ redriven", int64(r.Redriven)},
 		{"consumer timeouts", r.ConsumerTimeouts},
@@ -302,6 +306,11 @@ func runEpoch(ctx context.Context, cfg Config, epoch, orders int, rep *Report) e
 	})
 	stopRestarts()
 	rep.PollerRestarts += <-restarts
+	hostile, err := writeLegacyCancels(ctx, s)
+	if err != nil {
+		return err
+	}
+	rep.HostileWritten += hostile
 
 	dctx, cancel := context.WithTimeout(ctx, cfg.DrainTimeout)
 	defer cancel()

@@ -43,6 +43,11 @@ func TestChaosSmall(t *testing.T) {
 	if rep.DeadLettered == 0 || rep.Redriven != rep.DeadLettered {
 		t.Errorf("dead_lettered=%d redriven=%d: want > 0 and equal", rep.DeadLettered, rep.Redriven)
 	}
+	// Stored text SQS refuses is parked (its parked message accepted by the
+	// strict queue), never published into a queue that refuses it.
+	if rep.HostileWritten == 0 || rep.Parked < rep.HostileWritten {
+		t.Errorf("hostile legacy changes %d, parked %d: every hostile change must be parked", rep.HostileWritten, rep.Parked)
+	}
 	if rep.ConsumerTimeouts == 0 {
 		t.Error("no consumer invocation timed out: the function timeout path was not exercised")
 	}

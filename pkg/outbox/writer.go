@@ -43,7 +43,8 @@ var (
 	ErrDuplicateAction = errors.New("outbox: two actions in one transaction target the same item")
 	// ErrUndeliverableText: an event's detail holds characters Amazon SQS
 	// refuses in a message body (outside #x9 | #xA | #xD | #x20–#xD7FF |
-	// #xE000–#xFFFD | #x10000–#x10FFFF, e.g. U+FFFE, U+FFFF). Every consumer
+	// #xE000–#xFFFD | #x10000–#x10FFFF, e.g. U+FFFE, U+FFFF), or a \uXXXX
+	// escape of a lone surrogate (sqsmsg.CheckJSON). Every consumer
 	// receives events through an SQS queue, and the rule DLQs are SQS too,
 	// so such an event could be published and then never delivered.
 	ErrUndeliverableText = errors.New("outbox: event detail holds characters SQS refuses")
@@ -170,7 +171,7 @@ func (w *Writer) Build(writes []types.TransactWriteItem, events []Envelope, opts
 		if err != nil {
 			return nil, err
 		}
-		if err := sqsmsg.Check(string(detail), sqsmsg.MaxMaxBytes); errors.Is(err, sqsmsg.ErrInvalidContents) {
+		if err := sqsmsg.CheckJSON(string(detail), sqsmsg.MaxMaxBytes); errors.Is(err, sqsmsg.ErrInvalidContents) {
 			return nil, fmt.Errorf("%w: %s %s: %v", ErrUndeliverableText, env.EventType, env.EventID, err)
 		}
 		if size := EntrySize(w.cfg.Source, env.EventType, detail); size > w.cfg.MaxEntryBytes {

@@ -136,6 +136,12 @@ func TestWriteRejectsBeforeSending(t *testing.T) {
 			func(t *testing.T) []outbox.Envelope {
 				return []outbox.Envelope{envelope(t, map[string]string{"reason": "\ufffe"})}
 			}, outbox.ErrUndeliverableText},
+		{"lone surrogate escape in the payload", outbox.WriterConfig{}, func() []types.TransactWriteItem { return nil },
+			func(t *testing.T) []outbox.Envelope {
+				e := envelope(t, map[string]any{})
+				e.Payload = json.RawMessage(`{"reason":"\ud800"}`)
+				return []outbox.Envelope{e}
+			}, outbox.ErrUndeliverableText},
 		{"payload not an object", outbox.WriterConfig{}, func() []types.TransactWriteItem { return nil },
 			func(t *testing.T) []outbox.Envelope {
 				e := envelope(t, map[string]any{})

@@ -276,7 +276,7 @@ func TestHandleParksIllegalTextThroughStrictQueue(t *testing.T) {
 // then no SQS-backed consumer queue (nor the rule DLQ) could take it.
 func TestHandleParksUndeliverableTextWithoutSendingIt(t *testing.T) {
 	t.Parallel()
-	for _, text := range []string{"\uFFFF", "\uFFFE", "a\uFFFFb"} {
+	for _, text := range []string{"\uFFFF", "\uFFFE", "a\uFFFFb", `\ud800`, `x\udfffy`} {
 		bad := withPayload(envelope(t, "bad", 1, 0), `{"reason":"`+text+`"}`)
 		good := envelope(t, "good", 1, 10)
 		eb := &fakeEventBridge{}

@@ -324,7 +324,7 @@ func (p *Publisher) buildEntry(i int, env outbox.Envelope) (entry, Result, bool)
 	if err != nil {
 		return entry{}, Result{Status: PermanentFailure, ErrorCode: CodeInvalidEnvelope, ErrorMessage: err.Error()}, false
 	}
-	if err := sqsmsg.Check(string(detail), sqsmsg.MaxMaxBytes); errors.Is(err, sqsmsg.ErrInvalidContents) {
+	if err := sqsmsg.CheckJSON(string(detail), sqsmsg.MaxMaxBytes); errors.Is(err, sqsmsg.ErrInvalidContents) {
 		return entry{}, Result{Status: PermanentFailure, ErrorCode: CodeUndeliverableText, ErrorMessage: err.Error()}, false
 	}
 	size := outbox.EntrySize(p.cfg.Source, env.EventType, detail)

@@ -133,3 +133,64 @@ func Sanitize(s string, maxBytes int) string {
 	}
 	return b.String()
 }
+
+// CheckJSON is Check for a JSON text that will be decoded and re-encoded on
+// its way into a message body (an EventBridge event's detail, delivered to an
+// SQS target): besides the characters Check refuses, it refuses a \uXXXX
+// escape of a lone UTF-16 surrogate (a high surrogate not followed by a low
+// one, or a low one alone), which is valid JSON syntax but no character, so a
+// re-encoder either fails or writes bytes SQS refuses. Errors wrap
+// ErrInvalidContents (or ErrEmpty, ErrTooLarge as Check).
+func CheckJSON(js string, maxBytes int) error {
+	if err := Check(js, maxBytes); err != nil {
+		return err
+	}
+	for i := 0; i < len(js); i++ {
+		if js[i] != '\\' || i+1 >= len(js) {
+			continue
+		}
+		if js[i+1] != 'u' {
+			i++ // an escaped character, e.g. \\ or \"
+			continue
+		}
+		r, ok := hex4(js, i+2)
+		if !ok {
+			continue
+		}
+		switch {
+		case r >= 0xD800 && r <= 0xDBFF:
+			if i+11 < len(js)+0 && js[i+6] == '\\' && js[i+7] == 'u' {
+				if lo, ok := hex4(js, i+8); ok && lo >= 0xDC00 && lo <= 0xDFFF {
+					i += 11
+					continue
+				}
+			}
+			return fmt.Errorf("%w: lone surrogate escape \\u%04x at byte %d", ErrInvalidContents, r, i)
+		case r >= 0xDC00 && r <= 0xDFFF:
+			return fmt.Errorf("%w: lone surrogate escape \\u%04x at byte %d", ErrInvalidContents, r, i)
+		}
+		i += 5
+	}
+	return nil
+}
+
+// hex4 parses the 4 hex digits at s[i:i+4].
+func hex4(s string, i int) (rune, bool) {
+	if i+4 > len(s) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range s[i : i+4] {
+		switch {
+		case c >= '0' && c <= '9':
+			r = r<<4 | (c - '0')
+		case c >= 'a' && c <= 'f':
+			r = r<<4 | (c - 'a' + 10)
+		case c >= 'A' && c <= 'F':
+			r = r<<4 | (c - 'A' + 10)
+		default:
+			return 0, false
+		}
+	}
+	return r, true
+}

@@ -63,3 +63,27 @@ func TestEscapeJSON(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckJSON(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		js   string
+		want error
+	}{
+		{`{"a":"plain"}`, nil},
+		{`{"a":"\ud83d\ude00"}`, nil},                // a surrogate pair: U+1F600
+		{`{"a":"\\ud800"}`, nil},                     // an escaped backslash, then text
+		{`{"a":"\u00e9\n\"q\""}`, nil},               // ordinary escapes
+		{`{"a":"\ud800"}`, ErrInvalidContents},       // lone high surrogate
+		{`{"a":"\udc00"}`, ErrInvalidContents},       // lone low surrogate
+		{`{"a":"\ud800x"}`, ErrInvalidContents},      // high surrogate followed by text
+		{`{"a":"\ud800\u0041"}`, ErrInvalidContents}, // high surrogate followed by a non-surrogate escape
+		{"{\"a\":\"\uffff\"}", ErrInvalidContents},   // raw U+FFFF
+	}
+	for _, c := range cases {
+		err := CheckJSON(c.js, 0)
+		if c.want == nil && err != nil || c.want != nil && !errors.Is(err, c.want) {
+			t.Errorf("CheckJSON(%s) = %v, want %v", c.js, err, c.want)
+		}
+	}
+}
