@@ -84,6 +84,7 @@ func TestPatternOperators(t *testing.T) {
 		{"exists false or value, other value", `{"a":["x",{"exists":false}]}`, `{"a":"y"}`, false, docRuler},
 		{"prefix", `{"a":[{"prefix":"OUT"}]}`, `{"a":"OUTBOX#1"}`, true, docContent},
 		{"prefix miss", `{"a":[{"prefix":"OUT"}]}`, `{"a":"IN"}`, false, docContent},
+		{"prefix is case-sensitive", `{"a":[{"prefix":"OUT"}]}`, `{"a":"outbox"}`, false, docPattern},
 		{"prefix on number", `{"a":[{"prefix":"1"}]}`, `{"a":12}`, false, docContent},
 		{"suffix", `{"a":[{"suffix":".png"}]}`, `{"a":"x.png"}`, true, docContent},
 		{"suffix miss", `{"a":[{"suffix":".png"}]}`, `{"a":"x.PNG"}`, false, docContent},
