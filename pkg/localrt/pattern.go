@@ -193,8 +193,9 @@ func (p *Pattern) Dialect() PatternDialect { return p.dialect }
 
 // Match reports whether event matches the pattern. Numbers in event should be
 // json.Number (decode with UseNumber) so that their JSON text is kept; a
-// float64 or int is matched by the text encoding/json gives it. Use
-// MatchJSON to match JSON text.
+// float64 or int is matched by the text encoding/json gives it, and any
+// other Go value as the JSON it encodes to. Use MatchJSON to match JSON
+// text.
 func (p *Pattern) Match(event map[string]any) bool {
 	fields := flattenEvent(event)
 	for _, r := range p.rules {
@@ -896,11 +897,21 @@ func flattenEvent(event map[string]any) map[string][]eventField {
 				copy(t, trail)
 				walk(path, e, append(t, arrayPos{id, i}))
 			}
-		default:
+		case nil, string, bool, json.Number, float64, float32, int, int64, int32, uint, uint64, uint32:
 			if path == "" {
 				return
 			}
 			out[path] = append(out[path], eventField{value: eventValue(x), trail: trail})
+		default:
+			// Another Go value ([]string, a struct, ...): match it as the
+			// JSON it encodes to.
+			b, err := json.Marshal(x)
+			if err != nil {
+				return
+			}
+			if d, err := decodeJSON(b); err == nil {
+				walk(path, d, trail)
+			}
 		}
 	}
 	walk("", event, nil)

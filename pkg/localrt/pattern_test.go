@@ -249,6 +249,29 @@ func TestPatternAnythingBut(t *testing.T) {
 	})
 }
 
+func TestPatternMatchGoValues(t *testing.T) {
+	t.Parallel()
+	p := MustCompilePattern(`{"n":[{"numeric":[">",1]}],"tags":["b"],"m":{"k":["v"]}}`)
+	tests := []struct {
+		name  string
+		event map[string]any
+		want  bool
+	}{
+		{"json-decoded shapes", map[string]any{"n": 2.0, "tags": []any{"a", "b"}, "m": map[string]any{"k": "v"}}, true},
+		{"typed Go slices and maps are matched as their JSON", map[string]any{"n": 2, "tags": []string{"a", "b"}, "m": map[string]string{"k": "v"}}, true},
+		{"typed Go slice without the value", map[string]any{"n": 2, "tags": []string{"a"}, "m": map[string]string{"k": "v"}}, false},
+		{"nil event", nil, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if got := p.Match(tc.event); got != tc.want {
+				t.Fatalf("Match(%v) = %v, want %v", tc.event, got, tc.want)
+			}
+		})
+	}
+}
+
 func TestCompilePatternRejects(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
