@@ -430,7 +430,7 @@ func NewStreamPoller(cfg StreamPollerConfig, h StreamHandler) (*StreamPoller, er
 	p := &StreamPoller{cfg: cfg, handler: h, log: cfg.Logger.With("component", "stream-poller"), shards: map[string]*shardState{}}
 	if !cfg.DisableFilter {
 		for i, f := range cfg.FilterPatterns {
-			c, err := CompilePattern(f)
+			c, err := CompilePatternFor(f, LambdaFilter)
 			if err != nil {
 				return nil, fmt.Errorf("filter %d: %w", i, err)
 			}

@@ -182,3 +182,25 @@ func TestSchedulerLateAnswerIsATimeout(t *testing.T) {
 		t.Errorf("stats = %+v", st)
 	}
 }
+
+// AWS accepts `numeric` in the filter criteria of a stream event source
+// mapping (recorded); the local poller must accept it too. On stream images
+// numbers are strings ({"N":"101"}), so such a filter matches nothing there.
+func TestStreamPollerAcceptsNumericFilter(t *testing.T) {
+	t.Parallel()
+	f := newStreamFixture(t)
+	cfg := f.config()
+	cfg.FilterPatterns = []any{`{"dynamodb":{"NewImage":{"sequence":{"N":[{"numeric":[">",0]}]}}}}`}
+	if _, err := NewStreamPoller(cfg, (&recorder{}).handle); err != nil {
+		t.Fatalf("numeric filter refused: %v", err)
+	}
+	p, err := CompilePatternFor(`{"dynamodb":{"NewImage":{"sequence":{"N":[{"numeric":[">",0]}]}}}}`, LambdaFilter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ev map[string]any
+	_ = json.Unmarshal([]byte(`{"dynamodb":{"NewImage":{"sequence":{"N":"5"}}}}`), &ev)
+	if p.Match(ev) {
+		t.Error("a numeric filter matched a DynamoDB number, which stream images carry as a string")
+	}
+}
