@@ -1,6 +1,7 @@
 package app
 
 import (
+	"fmt"
 	"log/slog"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -9,6 +10,7 @@ import (
 	"github.com/ddb-outbox/ddb-outbox/pkg/dedup"
 	"github.com/ddb-outbox/ddb-outbox/pkg/ledger"
 	"github.com/ddb-outbox/ddb-outbox/pkg/notifier"
+	"github.com/ddb-outbox/ddb-outbox/pkg/sqsconsumer"
 )
 
 // NewLedger returns the ledger consumer. It needs LedgerTable and
@@ -33,6 +35,36 @@ func NewNotifier(s Settings, ddb *dynamodb.Client, log *slog.Logger) (*notifier.
 	return notifier.New(ddb, notifier.Config{
 		Table:  s.NotificationsTable,
 		Dedup:  dedup.Config{Table: s.DedupTable, Retention: s.DedupRetention},
+		Logger: log,
+	})
+}
+
+// NewConsumerHandler wraps a consumer's event handler h (ledger.Handle,
+// notifier.Handle) for the consumer delivery path: EventBridge rule → the
+// consumer's SQS queue → Lambda SQS event source mapping (BatchSize
+// config.DefaultConsumerBatchSize, ReportBatchItemFailures) →
+// (*sqsconsumer.Handler).Handle, which answers with a partial batch response
+// by messageId. name is the consumer's name (routing.ConsumerLedger,
+// routing.ConsumerNotifier); dlq is the SQS client that dead-letters an event
+// whose handler error wraps *sqsconsumer.PermanentError to
+// Settings.ConsumerDLQURL (config.EnvConsumerDLQURL), with the reason as a
+// message attribute. Other failures are retried by the queue and moved to the
+// same DLQ by its redrive policy after config.DefaultConsumerMaxReceiveCount
+// receives.
+//
+// It returns an error naming CONSUMER_DLQ_URL when it is empty, or the
+// error of sqsconsumer.New (nil h, nil dlq, empty name).
+func NewConsumerHandler(s Settings, name string, h sqsconsumer.EventHandler, dlq sqsconsumer.MessageSender, log *slog.Logger) (*sqsconsumer.Handler, error) {
+	if err := require(config.EnvConsumerDLQURL, s.ConsumerDLQURL); err != nil {
+		return nil, err
+	}
+	if dlq == nil {
+		return nil, fmt.Errorf("app: consumer %s: nil DLQ client", name)
+	}
+	return sqsconsumer.New(h, sqsconsumer.Config{
+		Name:   name,
+		DLQ:    dlq,
+		DLQURL: s.ConsumerDLQURL,
 		Logger: log,
 	})
 }
