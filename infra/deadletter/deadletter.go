@@ -53,7 +53,7 @@ func New(scope constructs.Construct, id, what string, removal awscdk.RemovalPoli
 	cdknag.NagSuppressions_AddResourceSuppressions(q, &[]*cdknag.NagPackSuppression{{
 		Id: jsii.String("AwsSolutions-SQS3"),
 		Reason: jsii.String("This queue is itself a dead-letter queue (Lambda on-failure destination, " +
-			"EventBridge target DLQ or parked-records queue); it is alarmed and drained by an operator, a DLQ of a DLQ adds nothing."),
+			"EventBridge target DLQ, consumer queue redrive target or parked-records queue); it is alarmed and drained by an operator, a DLQ of a DLQ adds nothing."),
 	}}, nil)
 	return &Queue{Queue: q, Alarm: alarm}
 }

@@ -35,9 +35,12 @@ const (
 	ResourceEventBus           Resource = "event-bus"
 	ResourceParkedQueue        Resource = "parked-queue"
 	ResourceStreamFailureQueue Resource = "stream-failure-queue" // the relay mapping's on-failure destination
-	ResourceConsumerQueue      Resource = "consumer-queue"
-	ResourceConsumerDLQ        Resource = "consumer-dlq"
-	ResourceLogGroup           Resource = "log-group" // the function's own log group
+	// ResourceReconcilerFailureQueue is the on-failure destination of the
+	// reconciler's asynchronous (scheduled) invocations.
+	ResourceReconcilerFailureQueue Resource = "reconciler-failure-queue"
+	ResourceConsumerQueue          Resource = "consumer-queue"
+	ResourceConsumerDLQ            Resource = "consumer-dlq"
+	ResourceLogGroup               Resource = "log-group" // the function's own log group
 	// ResourceAll is "*", allowed only for actions that support no
 	// resource-level permissions (dynamodb:ListStreams).
 	ResourceAll Resource = "*"
@@ -209,7 +212,11 @@ func Permissions() []FunctionPermissions {
 				{Operation: "dynamodb.Query", Grants: []Grant{{ResourcePendingIndex, []string{"dynamodb:Query"}}},
 					Why: "reconciler.Reconciler sweeps, counts and ages the pending index shards"},
 			}, markCalls...),
-			Platform: []PlatformGrant{logsGrant},
+			Platform: []PlatformGrant{
+				{Grant: Grant{ResourceReconcilerFailureQueue, []string{"sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:SendMessage"}},
+					Why: "Lambda sends a scheduled run that failed its asynchronous retries to the on-failure destination with the function's role (CDK SqsDestination: queue.grantSendMessages)"},
+				logsGrant,
+			},
 		},
 		consumer(FunctionLedger, ResourceLedgerTable),
 		consumer(FunctionNotifier, ResourceNotificationsTable),
