@@ -414,6 +414,11 @@ func (s *OrdersStack) addOutputs() {
 	out("LedgerTableName", s.Consumers[routing.ConsumerLedger].Table.TableName(), "Ledger consumer table")
 	out("NotificationsTableName", s.Consumers[routing.ConsumerNotifier].Table.TableName(), "Notifier consumer table")
 	out("ParkedQueueUrl", s.Outbox.ParkedQueue.Queue.QueueUrl(), "DLQ of parked outbox records")
+	for _, name := range consumerNames {
+		c := s.Consumers[name]
+		out(idOf(name)+"QueueUrl", c.Queue.QueueUrl(), "Queue feeding consumer "+name)
+		out(idOf(name)+"DlqUrl", c.DLQ.Queue.QueueUrl(), "DLQ of consumer "+name+" (redrive to its queue once fixed)")
+	}
 	out("DashboardName", s.Dashboard.DashboardName(), "CloudWatch dashboard")
 }
 

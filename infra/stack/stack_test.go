@@ -752,7 +752,8 @@ func TestAlarms(t *testing.T) {
 
 func TestOutputs(t *testing.T) {
 	outs, _ := def.json["Outputs"].(map[string]any)
-	for _, k := range []string{"ApiUrl", "EventBusName", "OrdersTableName", "OutboxTableName", "DedupTableName", "LedgerTableName", "NotificationsTableName"} {
+	for _, k := range []string{"ApiUrl", "EventBusName", "OrdersTableName", "OutboxTableName", "DedupTableName", "LedgerTableName", "NotificationsTableName",
+		"LedgerQueueUrl", "LedgerDlqUrl", "NotifierQueueUrl", "NotifierDlqUrl"} {
 		if _, ok := outs[k]; !ok {
 			t.Errorf("missing output %s", k)
 		}
