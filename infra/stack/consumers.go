@@ -39,6 +39,13 @@ const (
 	// retried maxReceiveCount times takes to reach the DLQ
 	// (5 × 180 s = 15 min), so it means a backlog, not one failing event.
 	ConsumerOldestMessageThreshold = 20 * time.Minute
+	// ConsumerQueueRetention is how long a consumer queue keeps a message
+	// (SQS default, 4 days). It is shorter than the DLQ's
+	// deadletter.Retention (14 days) because a standard queue's message keeps
+	// its original enqueue time when it moves to the DLQ, so the DLQ must
+	// keep messages longer than the source queue (Amazon SQS developer
+	// guide, dead-letter queues).
+	ConsumerQueueRetention = 4 * 24 * time.Hour
 )
 
 // Consumer is one event consumer: its function, table, queue and DLQ.
@@ -91,6 +98,7 @@ func (s *OrdersStack) addConsumer(name, source string) error {
 		Encryption:        awssqs.QueueEncryption_SQS_MANAGED,
 		EnforceSSL:        jsii.Bool(true),
 		VisibilityTimeout: awscdk.Duration_Seconds(jsii.Number(ConsumerVisibilityTimeout.Seconds())),
+		RetentionPeriod:   awscdk.Duration_Seconds(jsii.Number(ConsumerQueueRetention.Seconds())),
 		DeadLetterQueue: &awssqs.DeadLetterQueue{
 			MaxReceiveCount: jsii.Number(config.DefaultConsumerMaxReceiveCount),
 			Queue:           dlq.Queue,

@@ -66,6 +66,13 @@ func TestConsumersAreFedBySQSWithRedriveToAlarmedDLQ(t *testing.T) {
 			t.Errorf("%s: RedrivePolicy = %v, want the consumer DLQ", name, q["RedrivePolicy"])
 			continue
 		}
+		// a message keeps its enqueue time in a standard DLQ: the DLQ must
+		// keep messages longer than the source queue
+		srcRet, _ := q["MessageRetentionPeriod"].(float64)
+		dlqRet, _ := def.props(t, dlqID)["MessageRetentionPeriod"].(float64)
+		if srcRet == 0 || dlqRet <= srcRet {
+			t.Errorf("%s: retention queue %v s, DLQ %v s; want both set and the DLQ's longer", name, srcRet, dlqRet)
+		}
 		if got := get(q, "RedrivePolicy", "maxReceiveCount"); got != float64(config.DefaultConsumerMaxReceiveCount) {
 			t.Errorf("%s: maxReceiveCount = %v, want %d", name, got, config.DefaultConsumerMaxReceiveCount)
 		}
