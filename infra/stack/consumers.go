@@ -99,6 +99,8 @@ func (s *OrdersStack) addConsumer(name, source string) error {
 		EnforceSSL:        jsii.Bool(true),
 		VisibilityTimeout: awscdk.Duration_Seconds(jsii.Number(ConsumerVisibilityTimeout.Seconds())),
 		RetentionPeriod:   awscdk.Duration_Seconds(jsii.Number(ConsumerQueueRetention.Seconds())),
+		// the whole EventBridge event, whatever the outbox entry limit
+		MaxMessageSizeBytes: jsii.Number(deadletter.MaxMessageBytes),
 		DeadLetterQueue: &awssqs.DeadLetterQueue{
 			MaxReceiveCount: jsii.Number(config.DefaultConsumerMaxReceiveCount),
 			Queue:           dlq.Queue,

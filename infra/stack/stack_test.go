@@ -21,6 +21,7 @@ import (
 	"github.com/aws/jsii-runtime-go"
 	"github.com/cdklabs/cdk-nag-go/cdknag/v2"
 
+	"github.com/ddb-outbox/ddb-outbox/infra/deadletter"
 	"github.com/ddb-outbox/ddb-outbox/infra/gofunc"
 	"github.com/ddb-outbox/ddb-outbox/infra/outboxcdk"
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
@@ -671,6 +672,11 @@ func TestQueuesEncryptedAndTLSOnly(t *testing.T) {
 	for _, id := range queues {
 		if def.props(t, id)["SqsManagedSseEnabled"] != true {
 			t.Errorf("queue %s is not encrypted", id)
+		}
+		// an EventBridge event of a 256 KB entry exceeds 256 KiB once
+		// wrapped; every queue takes the SQS maximum
+		if got := def.props(t, id)["MaximumMessageSize"]; got != float64(deadletter.MaxMessageBytes) {
+			t.Errorf("queue %s MaximumMessageSize = %v, want %d", id, got, deadletter.MaxMessageBytes)
 		}
 		found := false
 		for _, pid := range def.ofType("AWS::SQS::QueuePolicy") {
