@@ -1,8 +1,10 @@
 // Command infra is the ddb-outbox AWS CDK app (Go). `npx cdk synth` and
 // `npx cdk deploy` run it from the repository root through cdk.json
-// ("app": "cd infra && go run ."). It synthesizes one environment-agnostic
-// stack (package stack) built around the reusable Outbox construct (package
-// outboxcdk), and applies the cdk-nag AwsSolutions checks.
+// ("app": "go -C infra build -o ../bin/ddb-outbox-cdk . && bin/ddb-outbox-cdk",
+// so that cdk.out and dist/ resolve at the repository root). It synthesizes
+// one environment-agnostic stack (package stack) built around the reusable
+// Outbox construct (package outboxcdk), and applies the cdk-nag AwsSolutions
+// checks.
 //
 // # Why infra/ is its own Go module
 //

@@ -2,7 +2,7 @@
 // queues encrypted at rest with SQS-managed keys (SSE-SQS), reachable only
 // over TLS, keeping messages for the SQS maximum of 14 days, each with an
 // alarm that fires as soon as one message is visible (promise I5: nothing is
-// dropped silently).
+// dropped silently), and taking messages up to the SQS maximum size.
 package deadletter
 
 import (
@@ -16,6 +16,13 @@ import (
 
 // Retention is how long a dead letter stays in the queue (SQS maximum).
 const Retention = 14 * 24 * 60 * 60 // seconds
+
+// MaxMessageBytes is every queue's MaximumMessageSize, set explicitly: the
+// SQS maximum, 1,048,576 bytes (1 MiB; the API range is 1,024..1,048,576).
+// A dead-letter queue must take whatever its source sends whole: an
+// EventBridge event of a 256 KB entry is larger than 256 KiB once wrapped in
+// its envelope, and the outbox entry limit may be raised to 1 MiB.
+const MaxMessageBytes = 1024 * 1024
 
 // Queue is a dead-letter queue and its alarm.
 type Queue struct {
@@ -34,10 +41,11 @@ func New(scope constructs.Construct, id, what string, removal awscdk.RemovalPoli
 		removal = awscdk.RemovalPolicy_RETAIN
 	}
 	q := awssqs.NewQueue(scope, jsii.String(id), &awssqs.QueueProps{
-		Encryption:      awssqs.QueueEncryption_SQS_MANAGED,
-		EnforceSSL:      jsii.Bool(true),
-		RetentionPeriod: awscdk.Duration_Seconds(jsii.Number(Retention)),
-		RemovalPolicy:   removal,
+		Encryption:          awssqs.QueueEncryption_SQS_MANAGED,
+		EnforceSSL:          jsii.Bool(true),
+		RetentionPeriod:     awscdk.Duration_Seconds(jsii.Number(Retention)),
+		MaxMessageSizeBytes: jsii.Number(MaxMessageBytes),
+		RemovalPolicy:       removal,
 	})
 	alarm := awscloudwatch.NewAlarm(scope, jsii.String(id+"Alarm"), &awscloudwatch.AlarmProps{
 		AlarmDescription: jsii.String("Dead-letter queue for " + what + " has messages: inspect and redrive them."),
@@ -53,7 +61,7 @@ func New(scope constructs.Construct, id, what string, removal awscdk.RemovalPoli
 	cdknag.NagSuppressions_AddResourceSuppressions(q, &[]*cdknag.NagPackSuppression{{
 		Id: jsii.String("AwsSolutions-SQS3"),
 		Reason: jsii.String("This queue is itself a dead-letter queue (Lambda on-failure destination, " +
-			"EventBridge target DLQ or parked-records queue); it is alarmed and drained by an operator, a DLQ of a DLQ adds nothing."),
+			"EventBridge target DLQ, consumer queue redrive target or parked-records queue); it is alarmed and drained by an operator, a DLQ of a DLQ adds nothing."),
 	}}, nil)
 	return &Queue{Queue: q, Alarm: alarm}
 }

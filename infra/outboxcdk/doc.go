@@ -14,6 +14,9 @@
 //     age, bisect-on-error, ReportBatchItemFailures and an SQS on-failure
 //     destination (promise I5). That queue receives batch metadata only:
 //     unpublished records stay in the pending index for the reconciler.
+//   - The reconciler's scheduled (asynchronous) invocations have an SQS
+//     on-failure destination, so a run that fails Lambda's retries is
+//     recorded and alarmed, never discarded.
 //   - Every queue is encrypted (SSE-SQS) and TLS-only; the table is
 //     encrypted with the AWS managed key or a customer key and has PITR;
 //     no IAM statement uses a wildcard action.

@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awseventstargets"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslambdadestinations"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambdaeventsources"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
@@ -51,10 +52,16 @@ var (
 	ParkActions = []string{"sqs:SendMessage"}
 )
 
+// ReconcilerAsyncRetryAttempts is how often Lambda retries a failed
+// scheduled reconciler run (asynchronous invocation, 0..2; Lambda's default
+// 2) before sending it to ReconcilerFailureQueue.
+const ReconcilerAsyncRetryAttempts = 2
+
 // Outbox is the reusable transactional-outbox construct: the outbox table
 // (with stream, TTL and the sparse pending index), the relay function fed by
 // a DynamoDB Streams event source mapping, the scheduled reconciler, the
-// parked-records DLQ, the mapping's on-failure queue, and the alarms.
+// parked-records DLQ, the mapping's and the reconciler's on-failure queues,
+// and the alarms.
 //
 // Drop it into a stack, pass an event bus, and call GrantWriteEvents on every
 // function that appends outbox records:
@@ -83,6 +90,14 @@ type Outbox struct {
 	// StreamFailureQueue is the mapping's on-failure destination: it gets
 	// batch metadata (shard, sequence numbers) after retries are exhausted.
 	StreamFailureQueue *deadletter.Queue
+	// ReconcilerFailureQueue is the on-failure destination of the
+	// reconciler's asynchronous invocations by ReconcileSchedule: a run that
+	// failed ReconcilerAsyncRetryAttempts + 1 times is recorded there (the
+	// schedule event wrapped with requestContext.condition and the error)
+	// instead of being discarded (Lambda developer guide,
+	// invocation-async-retain-records). Pending records are not lost either
+	// way: the next scheduled run sweeps them.
+	ReconcilerFailureQueue *deadletter.Queue
 	// Alarms lists every alarm the construct created, DLQ alarms included.
 	Alarms []awscloudwatch.Alarm
 
@@ -127,6 +142,7 @@ func New(scope constructs.Construct, id string, props Props) (*Outbox, error) {
 
 	o.ParkedQueue = deadletter.New(c, "ParkedQueue", "parked outbox records", props.RemovalPolicy)
 	o.StreamFailureQueue = deadletter.New(c, "StreamFailureQueue", "outbox stream batches the relay could not process", props.RemovalPolicy)
+	o.ReconcilerFailureQueue = deadletter.New(c, "ReconcilerFailureQueue", "scheduled reconciler runs that failed after Lambda's asynchronous retries", props.RemovalPolicy)
 
 	publishEnv := map[string]string{
 		config.EnvEventBusName:              *props.EventBus.EventBusName(),
@@ -198,6 +214,14 @@ func New(scope constructs.Construct, id string, props Props) (*Outbox, error) {
 
 	rate := awscdk.Duration_Minutes(jsii.Number(props.ReconcileRate.Minutes()))
 	maxAge := min(props.ReconcileRate, 24*time.Hour)
+	// The schedule invokes the reconciler asynchronously: a failing run is
+	// retried by Lambda, then sent to the on-failure destination (never
+	// discarded). Asynchronous event age is at most 6 h.
+	o.Reconciler.ConfigureAsyncInvoke(&awslambda.EventInvokeConfigOptions{
+		OnFailure:     awslambdadestinations.NewSqsDestination(o.ReconcilerFailureQueue.Queue),
+		RetryAttempts: jsii.Number(ReconcilerAsyncRetryAttempts),
+		MaxEventAge:   awscdk.Duration_Seconds(jsii.Number(max(min(props.ReconcileRate, 6*time.Hour), time.Minute).Seconds())),
+	})
 	o.ReconcileSchedule = awsevents.NewRule(c, jsii.String("ReconcileSchedule"), &awsevents.RuleProps{
 		Description: jsii.String("Runs the outbox reconciler."),
 		Schedule:    awsevents.Schedule_Rate(rate),
@@ -329,7 +353,7 @@ func (o *Outbox) addAlarms() {
 		o.ReconcilerResentMetric(), 0, awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD, 1)
 	alarm("ReconcilerErrorsAlarm", "Outbox reconciler runs failed.",
 		o.Reconciler.MetricErrors(sum), 1, awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD, 1)
-	o.Alarms = append(o.Alarms, o.ParkedQueue.Alarm, o.StreamFailureQueue.Alarm)
+	o.Alarms = append(o.Alarms, o.ParkedQueue.Alarm, o.StreamFailureQueue.Alarm, o.ReconcilerFailureQueue.Alarm)
 	if o.props.AlarmTopic != nil {
 		action := awscloudwatchactions.NewSnsAction(o.props.AlarmTopic)
 		for _, a := range o.Alarms {
@@ -360,6 +384,7 @@ func (o *Outbox) Widgets() []awscloudwatch.IWidget {
 		graph("Reconciler invocations / errors", o.Reconciler.MetricInvocations(five), o.Reconciler.MetricErrors(five)),
 		graph("Outbox DLQ depth",
 			o.ParkedQueue.Queue.MetricApproximateNumberOfMessagesVisible(nil),
-			o.StreamFailureQueue.Queue.MetricApproximateNumberOfMessagesVisible(nil)),
+			o.StreamFailureQueue.Queue.MetricApproximateNumberOfMessagesVisible(nil),
+			o.ReconcilerFailureQueue.Queue.MetricApproximateNumberOfMessagesVisible(nil)),
 	}
 }

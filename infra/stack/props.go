@@ -26,11 +26,15 @@ const (
 
 // Defaults applied by OrdersStackProps.SetDefaults to zero fields.
 const (
-	// DefaultConsumerMaxEventAge is how long EventBridge retries delivery to
-	// a consumer before sending the event to the rule target's DLQ.
+	// DefaultConsumerMaxEventAge is how long EventBridge keeps retrying to
+	// deliver an event to a consumer's SQS queue (the rule target) before
+	// sending it to the rule's DLQ. It bounds delivery to the queue only:
+	// once the queue accepted the event, the queue's redrive policy governs
+	// retries of the consumer (config.DefaultConsumerMaxReceiveCount).
 	DefaultConsumerMaxEventAge = 6 * time.Hour
-	// DefaultConsumerRetryAttempts bounds EventBridge's delivery retries to a
-	// consumer.
+	// DefaultConsumerRetryAttempts bounds EventBridge's retries of a failed
+	// delivery to a consumer's SQS queue (throttling, a missing queue or
+	// permission), not the consumer's own failures.
 	DefaultConsumerRetryAttempts = 20
 	// DefaultThrottleRate is the HTTP API stage's steady-state request rate
 	// limit (requests per second).
@@ -39,7 +43,9 @@ const (
 	DefaultThrottleBurst = 200
 )
 
-// EventBridge target retry policy limits (RetryPolicy API).
+// EventBridge target retry policy limits (RetryPolicy API: maximum event
+// age 60..86,400 s, retry attempts 0..185; this stack requires at least one
+// retry).
 const (
 	MinConsumerMaxEventAge   = 60 * time.Second
 	MaxConsumerMaxEventAge   = 86400 * time.Second
@@ -68,11 +74,15 @@ type OrdersStackProps struct {
 	// Outbox tunes the outbox construct. Its EventBus, AssetRoot,
 	// EventSource, RemovalPolicy and LogRetention are set by the stack.
 	Outbox outboxcdk.Props
-	// ConsumerMaxEventAge is the rule targets' maximum event age, whole
-	// seconds, 60 s..24 h. Default DefaultConsumerMaxEventAge.
+	// ConsumerMaxEventAge is the rule targets' maximum event age: how long
+	// EventBridge retries delivering an event to a consumer's SQS queue
+	// before sending it to the rule's DLQ. Whole seconds, 60 s..24 h.
+	// Default DefaultConsumerMaxEventAge. It does not bound the consumer's
+	// retries (see Consumer).
 	ConsumerMaxEventAge time.Duration
-	// ConsumerRetryAttempts is the rule targets' retry attempts, 1..185.
-	// Default DefaultConsumerRetryAttempts.
+	// ConsumerRetryAttempts is the rule targets' retry attempts for failed
+	// deliveries to a consumer's SQS queue, 1..185. Default
+	// DefaultConsumerRetryAttempts.
 	ConsumerRetryAttempts int
 	// ThrottleRate and ThrottleBurst are the API stage's default route
 	// throttling (requests per second, requests). Defaults

@@ -1,8 +1,15 @@
 // Package stack is the orders application stack: an HTTP API in front of the
-// api function, the orders table, the reusable Outbox construct
-// (infra/outboxcdk), an EventBridge custom bus with one rule per consumer
-// generated from routing.Rules(), the ledger and notifier consumers with
+// api function (the declared routes plus a $default catch-all), the orders
+// table, the reusable Outbox construct (infra/outboxcdk), an EventBridge
+// custom bus with one rule per routing.Rules() entry, and the ledger and
+// notifier consumers, each fed by its own SQS queue through a Lambda SQS
+// event source mapping (rule → queue → mapping → function; the queue's
+// redrive policy and the function dead-letter to the consumer's DLQ), with
 // their tables, dead-letter queues, alarms and a dashboard.
+//
+// IAM: the api's and the consumers' code grants come from app.Permissions,
+// and the template test compares every role, the outbox construct's
+// included, with it action for action.
 package stack
 
 import (
@@ -19,7 +26,6 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatchactions"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsdynamodb"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsevents"
-	"github.com/aws/aws-cdk-go/awscdk/v2/awseventstargets"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
@@ -30,17 +36,16 @@ import (
 	"github.com/ddb-outbox/ddb-outbox/infra/deadletter"
 	"github.com/ddb-outbox/ddb-outbox/infra/gofunc"
 	"github.com/ddb-outbox/ddb-outbox/infra/outboxcdk"
+	"github.com/ddb-outbox/ddb-outbox/pkg/app"
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/dedup"
-	"github.com/ddb-outbox/ddb-outbox/pkg/ledger"
-	"github.com/ddb-outbox/ddb-outbox/pkg/notifier"
 	"github.com/ddb-outbox/ddb-outbox/pkg/order"
 	"github.com/ddb-outbox/ddb-outbox/pkg/routing"
 )
 
 // Function names: functions/<name> compiled to <AssetRoot>/<name>/bootstrap.
 const (
-	APIFunction = "api"
+	APIFunction = app.FunctionAPI
 )
 
 // Route is one HTTP API route served by the api function.
@@ -51,33 +56,15 @@ type Route struct {
 	Path string
 }
 
-// Routes are the HTTP API routes (payload format 2.0, all to the api function).
+// Routes are the HTTP API routes (payload format 2.0, all to the api
+// function). Requests matching none of them take the $default route to the
+// same function (OrdersStack.DefaultRoute).
 var Routes = []Route{
 	{awsapigatewayv2.HttpMethod_POST, "/orders"},
 	{awsapigatewayv2.HttpMethod_POST, "/orders/{id}/pay"},
 	{awsapigatewayv2.HttpMethod_POST, "/orders/{id}/ship"},
 	{awsapigatewayv2.HttpMethod_POST, "/orders/{id}/cancel"},
 	{awsapigatewayv2.HttpMethod_GET, "/orders/{id}"},
-}
-
-// Table access granted to the functions (no wildcards).
-var (
-	// OrdersTableActions: the api reads orders and writes them in the same
-	// TransactWriteItems call as the outbox Put.
-	OrdersTableActions = []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"}
-	// DedupTableActions: a consumer puts its dedup marker (conditional Put
-	// inside its transaction) and may read it back.
-	DedupTableActions = []string{"dynamodb:PutItem", "dynamodb:GetItem"}
-	// ConsumerTableActions: a consumer's side effect on its own table.
-	ConsumerTableActions = []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}
-)
-
-// Consumer is one event consumer: its function, table and rule(s).
-type Consumer struct {
-	// Function is the consumer's Lambda function.
-	Function awslambda.Function
-	// Table is the consumer's own side-effect table.
-	Table awsdynamodb.Table
 }
 
 // OrdersStack is the synthesized application stack and its main parts.
@@ -89,6 +76,10 @@ type OrdersStack struct {
 	// API is the HTTP API and Stage its $default stage.
 	API   awsapigatewayv2.HttpApi
 	Stage awsapigatewayv2.HttpStage
+	// DefaultRoute is the API's $default route: every request matching no
+	// route in Routes goes to APIFunction (same authorizer), which answers
+	// it with its JSON 404 or 405.
+	DefaultRoute awsapigatewayv2.HttpRoute
 	// APIFunction serves every route.
 	APIFunction awslambda.Function
 	// Bus is the custom event bus the outbox publishes to.
@@ -108,13 +99,6 @@ type OrdersStack struct {
 	Dashboard awscloudwatch.Dashboard
 
 	props OrdersStackProps
-}
-
-// consumerTables names each consumer's table, its partition key attribute
-// and its env var.
-var consumerTables = map[string]struct{ id, pk, env string }{
-	routing.ConsumerLedger:   {"LedgerTable", ledger.AttrPK, config.EnvLedgerTable},
-	routing.ConsumerNotifier: {"NotificationsTable", notifier.AttrPK, config.EnvNotificationsTable},
 }
 
 // NewOrdersStack creates the stack id under scope. It returns an error
@@ -163,60 +147,33 @@ func NewOrdersStack(scope constructs.Construct, id string, props OrdersStackProp
 	s.OrdersTable = newTable(st, "OrdersTable", order.AttrPK, order.TTLAttribute, removal)
 	s.DedupTable = newTable(st, "DedupTable", dedup.AttrPK, dedup.TTLAttribute, removal)
 
-	fn := func(name, desc string) (awslambda.Function, error) {
-		return gofunc.New(st, idOf(name), gofunc.Props{
-			AssetDir:      filepath.Join(props.AssetRoot, name),
-			Description:   desc,
-			LogRetention:  props.LogRetention,
-			RemovalPolicy: removal,
-		})
-	}
-	s.APIFunction, err = fn(APIFunction, "Orders HTTP API: validates commands and commits order + outbox event in one transaction.")
+	s.APIFunction, err = gofunc.New(st, idOf(APIFunction), gofunc.Props{
+		AssetDir:      filepath.Join(props.AssetRoot, APIFunction),
+		Description:   "Orders HTTP API: validates commands and commits order + outbox event in one transaction.",
+		LogRetention:  props.LogRetention,
+		RemovalPolicy: removal,
+	})
 	if err != nil {
 		return nil, err
 	}
 	s.APIFunction.AddEnvironment(jsii.String(config.EnvOrdersTable), s.OrdersTable.TableName(), nil)
-	grant(s.APIFunction, OrdersTableActions, s.OrdersTable.TableArn())
 	ob.GrantWriteEvents(s.APIFunction)
-
-	for _, name := range []string{routing.ConsumerLedger, routing.ConsumerNotifier} {
-		t := consumerTables[name]
-		cf, err := fn(name, "Event consumer "+name+": applies each order event once (dedup marker + side effect in one transaction).")
-		if err != nil {
-			return nil, err
-		}
-		table := newTable(st, t.id, t.pk, "", removal)
-		cf.AddEnvironment(jsii.String(config.EnvDedupTable), s.DedupTable.TableName(), nil)
-		cf.AddEnvironment(jsii.String(t.env), table.TableName(), nil)
-		cf.AddEnvironment(jsii.String(config.EnvEventSource), jsii.String(source), nil)
-		grant(cf, DedupTableActions, s.DedupTable.TableArn())
-		grant(cf, ConsumerTableActions, table.TableArn())
-		s.Consumers[name] = &Consumer{Function: cf, Table: table}
+	// the outbox Put is granted by GrantWriteEvents (outboxcdk.WriteEventsActions)
+	if err := s.grantCode(s.APIFunction, app.FunctionAPI, map[app.Resource]*string{
+		app.ResourceOrdersTable: s.OrdersTable.TableArn(),
+	}, app.ResourceOutboxTable); err != nil {
+		return nil, err
 	}
 
+	for _, name := range consumerNames {
+		if err := s.addConsumer(name, source); err != nil {
+			return nil, err
+		}
+	}
 	for _, r := range routing.Rules() {
-		c, ok := s.Consumers[r.Consumer]
-		if !ok {
-			return nil, fmt.Errorf("stack: routing rule %s targets unknown consumer %q", r.Name, r.Consumer)
+		if err := s.addRule(r, source); err != nil {
+			return nil, err
 		}
-		pattern, err := eventPattern(r.Pattern(source))
-		if err != nil {
-			return nil, fmt.Errorf("stack: routing rule %s: %w", r.Name, err)
-		}
-		cid := idOf(r.Name)
-		dlq := deadletter.New(st, cid+"DLQ", "events EventBridge could not deliver to "+r.Consumer+" (rule "+r.Name+")", removal)
-		rule := awsevents.NewRule(st, jsii.String(cid+"Rule"), &awsevents.RuleProps{
-			EventBus:     s.Bus,
-			Description:  jsii.String("Routes " + r.Name + " events to consumer " + r.Consumer + " (routing.Rules)."),
-			EventPattern: pattern,
-			Targets: &[]awsevents.IRuleTarget{awseventstargets.NewLambdaFunction(c.Function, &awseventstargets.LambdaFunctionProps{
-				DeadLetterQueue: dlq.Queue,
-				MaxEventAge:     awscdk.Duration_Seconds(jsii.Number(props.ConsumerMaxEventAge.Seconds())),
-				RetryAttempts:   jsii.Number(props.ConsumerRetryAttempts),
-			})},
-		})
-		s.Rules[r.Name] = rule
-		s.RuleDLQs[r.Name] = dlq
 	}
 
 	s.addAPI(removal)
@@ -337,6 +294,18 @@ func (s *OrdersStack) addAPI(removal awscdk.RemovalPolicy) {
 			Authorizer:  auth,
 		})
 	}
+	// Without a route matching a request, API Gateway answers it itself (404
+	// Not Found, or 403 when IAM authorization rejects it first) and the
+	// function never sees it; locally the function answers with its JSON
+	// 404/405. The $default route sends every unmatched request to the
+	// function, behind the same authorizer, so both answer alike
+	// (http-api-develop-routes).
+	s.DefaultRoute = awsapigatewayv2.NewHttpRoute(s.Stack, jsii.String("HttpApiDefaultRoute"), &awsapigatewayv2.HttpRouteProps{
+		HttpApi:     s.API,
+		RouteKey:    awsapigatewayv2.HttpRouteKey_DEFAULT(),
+		Integration: integration,
+		Authorizer:  auth,
+	})
 }
 
 func (s *OrdersStack) addAlarmsAndDashboard() {
@@ -354,12 +323,32 @@ func (s *OrdersStack) addAlarmsAndDashboard() {
 	}
 	fnAlarm("ApiErrorsAlarm", "Orders API function invocations failed.", s.APIFunction)
 	consumerMetrics := []awscloudwatch.IMetric{}
-	for _, name := range []string{routing.ConsumerLedger, routing.ConsumerNotifier} {
-		c := s.Consumers[name]
-		fnAlarm(idOf(name)+"ErrorsAlarm", "Consumer "+name+" invocations failed (EventBridge retries them).", c.Function)
-		consumerMetrics = append(consumerMetrics, c.Function.MetricErrors(five))
-	}
 	dlqMetrics := []awscloudwatch.IMetric{}
+	ageMetrics := []awscloudwatch.IMetric{}
+	for _, name := range consumerNames {
+		c := s.Consumers[name]
+		cid := idOf(name)
+		// With partial batch responses a failed event is not a function
+		// error: Errors counts crashes and timeouts (the whole batch comes
+		// back); single failures show as queue age and, in the end, DLQ depth.
+		fnAlarm(cid+"ErrorsAlarm", "Consumer "+name+" invocations failed (crash or timeout; the SQS queue redelivers the batch).", c.Function)
+		age := c.Queue.MetricApproximateAgeOfOldestMessage(&awscloudwatch.MetricOptions{
+			Period: awscdk.Duration_Minutes(jsii.Number(1)), Statistic: jsii.String("Maximum"),
+		})
+		c.BacklogAlarm = awscloudwatch.NewAlarm(s.Stack, jsii.String(cid+"ConsumerBacklogAlarm"), &awscloudwatch.AlarmProps{
+			AlarmDescription: jsii.String(fmt.Sprintf("Consumer %s's queue holds a message older than %s: the consumer is behind or failing.",
+				name, ConsumerOldestMessageThreshold)),
+			Metric:             age,
+			Threshold:          jsii.Number(ConsumerOldestMessageThreshold.Seconds()),
+			ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
+			EvaluationPeriods:  jsii.Number(5),
+			TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
+		})
+		s.Alarms = append(s.Alarms, c.BacklogAlarm, c.DLQ.Alarm)
+		consumerMetrics = append(consumerMetrics, c.Function.MetricErrors(five))
+		ageMetrics = append(ageMetrics, age)
+		dlqMetrics = append(dlqMetrics, c.DLQ.Queue.MetricApproximateNumberOfMessagesVisible(nil))
+	}
 	for _, r := range routing.Rules() {
 		q := s.RuleDLQs[r.Name]
 		s.Alarms = append(s.Alarms, q.Alarm)
@@ -390,7 +379,9 @@ func (s *OrdersStack) addAlarmsAndDashboard() {
 		graph("API function errors", s.APIFunction.MetricErrors(five)),
 	}
 	widgets = append(widgets, s.Outbox.Widgets()...)
-	widgets = append(widgets, graph("Consumer errors", consumerMetrics...), graph("Consumer DLQ depth", dlqMetrics...))
+	widgets = append(widgets, graph("Consumer errors", consumerMetrics...),
+		graph("Consumer queue oldest message age (s)", ageMetrics...),
+		graph("Consumer and rule DLQ depth", dlqMetrics...))
 	// the alarm status widget fills the first row; the graphs go three a row
 	rows := append([][]awscloudwatch.IWidget{{widgets[0]}}, regroup(widgets[1:])...)
 	rowPtrs := make([]*[]awscloudwatch.IWidget, len(rows))
@@ -423,6 +414,11 @@ func (s *OrdersStack) addOutputs() {
 	out("LedgerTableName", s.Consumers[routing.ConsumerLedger].Table.TableName(), "Ledger consumer table")
 	out("NotificationsTableName", s.Consumers[routing.ConsumerNotifier].Table.TableName(), "Notifier consumer table")
 	out("ParkedQueueUrl", s.Outbox.ParkedQueue.Queue.QueueUrl(), "DLQ of parked outbox records")
+	for _, name := range consumerNames {
+		c := s.Consumers[name]
+		out(idOf(name)+"QueueUrl", c.Queue.QueueUrl(), "Queue feeding consumer "+name)
+		out(idOf(name)+"DlqUrl", c.DLQ.Queue.QueueUrl(), "DLQ of consumer "+name+" (redrive to its queue once fixed)")
+	}
 	out("DashboardName", s.Dashboard.DashboardName(), "CloudWatch dashboard")
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/aws/jsii-runtime-go"
 	"github.com/cdklabs/cdk-nag-go/cdknag/v2"
 
+	"github.com/ddb-outbox/ddb-outbox/infra/deadletter"
 	"github.com/ddb-outbox/ddb-outbox/infra/gofunc"
 	"github.com/ddb-outbox/ddb-outbox/infra/outboxcdk"
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
@@ -292,11 +293,11 @@ func TestNoHardCodedPhysicalNames(t *testing.T) {
 
 func TestEventSourceMapping(t *testing.T) {
 	ids := def.ofType("AWS::Lambda::EventSourceMapping")
-	if len(ids) != 1 {
-		t.Fatalf("%d event source mappings, want 1", len(ids))
+	if want := 1 + len(def.stack.Consumers); len(ids) != want {
+		t.Fatalf("%d event source mappings, want %d (the relay's and one per consumer)", len(ids), want)
 	}
-	p := def.props(t, ids[0])
 	ob := def.stack.Outbox
+	p := def.props(t, mappingOf(t, def, def.id(ob.Relay)))
 	want := map[string]any{
 		"EventSourceArn":                 getAtt(def.id(ob.Table), "StreamArn"),
 		"FunctionName":                   ref(def.id(ob.Relay)),
@@ -331,7 +332,7 @@ func TestEventSourceMapping(t *testing.T) {
 }
 
 func TestEventSourceMappingCustomProps(t *testing.T) {
-	p := custom.props(t, custom.ofType("AWS::Lambda::EventSourceMapping")[0])
+	p := custom.props(t, mappingOf(t, custom, custom.id(custom.stack.Outbox.Relay)))
 	want := map[string]any{
 		"BatchSize":                      500,
 		"MaximumBatchingWindowInSeconds": 30,
@@ -374,8 +375,8 @@ func TestConsumerRulesMatchRouting(t *testing.T) {
 			t.Fatalf("rule %s has %d targets, want 1", r.Name, len(targets))
 		}
 		tg := targets[0]
-		if !jsonEqual(t, get(tg, "Arn"), getAtt(def.id(s.Consumers[r.Consumer].Function), "Arn")) {
-			t.Errorf("rule %s target = %v, want consumer %s", r.Name, get(tg, "Arn"), r.Consumer)
+		if !jsonEqual(t, get(tg, "Arn"), getAtt(def.id(s.Consumers[r.Consumer].Queue), "Arn")) {
+			t.Errorf("rule %s target = %v, want the queue of consumer %s", r.Name, get(tg, "Arn"), r.Consumer)
 		}
 		wantRetry := map[string]any{
 			"MaximumEventAgeInSeconds": int(DefaultConsumerMaxEventAge / time.Second),
@@ -469,9 +470,10 @@ func TestEnvironmentVariables(t *testing.T) {
 	}
 	consumer := func(name, env string) map[string]any {
 		return map[string]any{
-			config.EnvDedupTable:  ref(def.id(s.DedupTable)),
-			env:                   ref(def.id(s.Consumers[name].Table)),
-			config.EnvEventSource: config.DefaultEventSource,
+			config.EnvDedupTable:     ref(def.id(s.DedupTable)),
+			env:                      ref(def.id(s.Consumers[name].Table)),
+			config.EnvEventSource:    config.DefaultEventSource,
+			config.EnvConsumerDLQURL: ref(def.id(s.Consumers[name].DLQ.Queue)),
 		}
 	}
 	cases := map[string]struct {
@@ -605,7 +607,7 @@ func TestLeastPrivilegeGrants(t *testing.T) {
 		{"reconciler parks", reconciler, []string{"sqs:SendMessage"}, parked},
 		{"reconciler queries the pending index", reconciler, []string{"dynamodb:Query"}, index},
 		{"api writes outbox records", api, []string{"dynamodb:PutItem"}, table},
-		{"api uses the orders table", api, OrdersTableActions, getAtt(def.id(s.OrdersTable), "Arn")},
+		{"api uses the orders table", api, []string{"dynamodb:GetItem", "dynamodb:PutItem"}, getAtt(def.id(s.OrdersTable), "Arn")},
 	}
 	for _, c := range cases {
 		if !granted(t, def, c.role, c.actions, c.res) {
@@ -631,7 +633,7 @@ func TestAPIRoutesRequireIAMAuthorization(t *testing.T) {
 				t.Errorf("route %v AuthorizationType = %v, want %s", p["RouteKey"], p["AuthorizationType"], wantAuth)
 			}
 		}
-		var want []string
+		want := []string{"$default"}
 		for _, r := range Routes {
 			want = append(want, string(r.Method)+" "+r.Path)
 		}
@@ -662,13 +664,19 @@ func TestAPIRoutesRequireIAMAuthorization(t *testing.T) {
 
 func TestQueuesEncryptedAndTLSOnly(t *testing.T) {
 	queues := def.ofType("AWS::SQS::Queue")
-	// parked, stream on-failure, one DLQ per routing rule
-	if len(queues) != 2+len(routing.Rules()) {
-		t.Errorf("%d queues, want %d", len(queues), 2+len(routing.Rules()))
+	// parked, stream on-failure, reconciler on-failure, one DLQ per routing
+	// rule, a queue and a DLQ per consumer
+	if want := 3 + len(routing.Rules()) + 2*len(def.stack.Consumers); len(queues) != want {
+		t.Errorf("%d queues, want %d", len(queues), want)
 	}
 	for _, id := range queues {
 		if def.props(t, id)["SqsManagedSseEnabled"] != true {
 			t.Errorf("queue %s is not encrypted", id)
+		}
+		// an EventBridge event of a 256 KB entry exceeds 256 KiB once
+		// wrapped; every queue takes the SQS maximum
+		if got := def.props(t, id)["MaximumMessageSize"]; got != float64(deadletter.MaxMessageBytes) {
+			t.Errorf("queue %s MaximumMessageSize = %v, want %d", id, got, deadletter.MaxMessageBytes)
 		}
 		found := false
 		for _, pid := range def.ofType("AWS::SQS::QueuePolicy") {
@@ -720,7 +728,18 @@ func TestAlarms(t *testing.T) {
 		t.Errorf("oldest pending dimension = %v", pending[0]["Dimensions"])
 	}
 	one("reconciler resent", alarmsOn(t, def, config.MetricNamespace, config.MetricReconcilerResent, table), "GreaterThanThreshold", 0)
+	consumerQueues := map[string]bool{}
+	for name, c := range s.Consumers {
+		id := def.id(c.Queue)
+		consumerQueues[id] = true
+		one("consumer queue "+name+" oldest message", alarmsOn(t, def, "AWS/SQS", "ApproximateAgeOfOldestMessage", getAtt(id, "QueueName")),
+			"GreaterThanThreshold", ConsumerOldestMessageThreshold.Seconds())
+	}
+	// every dead-letter queue alarms on its first visible message
 	for _, id := range def.ofType("AWS::SQS::Queue") {
+		if consumerQueues[id] {
+			continue
+		}
 		one("DLQ "+id, alarmsOn(t, def, "AWS/SQS", "ApproximateNumberOfMessagesVisible", getAtt(id, "QueueName")), "GreaterThanThreshold", 0)
 	}
 
@@ -730,7 +749,7 @@ func TestAlarms(t *testing.T) {
 		t.Fatalf("%d dashboards, want 1", len(dash))
 	}
 	body := def.props(t, dash[0])["DashboardBody"]
-	for _, m := range []string{config.MetricOldestPendingAge, config.MetricReconcilerResent, "IteratorAge", "ApproximateNumberOfMessagesVisible", "Errors"} {
+	for _, m := range []string{config.MetricOldestPendingAge, config.MetricReconcilerResent, "IteratorAge", "ApproximateNumberOfMessagesVisible", "ApproximateAgeOfOldestMessage", "Errors"} {
 		if !mentions(t, body, m) {
 			t.Errorf("dashboard does not show %s", m)
 		}
@@ -739,7 +758,8 @@ func TestAlarms(t *testing.T) {
 
 func TestOutputs(t *testing.T) {
 	outs, _ := def.json["Outputs"].(map[string]any)
-	for _, k := range []string{"ApiUrl", "EventBusName", "OrdersTableName", "OutboxTableName", "DedupTableName", "LedgerTableName", "NotificationsTableName"} {
+	for _, k := range []string{"ApiUrl", "EventBusName", "OrdersTableName", "OutboxTableName", "DedupTableName", "LedgerTableName", "NotificationsTableName",
+		"LedgerQueueUrl", "LedgerDlqUrl", "NotifierQueueUrl", "NotifierDlqUrl"} {
 		if _, ok := outs[k]; !ok {
 			t.Errorf("missing output %s", k)
 		}

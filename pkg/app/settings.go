@@ -28,6 +28,10 @@ type Settings struct {
 	Source string
 	// ParkedQueueURL is the SQS queue receiving parked records.
 	ParkedQueueURL string
+	// ConsumerDLQURL is the URL of a consumer's own SQS dead-letter queue
+	// (config.EnvConsumerDLQURL): permanently failing events are sent there
+	// at once (sqsconsumer.PermanentError). Read by the ledger and notifier.
+	ConsumerDLQURL string
 	// PendingShards is the pending index shard count (1..256).
 	PendingShards int
 	// ReconcileAfter is the age after which pending records are re-sent.
@@ -67,6 +71,7 @@ func SettingsFromEnv() (Settings, error) {
 		EventBus:           config.String(config.EnvEventBusName, ""),
 		Source:             config.String(config.EnvEventSource, config.DefaultEventSource),
 		ParkedQueueURL:     config.String(config.EnvParkedQueueURL, ""),
+		ConsumerDLQURL:     config.String(config.EnvConsumerDLQURL, ""),
 	}
 	var errs []error
 	var err error

@@ -1,0 +1,124 @@
+package stack
+
+import (
+	"encoding/json"
+	"slices"
+	"testing"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
+
+	"github.com/ddb-outbox/ddb-outbox/infra/outboxcdk"
+	"github.com/ddb-outbox/ddb-outbox/pkg/app"
+	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
+	"github.com/ddb-outbox/ddb-outbox/pkg/routing"
+)
+
+// GIVEN the default stack and app.Permissions (each function's SDK calls,
+// checked against its code by pkg/app's TestPermissionsMatchSDKCalls, plus
+// the grants Lambda uses on its behalf)
+// WHEN each function's role policies are collected from the template
+// THEN, resource by resource, the role allows exactly the declared actions:
+// none missing (a call would be denied) and none extra (least privilege).
+func TestRolesGrantExactlyTheDeclaredPermissions(t *testing.T) {
+	if outboxcdk.RelayFunction != app.FunctionRelay || outboxcdk.ReconcilerFunction != app.FunctionReconciler || APIFunction != app.FunctionAPI {
+		t.Fatal("function names of the stack and pkg/app differ")
+	}
+	s := def.stack
+	ob := s.Outbox
+	table := getAtt(def.id(ob.Table), "Arn")
+	shared := map[app.Resource]any{
+		app.ResourceOrdersTable:            getAtt(def.id(s.OrdersTable), "Arn"),
+		app.ResourceOutboxTable:            table,
+		app.ResourcePendingIndex:           map[string]any{"Fn::Join": []any{"", []any{table, "/index/" + outbox.PendingIndexName}}},
+		app.ResourceOutboxStream:           getAtt(def.id(ob.Table), "StreamArn"),
+		app.ResourceDedupTable:             getAtt(def.id(s.DedupTable), "Arn"),
+		app.ResourceEventBus:               getAtt(def.id(s.Bus), "Arn"),
+		app.ResourceParkedQueue:            getAtt(def.id(ob.ParkedQueue.Queue), "Arn"),
+		app.ResourceStreamFailureQueue:     getAtt(def.id(ob.StreamFailureQueue.Queue), "Arn"),
+		app.ResourceReconcilerFailureQueue: getAtt(def.id(ob.ReconcilerFailureQueue.Queue), "Arn"),
+		app.ResourceAll:                    "*",
+	}
+	consumer := func(name string, table app.Resource) map[app.Resource]any {
+		c := s.Consumers[name]
+		return map[app.Resource]any{
+			table:                     getAtt(def.id(c.Table), "Arn"),
+			app.ResourceConsumerQueue: getAtt(def.id(c.Queue), "Arn"),
+			app.ResourceConsumerDLQ:   getAtt(def.id(c.DLQ.Queue), "Arn"),
+		}
+	}
+	functions := map[string]struct {
+		fn  awslambda.Function
+		own map[app.Resource]any
+	}{
+		app.FunctionAPI:        {s.APIFunction, nil},
+		app.FunctionRelay:      {ob.Relay, nil},
+		app.FunctionReconciler: {ob.Reconciler, nil},
+		app.FunctionLedger:     {s.Consumers[routing.ConsumerLedger].Function, consumer(routing.ConsumerLedger, app.ResourceLedgerTable)},
+		app.FunctionNotifier:   {s.Consumers[routing.ConsumerNotifier].Function, consumer(routing.ConsumerNotifier, app.ResourceNotificationsTable)},
+	}
+	key := func(v any) string {
+		raw, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(raw)
+	}
+	checked := map[string]bool{}
+	for _, perms := range app.Permissions() {
+		f, ok := functions[perms.Function]
+		if !ok {
+			t.Errorf("app.Permissions declares %s, which the stack does not deploy", perms.Function)
+			continue
+		}
+		fnID := def.id(f.fn)
+		role := roleOf(t, def, fnID)
+		checked[role] = true
+		arns := map[app.Resource]any{
+			app.ResourceLogGroup: getAtt(get(def.props(t, fnID), "LoggingConfig", "LogGroup", "Ref").(string), "Arn"),
+		}
+		for r, a := range shared {
+			arns[r] = a
+		}
+		for r, a := range f.own {
+			arns[r] = a
+		}
+		want := map[string][]string{}
+		for r, actions := range perms.Actions() {
+			arn, ok := arns[r]
+			if !ok {
+				t.Fatalf("%s: no ARN for resource %s in this test", perms.Function, r)
+			}
+			want[key(arn)] = actions
+		}
+		got := map[string][]string{}
+		for _, st := range statements(t, def) {
+			if st.role != role {
+				continue
+			}
+			for _, res := range st.resources {
+				got[key(res)] = sortedActions(append(got[key(res)], st.actions...))
+			}
+		}
+		for res, actions := range got {
+			if w, ok := want[res]; !ok {
+				t.Errorf("%s: role allows %v on %s, which app.Permissions does not declare", perms.Function, actions, res)
+			} else if !slices.Equal(actions, w) {
+				t.Errorf("%s: role allows %v on %s, app.Permissions declares %v", perms.Function, actions, res, w)
+			}
+		}
+		for res, actions := range want {
+			if _, ok := got[res]; !ok {
+				t.Errorf("%s: app.Permissions declares %v on %s, which the role does not allow", perms.Function, actions, res)
+			}
+		}
+	}
+	if len(checked) != len(functions) {
+		t.Errorf("checked %d roles, want %d", len(checked), len(functions))
+	}
+	// no other role carries a policy
+	for _, st := range statements(t, def) {
+		if !checked[st.role] {
+			t.Errorf("role %s (%v) is not a function role checked against app.Permissions", st.role, st.actions)
+		}
+	}
+}
