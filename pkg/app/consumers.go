@@ -1,12 +1,8 @@
 package app
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-
-	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
@@ -15,6 +11,7 @@ import (
 	"github.com/ddb-outbox/ddb-outbox/pkg/ledger"
 	"github.com/ddb-outbox/ddb-outbox/pkg/notifier"
 	"github.com/ddb-outbox/ddb-outbox/pkg/sqsconsumer"
+	"github.com/ddb-outbox/ddb-outbox/pkg/sqsmsg"
 )
 
 // NewLedger returns the ledger consumer. It needs LedgerTable and
@@ -24,9 +21,10 @@ func NewLedger(s Settings, ddb *dynamodb.Client, log *slog.Logger) (*ledger.Ledg
 		return nil, err
 	}
 	return ledger.New(ddb, ledger.Config{
-		Table:  s.LedgerTable,
-		Dedup:  dedup.Config{Table: s.DedupTable, Retention: s.DedupRetention},
-		Logger: log,
+		Table:          s.LedgerTable,
+		Dedup:          dedup.Config{Table: s.DedupTable, Retention: s.DedupRetention},
+		ExpectedSource: s.Source,
+		Logger:         log,
 	})
 }
 
@@ -37,9 +35,10 @@ func NewNotifier(s Settings, ddb *dynamodb.Client, log *slog.Logger) (*notifier.
 		return nil, err
 	}
 	return notifier.New(ddb, notifier.Config{
-		Table:  s.NotificationsTable,
-		Dedup:  dedup.Config{Table: s.DedupTable, Retention: s.DedupRetention},
-		Logger: log,
+		Table:          s.NotificationsTable,
+		Dedup:          dedup.Config{Table: s.DedupTable, Retention: s.DedupRetention},
+		ExpectedSource: s.Source,
+		Logger:         log,
 	})
 }
 
@@ -56,10 +55,14 @@ func NewNotifier(s Settings, ddb *dynamodb.Client, log *slog.Logger) (*notifier.
 // same DLQ by its redrive policy after config.DefaultConsumerMaxReceiveCount
 // receives.
 //
-// Errors of h that wrap one of PermanentErrors (and are not already a
-// *sqsconsumer.PermanentError) are made permanent with that entry's reason,
-// so a malformed event or an unsupported event_version goes to the DLQ at
-// once instead of using up the queue's receive count.
+// The consumers classify their own errors: an event retrying cannot fix
+// (malformed, unsupported event_version, not what the order service can
+// emit) comes back as a *sqsconsumer.PermanentError with its reason and goes
+// to the DLQ at once instead of using up the queue's receive count.
+//
+// Every queue of the stack has a MaximumMessageSize of 1 MiB (an EventBridge
+// event wrapping a 256 KB entry is larger than 256 KiB), so the DLQ's limit
+// given to sqsconsumer is sqsmsg.MaxMaxBytes.
 //
 // It returns an error naming CONSUMER_DLQ_URL when it is empty, an error for
 // a nil dlq, or the error of sqsconsumer.New (nil h, empty name).
@@ -70,52 +73,11 @@ func NewConsumerHandler(s Settings, name string, h sqsconsumer.EventHandler, dlq
 	if dlq == nil {
 		return nil, fmt.Errorf("app: consumer %s: nil DLQ client", name)
 	}
-	if h != nil {
-		h = classifyPermanent(h)
-	}
 	return sqsconsumer.New(h, sqsconsumer.Config{
-		Name:   name,
-		DLQ:    dlq,
-		DLQURL: s.ConsumerDLQURL,
-		Logger: log,
+		Name:            name,
+		DLQ:             dlq,
+		DLQURL:          s.ConsumerDLQURL,
+		MaxMessageBytes: sqsmsg.MaxMaxBytes,
+		Logger:          log,
 	})
-}
-
-// PermanentErrors are the consumers' sentinel errors that retrying cannot
-// fix, with the dead-letter reason (sqsconsumer.AttrReason) each gets.
-var PermanentErrors = []struct {
-	Err    error
-	Reason string
-}{
-	{dedup.ErrMalformedEvent, sqsconsumer.ReasonMalformedEvent},
-	{ledger.ErrInvalidPayload, ReasonInvalidPayload},
-	{ledger.ErrUnsupportedVersion, ReasonUnsupportedVersion},
-	{notifier.ErrInvalidPayload, ReasonInvalidPayload},
-	{notifier.ErrUnsupportedVersion, ReasonUnsupportedVersion},
-}
-
-// Dead-letter reasons set by NewConsumerHandler.
-const (
-	ReasonInvalidPayload     = "invalid_payload"
-	ReasonUnsupportedVersion = "unsupported_version"
-)
-
-// classifyPermanent wraps h so that an error wrapping one of PermanentErrors
-// becomes a *sqsconsumer.PermanentError.
-func classifyPermanent(h sqsconsumer.EventHandler) sqsconsumer.EventHandler {
-	return func(ctx context.Context, ev events.EventBridgeEvent) error {
-		err := h(ctx, ev)
-		if err == nil {
-			return nil
-		}
-		if _, ok := sqsconsumer.AsPermanent(err); ok {
-			return err
-		}
-		for _, p := range PermanentErrors {
-			if errors.Is(err, p.Err) {
-				return sqsconsumer.Permanent(p.Reason, err)
-			}
-		}
-		return err
-	}
 }

@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"testing"
 
@@ -12,9 +11,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
-	"github.com/ddb-outbox/ddb-outbox/pkg/dedup"
-	"github.com/ddb-outbox/ddb-outbox/pkg/ledger"
-	"github.com/ddb-outbox/ddb-outbox/pkg/notifier"
 	"github.com/ddb-outbox/ddb-outbox/pkg/sqsconsumer"
 )
 
@@ -74,47 +70,5 @@ func TestNewConsumerHandlerDeadLettersPermanentFailures(t *testing.T) {
 	}
 	if len(dlq.sent) != 1 || aws.ToString(dlq.sent[0].QueueUrl) != "https://sqs.example/dlq" {
 		t.Errorf("dead letters = %+v, want one to the configured URL", dlq.sent)
-	}
-}
-
-// The consumers' sentinel errors for events retrying cannot fix are
-// dead-lettered at once with a reason; other errors stay retryable.
-func TestNewConsumerHandlerClassifiesConsumerErrors(t *testing.T) {
-	cases := []struct {
-		err        error
-		deadLetter string // reason, "" for a retry
-	}{
-		{fmt.Errorf("book: %w", ledger.ErrUnsupportedVersion), ReasonUnsupportedVersion},
-		{fmt.Errorf("note: %w", notifier.ErrInvalidPayload), ReasonInvalidPayload},
-		{fmt.Errorf("decode: %w", dedup.ErrMalformedEvent), sqsconsumer.ReasonMalformedEvent},
-		{sqsconsumer.Permanent("sequence_gap", ledger.ErrInvalidPayload), "sequence_gap"},
-		{errors.New("TransactionConflict"), ""},
-	}
-	for _, c := range cases {
-		dlq := &fakeDLQ{}
-		h := func(context.Context, events.EventBridgeEvent) error { return c.err }
-		ch, err := NewConsumerHandler(Settings{ConsumerDLQURL: "u"}, "ledger", h, dlq, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := ch.Handle(context.Background(), events.SQSEvent{Records: []events.SQSMessage{
-			{MessageId: "m1", Body: `{"version":"0","id":"a","detail-type":"OrderPaid","source":"s","detail":{}}`},
-		}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if c.deadLetter == "" {
-			if len(dlq.sent) != 0 || len(resp.BatchItemFailures) != 1 {
-				t.Errorf("%v: sent %d, failures %v; want a retry", c.err, len(dlq.sent), resp.BatchItemFailures)
-			}
-			continue
-		}
-		if len(dlq.sent) != 1 || len(resp.BatchItemFailures) != 0 {
-			t.Errorf("%v: sent %d, failures %v; want dead-lettered", c.err, len(dlq.sent), resp.BatchItemFailures)
-			continue
-		}
-		if got := aws.ToString(dlq.sent[0].MessageAttributes[sqsconsumer.AttrReason].StringValue); got != c.deadLetter {
-			t.Errorf("%v: reason %q, want %q", c.err, got, c.deadLetter)
-		}
 	}
 }

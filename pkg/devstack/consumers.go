@@ -8,8 +8,10 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/ddb-outbox/ddb-outbox/pkg/app"
 	"github.com/ddb-outbox/ddb-outbox/pkg/localrt"
 	"github.com/ddb-outbox/ddb-outbox/pkg/sqsconsumer"
+	"github.com/ddb-outbox/ddb-outbox/pkg/sqsmsg"
 )
 
 // ConsumerPath is one consumer's delivery path, as the CDK stack deploys it:
@@ -29,15 +31,19 @@ type ConsumerPath struct {
 // queue's retention).
 const DLQRetention = 14 * 24 * time.Hour
 
-func newConsumerPath(name string, h localrt.EventHandler, opts Options, log *slog.Logger) (*ConsumerPath, error) {
-	dlq, err := localrt.NewSQSQueue(localrt.SQSQueueConfig{Name: opts.Prefix + "-" + name + "-dlq", RetentionPeriod: DLQRetention})
+func newConsumerPath(name string, h localrt.EventHandler, settings app.Settings, opts Options, log *slog.Logger) (*ConsumerPath, error) {
+	// Every queue of the CDK stack has a MaximumMessageSize of 1 MiB (an
+	// EventBridge event wrapping a 256 KB entry is larger than 256 KiB).
+	dlq, err := localrt.NewSQSQueue(localrt.SQSQueueConfig{Name: opts.Prefix + "-" + name + "-dlq", RetentionPeriod: DLQRetention,
+		MaximumMessageSize: sqsmsg.MaxMaxBytes})
 	if err != nil {
 		return nil, err
 	}
 	q, err := localrt.NewSQSQueue(localrt.SQSQueueConfig{
-		Name:              opts.Prefix + "-" + name,
-		VisibilityTimeout: opts.ConsumerVisibilityTimeout,
-		Redrive:           &localrt.RedrivePolicy{DeadLetterQueue: dlq, MaxReceiveCount: opts.ConsumerMaxReceiveCount},
+		Name:               opts.Prefix + "-" + name,
+		VisibilityTimeout:  opts.ConsumerVisibilityTimeout,
+		MaximumMessageSize: sqsmsg.MaxMaxBytes,
+		Redrive:            &localrt.RedrivePolicy{DeadLetterQueue: dlq, MaxReceiveCount: opts.ConsumerMaxReceiveCount},
 	})
 	if err != nil {
 		return nil, err
@@ -52,10 +58,10 @@ func newConsumerPath(name string, h localrt.EventHandler, opts Options, log *slo
 			return ic(ctx, name, ev, attempt, next)
 		}
 	}
-	handler, err := sqsconsumer.New(sqsconsumer.EventHandler(h), sqsconsumer.Config{
-		Name: name, DLQ: dlq, DLQURL: dlq.URL(), Logger: log.With("fn", name),
-		Reserve: min(sqsconsumer.DefaultReserve, opts.ConsumerFunctionTimeout/5),
-	})
+	// The handler the Lambda main builds (app.NewConsumerHandler), with
+	// this consumer's DLQ URL as CONSUMER_DLQ_URL.
+	settings.ConsumerDLQURL = dlq.URL()
+	handler, err := app.NewConsumerHandler(settings, name, sqsconsumer.EventHandler(h), dlq, log.With("fn", name))
 	if err != nil {
 		return nil, fmt.Errorf("devstack: consumer %s: %w", name, err)
 	}

@@ -301,7 +301,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	}
 	s.Consumers = map[string]*ConsumerPath{}
 	for name, h := range map[string]localrt.EventHandler{routing.ConsumerLedger: s.Ledger.Handle, routing.ConsumerNotifier: s.Notifier.Handle} {
-		c, err := newConsumerPath(name, h, opts, log)
+		c, err := newConsumerPath(name, h, s.Settings, opts, log)
 		if err != nil {
 			return nil, err
 		}

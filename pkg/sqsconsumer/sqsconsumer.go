@@ -29,9 +29,10 @@
 //     as failed (nothing is lost; the redrive policy still applies).
 //   - Any other error reports the message as failed (retried, then moved to
 //     the DLQ by the queue's redrive policy after maxReceiveCount receives).
-//   - Deadline budget: a message is started only while more than
-//     Config.Reserve remains before the invocation deadline, and its handler
-//     context ends Config.Reserve before it; messages not started are
+//   - Deadline budget: a message is started only while more than the
+//     reserve remains before the invocation deadline, and its handler
+//     context ends the reserve before it; the reserve is Config.Reserve, or a
+//     quarter of the time left when Handle starts if that is less; messages not started are
 //     reported as failed, so the answer always arrives before Lambda's
 //     timeout would throw it (and the whole batch's progress) away.
 //   - A message without a messageId makes Handle return an error: an empty
@@ -226,16 +227,22 @@ func (h *Handler) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 		}
 	}
 	deadline, hasDeadline := ctx.Deadline()
+	reserve := h.cfg.Reserve
+	if hasDeadline {
+		// A short function (a scaled-down local run) keeps a quarter of
+		// its time instead, so that it still gets work done.
+		reserve = min(reserve, time.Until(deadline)/4)
+	}
 	for i, m := range ev.Records {
-		if hasDeadline && time.Until(deadline) <= h.cfg.Reserve {
+		if hasDeadline && time.Until(deadline) <= reserve {
 			for _, rest := range ev.Records[i:] {
 				resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: rest.MessageId})
 			}
 			h.log.WarnContext(ctx, "sqsconsumer: deadline reserve reached, leaving messages for redelivery",
-				"not_started", len(ev.Records)-i, "reserve", h.cfg.Reserve)
+				"not_started", len(ev.Records)-i, "reserve", reserve)
 			break
 		}
-		if !h.one(ctx, deadline, hasDeadline, m) {
+		if !h.one(ctx, deadline.Add(-reserve), hasDeadline, m) {
 			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: m.MessageId})
 		}
 	}
@@ -244,11 +251,11 @@ func (h *Handler) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 
 // one handles a message and reports whether it is done (applied, or
 // dead-lettered).
-func (h *Handler) one(ctx context.Context, deadline time.Time, hasDeadline bool, m events.SQSMessage) bool {
+func (h *Handler) one(ctx context.Context, stop time.Time, hasDeadline bool, m events.SQSMessage) bool {
 	mctx := context.WithValue(ctx, msgKey{}, m)
 	if hasDeadline {
 		var cancel context.CancelFunc
-		mctx, cancel = context.WithDeadline(mctx, deadline.Add(-h.cfg.Reserve))
+		mctx, cancel = context.WithDeadline(mctx, stop)
 		defer cancel()
 	}
 	var ev events.EventBridgeEvent
