@@ -239,7 +239,9 @@ func TestSQSPollerTimeoutDiscardsAnswer(t *testing.T) {
 func TestNewSQSPollerRefuses(t *testing.T) {
 	t.Parallel()
 	q := newTestSQSQueue(t, SQSQueueConfig{VisibilityTimeout: 30 * time.Second})
-	h := func(context.Context, events.SQSEvent) (events.SQSEventResponse, error) { return events.SQSEventResponse{}, nil }
+	h := func(context.Context, events.SQSEvent) (events.SQSEventResponse, error) {
+		return events.SQSEventResponse{}, nil
+	}
 	tests := []struct {
 		name string
 		cfg  SQSPollerConfig
