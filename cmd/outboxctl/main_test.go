@@ -159,17 +159,21 @@ func TestConsumerRedriveMoves(t *testing.T) {
 func TestConsumerDLQRequiresURLs(t *testing.T) {
 	qs, q, dlq := setup(t)
 	ctx := context.Background()
-	tests := []struct{ cmd, dlq, queue string }{
-		{"consumer-dlq", "", ""},
-		{"consumer-redrive", "", q.URL()},
-		{"consumer-redrive", dlq.URL(), ""},
+	tests := []struct{ cmd, dlq, queue, want string }{
+		{"consumer-dlq", "", "", "-dlq is required"},
+		{"consumer-redrive", "", q.URL(), "-dlq is required"},
+		{"consumer-redrive", dlq.URL(), "", "-queue is required"},
 	}
 	for _, tc := range tests {
-		captureStdout(t, func() {
-			if err := consumerDLQ(ctx, tc.cmd, qs, tc.dlq, tc.queue, 100, 0); err == nil {
-				t.Errorf("%s -dlq %q -queue %q: no error", tc.cmd, tc.dlq, tc.queue)
+		out := captureStdout(t, func() {
+			err := consumerDLQ(ctx, tc.cmd, qs, tc.dlq, tc.queue, 100, 0)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%s -dlq %q -queue %q: err = %v, want %q", tc.cmd, tc.dlq, tc.queue, err, tc.want)
 			}
 		})
+		if out != "" {
+			t.Errorf("%s: printed %q before refusing", tc.cmd, out)
+		}
 	}
 	if dlq.Len() != 2 || q.Len() != 0 {
 		t.Fatalf("a refused command moved messages: DLQ %d, queue %d", dlq.Len(), q.Len())
