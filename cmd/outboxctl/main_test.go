@@ -119,7 +119,7 @@ func TestConsumerDLQListsAndLeaves(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lines := strings.Split(strings.TrimSpace(out), "\n")
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
 	if len(lines) != 2 {
 		t.Fatalf("printed %d lines, want one per message:\n%s", len(lines), out)
 	}
