@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -211,5 +212,49 @@ func TestRedriveTargetRefuses(t *testing.T) {
 	left, err := sqsconsumer.Peek(ctx, dlq, dlq.URL(), sqsconsumer.RedriveOptions{})
 	if err != nil || len(left) != 1 || left[0].Body != big {
 		t.Fatalf("left on the DLQ: %+v %v", left, err)
+	}
+}
+
+// samplingQueue answers the first short poll (WaitTimeSeconds 0) with no
+// messages although some are available, as SQS may: "With short polling,
+// the ReceiveMessage request queries only a subset of the servers … If the
+// number of messages in the queue is extremely small, you might not receive
+// any messages from a particular ReceiveMessage request" (SQS Developer
+// Guide, sqs-short-and-long-polling). Long polling queries all servers and
+// has no false empty response.
+type samplingQueue struct {
+	*localrt.SQSQueue
+	mu         sync.Mutex
+	falseEmpty bool
+}
+
+func (s *samplingQueue) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, o ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
+	s.mu.Lock()
+	first := !s.falseEmpty && in.WaitTimeSeconds == 0
+	if first {
+		s.falseEmpty = true
+	}
+	s.mu.Unlock()
+	if first {
+		return &sqs.ReceiveMessageOutput{}, nil
+	}
+	return s.SQSQueue.ReceiveMessage(ctx, in, o...)
+}
+
+// An empty response must not end a Peek or Redrive while messages remain:
+// they receive with long polling.
+func TestPeekAndRedriveSurviveFalseEmptyResponses(t *testing.T) {
+	t.Parallel()
+	q, dlq := consumerQueues(t, "sampling", localrt.SQSQueueConfig{})
+	moveToDLQ(t, q, eventBody("a"))
+	moveToDLQ(t, q, eventBody("b"))
+	ctx := context.Background()
+	got, err := sqsconsumer.Peek(ctx, &samplingQueue{SQSQueue: dlq}, dlq.URL(), sqsconsumer.RedriveOptions{})
+	if err != nil || len(got) != 2 {
+		t.Fatalf("Peek listed %d messages (%v), want 2", len(got), err)
+	}
+	n, err := sqsconsumer.Redrive(ctx, &samplingQueue{SQSQueue: dlq}, dlq.URL(), q, q.URL(), sqsconsumer.RedriveOptions{})
+	if err != nil || n != 2 || dlq.Len() != 0 {
+		t.Fatalf("Redrive moved %d (%v), DLQ %d; want 2 and an empty DLQ", n, err, dlq.Len())
 	}
 }
