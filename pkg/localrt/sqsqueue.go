@@ -302,7 +302,9 @@ func (q *SQSQueue) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInp
 		// Wait for a send, a message becoming visible again, the wait's end.
 		var again <-chan time.Time
 		if !next.IsZero() {
-			again = time.After(time.Until(next))
+			// next is on the queue's clock (cfg.Now), which need not be
+			// the wall clock.
+			again = time.After(next.Sub(q.cfg.Now()))
 		}
 		select {
 		case <-ctx.Done():

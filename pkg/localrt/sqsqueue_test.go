@@ -489,3 +489,36 @@ func TestSQSQueueRetention(t *testing.T) {
 		t.Fatal("the DLQ kept a message past the retention period counted from its first send")
 	}
 }
+
+// A long poll waiting for an in-flight message measures the time to its
+// return on the queue's clock, not the wall clock: with a settable clock far
+// from the wall clock it must wait, not spin. (Ten wake-ups a second would
+// already be plenty; a spin makes thousands.)
+func TestSQSQueueLongPollWithTestClockDoesNotSpin(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	calls := 0
+	frozen := time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+	q := newTestSQSQueue(t, SQSQueueConfig{VisibilityTimeout: 30 * time.Second, Now: func() time.Time {
+		mu.Lock()
+		calls++
+		mu.Unlock()
+		return frozen
+	}})
+	sendBody(t, q, "m")
+	if len(receiveN(t, q, 1)) != 1 {
+		t.Fatal("no message")
+	}
+	mu.Lock()
+	calls = 0
+	mu.Unlock()
+	out, err := q.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: aws.String(q.URL()), WaitTimeSeconds: 1})
+	if err != nil || len(out.Messages) != 0 {
+		t.Fatalf("long poll: %v %+v", err, out)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if calls > 20 {
+		t.Fatalf("a 1 s long poll read the clock %d times: it spins", calls)
+	}
+}
