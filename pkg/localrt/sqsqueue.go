@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -238,7 +239,7 @@ func (q *SQSQueue) SendMessage(ctx context.Context, in *sqs.SendMessageInput, _ 
 		return nil, sqsErr("InvalidParameterValue", "DelaySeconds is not modelled by the local queue")
 	}
 	sum := md5.Sum([]byte(body))
-	m := &sqsMessage{id: uuid.NewString(), body: body, md5: hex.EncodeToString(sum[:]), attrs: in.MessageAttributes, sentAt: q.cfg.Now()}
+	m := &sqsMessage{id: uuid.NewString(), body: body, md5: hex.EncodeToString(sum[:]), attrs: maps.Clone(in.MessageAttributes), sentAt: q.cfg.Now()}
 	q.put(m)
 	return &sqs.SendMessageOutput{MessageId: aws.String(m.id), MD5OfMessageBody: aws.String(m.md5)}, nil
 }

@@ -522,3 +522,24 @@ func TestSQSQueueLongPollWithTestClockDoesNotSpin(t *testing.T) {
 		t.Fatalf("a 1 s long poll read the clock %d times: it spins", calls)
 	}
 }
+
+// SendMessage keeps the message as it was sent: a caller reusing its
+// MessageAttributes map afterwards (as SDK callers may) does not change the
+// stored message (API_SendMessage: SQS stores a copy).
+func TestSQSQueueSendCopiesAttributes(t *testing.T) {
+	t.Parallel()
+	q := newTestSQSQueue(t, SQSQueueConfig{})
+	attrs := map[string]sqstypes.MessageAttributeValue{"reason": {DataType: aws.String("String"), StringValue: aws.String("first")}}
+	if _, err := q.SendMessage(context.Background(), &sqs.SendMessageInput{QueueUrl: aws.String(q.URL()), MessageBody: aws.String("m"), MessageAttributes: attrs}); err != nil {
+		t.Fatal(err)
+	}
+	attrs["reason"] = sqstypes.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String("second")}
+	attrs["extra"] = sqstypes.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String("x")}
+	got := receiveN(t, q, 1)
+	if len(got) != 1 {
+		t.Fatal("no message")
+	}
+	if a := got[0].MessageAttributes; len(a) != 1 || aws.ToString(a["reason"].StringValue) != "first" {
+		t.Fatalf("stored attributes changed after the send: %v", a)
+	}
+}
