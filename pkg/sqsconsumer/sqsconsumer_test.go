@@ -321,3 +321,31 @@ func TestHandleDeadLetterErrorAttributeIsSafe(t *testing.T) {
 		}
 	}
 }
+
+// Body plus message attributes count toward the DLQ's MaximumMessageSize
+// (SQS Developer Guide, quotas-messages). A dead-letter that would not fit
+// is not sent (SQS would refuse it); the message is reported failed, so the
+// queue's redrive policy still moves it.
+func TestHandleDeadLetterRespectsDLQSize(t *testing.T) {
+	t.Parallel()
+	dlq := &fakeDLQ{}
+	h := newHandler(t, func(context.Context, events.EventBridgeEvent) error {
+		return sqsconsumer.Permanent("unsupported_version", errors.New(strings.Repeat("e", 2000)))
+	}, dlq, func(c *sqsconsumer.Config) { c.MaxMessageBytes = 1024 })
+	resp, err := h.Handle(context.Background(), events.SQSEvent{Records: []events.SQSMessage{record("m1", eventBody("x"))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range dlq.Sent() {
+		size := len(aws.ToString(in.MessageBody))
+		for k, v := range in.MessageAttributes {
+			size += len(k) + len(aws.ToString(v.DataType)) + len(aws.ToString(v.StringValue)) + len(v.BinaryValue)
+		}
+		if size > 1024 {
+			t.Fatalf("sent a %d-byte dead-letter to a DLQ of MaximumMessageSize 1024", size)
+		}
+	}
+	if len(dlq.Sent()) == 0 && strings.Join(failures(resp), ",") != "m1" {
+		t.Fatalf("not dead-lettered and not reported failed: %+v", resp)
+	}
+}
