@@ -369,13 +369,17 @@ func (q *SQSQueue) receive(n int, vis time.Duration) ([]sqstypes.Message, chan s
 		q.msgs = kept
 		q.moved += int64(len(moved))
 	}
-	wake := q.wake
-	q.mu.Unlock()
+	// The move is atomic: the DLQ gets the messages before q's lock is
+	// released, so no reader sees them on neither queue. Locking q then its
+	// DLQ cannot deadlock: a redrive policy names a queue that already
+	// exists, so redrive chains have no cycles.
 	for _, m := range moved {
 		q.cfg.Redrive.DeadLetterQueue.put(&sqsMessage{
 			id: m.id, body: m.body, md5: m.md5, attrs: m.attrs, sentAt: m.sentAt, sourceArn: q.arn,
 		})
 	}
+	wake := q.wake
+	q.mu.Unlock()
 	return out, wake, next
 }
 

@@ -543,3 +543,50 @@ func TestSQSQueueSendCopiesAttributes(t *testing.T) {
 		t.Fatalf("stored attributes changed after the send: %v", a)
 	}
 }
+
+// Moving a message to the DLQ is atomic: no observer sees it on neither
+// queue (SQS moves a message, sqs-dead-letter-queues). The devstack drain
+// relies on it: a source queue read as empty means its messages are done
+// or already on the DLQ. Reading the source first and the DLQ second can
+// count a message twice, never zero times.
+func TestSQSQueueRedriveMoveIsAtomic(t *testing.T) {
+	t.Parallel()
+	clock := newTestClock()
+	dlq := newTestSQSQueue(t, SQSQueueConfig{Name: "atomic-dlq", Now: clock.Now})
+	src := newTestSQSQueue(t, SQSQueueConfig{Name: "atomic", VisibilityTimeout: time.Second, Now: clock.Now,
+		Redrive: &RedrivePolicy{DeadLetterQueue: dlq, MaxReceiveCount: 1}})
+	const n = 3000
+	for range n {
+		sendBody(t, src, "m")
+	}
+	for range n / 10 {
+		receiveN(t, src, 10)
+	}
+	clock.Advance(time.Second)
+	stop := make(chan struct{})
+	lost := make(chan int)
+	go func() {
+		seen := 0
+		for {
+			select {
+			case <-stop:
+				lost <- seen
+				return
+			default:
+			}
+			if src.Len()+dlq.Len() < n {
+				seen++
+			}
+		}
+	}()
+	for range n/10 + 1 {
+		receiveN(t, src, 10)
+	}
+	close(stop)
+	if seen := <-lost; seen > 0 {
+		t.Errorf("%d observations found messages on neither queue during the move", seen)
+	}
+	if src.Len() != 0 || dlq.Len() != n {
+		t.Fatalf("source %d, DLQ %d; want 0 and %d", src.Len(), dlq.Len(), n)
+	}
+}
