@@ -376,3 +376,42 @@ func TestSQSPollerFailingMessageReachesDLQ(t *testing.T) {
 		t.Fatalf("DLQ message %+v", m)
 	}
 }
+
+// Without ReportBatchItemFailures Lambda ignores the response's
+// batchItemFailures: a returned response is success and every message is
+// deleted (Lambda developer guide, services-sqs-errorhandling: the function
+// must include ReportBatchItemFailures in FunctionResponseTypes).
+func TestSQSPollerWithoutReportBatchItemFailuresDeletesAll(t *testing.T) {
+	t.Parallel()
+	q := newTestSQSQueue(t, SQSQueueConfig{VisibilityTimeout: 5 * time.Second})
+	sendBody(t, q, "a")
+	sendBody(t, q, "b")
+	p := startSQSPoller(t, SQSPollerConfig{Queue: q, FunctionTimeout: time.Second, ReportBatchItemFailures: aws.Bool(false)},
+		func(_ context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+			return events.SQSEventResponse{BatchItemFailures: []events.SQSBatchItemFailure{{ItemIdentifier: ev.Records[0].MessageId}}}, nil
+		})
+	eventually(t, 5*time.Second, "2 deletes", func() bool { return p.Stats().Deleted == 2 })
+	if st := p.Stats(); st.PartialResponses != 0 || q.Len() != 0 {
+		t.Fatalf("stats %+v, queue Len %d", st, q.Len())
+	}
+}
+
+// A panic is a function error (the runtime reports it as such): nothing is
+// deleted and the poller keeps running.
+func TestSQSPollerPanicIsFunctionError(t *testing.T) {
+	t.Parallel()
+	q := newTestSQSQueue(t, SQSQueueConfig{VisibilityTimeout: time.Second})
+	sendBody(t, q, "a")
+	var log invocationLog
+	p := startSQSPoller(t, SQSPollerConfig{Queue: q, FunctionTimeout: 500 * time.Millisecond}, func(_ context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+		if log.add(ev) == 1 {
+			panic("nil map")
+		}
+		return events.SQSEventResponse{}, nil
+	})
+	eventually(t, 5*time.Second, "the panic", func() bool { return p.Stats().FunctionErrors == 1 })
+	if p.Stats().Deleted != 0 || q.Len() != 1 {
+		t.Fatalf("after a panic: %d deleted, Len %d", p.Stats().Deleted, q.Len())
+	}
+	eventually(t, 5*time.Second, "the redelivery", func() bool { return p.Stats().Deleted == 1 })
+}
