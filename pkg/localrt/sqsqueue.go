@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -238,7 +239,7 @@ func (q *SQSQueue) SendMessage(ctx context.Context, in *sqs.SendMessageInput, _ 
 		return nil, sqsErr("InvalidParameterValue", "DelaySeconds is not modelled by the local queue")
 	}
 	sum := md5.Sum([]byte(body))
-	m := &sqsMessage{id: uuid.NewString(), body: body, md5: hex.EncodeToString(sum[:]), attrs: in.MessageAttributes, sentAt: q.cfg.Now()}
+	m := &sqsMessage{id: uuid.NewString(), body: body, md5: hex.EncodeToString(sum[:]), attrs: maps.Clone(in.MessageAttributes), sentAt: q.cfg.Now()}
 	q.put(m)
 	return &sqs.SendMessageOutput{MessageId: aws.String(m.id), MD5OfMessageBody: aws.String(m.md5)}, nil
 }
@@ -302,7 +303,9 @@ func (q *SQSQueue) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInp
 		// Wait for a send, a message becoming visible again, the wait's end.
 		var again <-chan time.Time
 		if !next.IsZero() {
-			again = time.After(time.Until(next))
+			// next is on the queue's clock (cfg.Now), which need not be
+			// the wall clock.
+			again = time.After(next.Sub(q.cfg.Now()))
 		}
 		select {
 		case <-ctx.Done():
@@ -366,13 +369,17 @@ func (q *SQSQueue) receive(n int, vis time.Duration) ([]sqstypes.Message, chan s
 		q.msgs = kept
 		q.moved += int64(len(moved))
 	}
-	wake := q.wake
-	q.mu.Unlock()
+	// The move is atomic: the DLQ gets the messages before q's lock is
+	// released, so no reader sees them on neither queue. Locking q then its
+	// DLQ cannot deadlock: a redrive policy names a queue that already
+	// exists, so redrive chains have no cycles.
 	for _, m := range moved {
 		q.cfg.Redrive.DeadLetterQueue.put(&sqsMessage{
 			id: m.id, body: m.body, md5: m.md5, attrs: m.attrs, sentAt: m.sentAt, sourceArn: q.arn,
 		})
 	}
+	wake := q.wake
+	q.mu.Unlock()
 	return out, wake, next
 }
 

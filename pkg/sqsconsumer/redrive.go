@@ -33,6 +33,13 @@ type DeadLetter struct {
 	ReceiveCount string
 }
 
+// receiveWaitSeconds is the WaitTimeSeconds of Peek's and Redrive's
+// receives: long polling queries every SQS server, so an empty answer means
+// the queue is empty; a short poll (0) samples a subset of servers and may
+// answer empty while messages remain (SQS Developer Guide,
+// sqs-short-and-long-polling). An empty queue costs one wait at the end.
+const receiveWaitSeconds = 1
+
 // ReasonMaxReceiveCount is the Reason of a message the queue's redrive policy
 // moved (it carries no reason attribute).
 const ReasonMaxReceiveCount = "max_receive_count"
@@ -75,7 +82,7 @@ func Redrive(ctx context.Context, dlq QueueAPI, dlqURL string, target MessageSen
 			n = int32(min(10, opts.Max-moved))
 		}
 		out, err := dlq.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
-			QueueUrl: aws.String(dlqURL), MaxNumberOfMessages: n, VisibilityTimeout: 60,
+			QueueUrl: aws.String(dlqURL), MaxNumberOfMessages: n, VisibilityTimeout: 60, WaitTimeSeconds: receiveWaitSeconds,
 			MessageSystemAttributeNames: []sqstypes.MessageSystemAttributeName{sqstypes.MessageSystemAttributeNameAll},
 			MessageAttributeNames:       []string{"All"},
 		})
@@ -124,7 +131,7 @@ func Peek(ctx context.Context, dlq QueueAPI, dlqURL string, opts RedriveOptions)
 	}()
 	for len(out) < limit {
 		res, err := dlq.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
-			QueueUrl: aws.String(dlqURL), MaxNumberOfMessages: int32(min(10, limit-len(out))), VisibilityTimeout: 30,
+			QueueUrl: aws.String(dlqURL), MaxNumberOfMessages: int32(min(10, limit-len(out))), VisibilityTimeout: 30, WaitTimeSeconds: receiveWaitSeconds,
 			MessageSystemAttributeNames: []sqstypes.MessageSystemAttributeName{sqstypes.MessageSystemAttributeNameAll},
 			MessageAttributeNames:       []string{"All"},
 		})

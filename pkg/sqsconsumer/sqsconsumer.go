@@ -303,10 +303,14 @@ func (h *Handler) deadLetter(ctx context.Context, m events.SQSMessage, p *Perman
 		AttrSourceMessageID: strAttr(m.MessageId),
 		AttrReceiveCount:    {DataType: aws.String("Number"), StringValue: aws.String(strconv.Itoa(max(ReceiveCount(m), 0)))},
 	}
-	if err := sqsmsg.Check(m.Body, h.cfg.MaxMessageBytes-attrBytes(attrs)); err != nil {
-		// The body came from an SQS queue, so it is legal; it can only be too
-		// large for a smaller DLQ. Keep the reason; the original stays in
-		// the source queue until its redrive policy moves it whole.
+	// The body came from an SQS queue, so it is legal; with the attributes
+	// it can only be too large for a smaller DLQ. Then the original stays in
+	// the source queue until its redrive policy moves it whole. (Check is
+	// not given the remaining budget: it reads a limit <= 0 as the default.)
+	if size := len(m.Body) + attrBytes(attrs); size > h.cfg.MaxMessageBytes {
+		return fmt.Errorf("dead-letter: %w: body and attributes are %d bytes, DLQ limit %d", sqsmsg.ErrTooLarge, size, h.cfg.MaxMessageBytes)
+	}
+	if err := sqsmsg.Check(m.Body, sqsmsg.MaxMaxBytes); err != nil {
 		return fmt.Errorf("dead-letter body: %w", err)
 	}
 	// The handler's context ends Reserve before the invocation deadline; the

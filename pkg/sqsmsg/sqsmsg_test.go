@@ -87,3 +87,92 @@ func TestCheckJSON(t *testing.T) {
 		}
 	}
 }
+
+// Allowed follows the character ranges of the SQS Developer Guide,
+// quotas-messages: #x9 | #xA | #xD | #x20 to #xD7FF | #xE000 to #xFFFD |
+// #x10000 to #x10FFFF. Each range is checked at both edges.
+func TestAllowedRangeEdges(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		r    rune
+		want bool
+	}{
+		{0x0, false}, {0x8, false}, {0x9, true}, {0xA, true}, {0xB, false}, {0xC, false}, {0xD, true}, {0xE, false},
+		{0x1F, false}, {0x20, true}, {0x7F, true}, {0xD7FF, true}, {0xD800, false}, {0xDFFF, false},
+		{0xE000, true}, {0xFFFD, true}, {0xFFFE, false}, {0xFFFF, false},
+		{0x10000, true}, {0x10FFFF, true}, {0x110000, false}, {-1, false},
+	}
+	for _, c := range cases {
+		if got := Allowed(c.r); got != c.want {
+			t.Errorf("Allowed(%U) = %v, want %v", c.r, got, c.want)
+		}
+	}
+}
+
+// Check names the byte offset of the first refused character.
+func TestCheckNamesOffset(t *testing.T) {
+	t.Parallel()
+	err := Check("ab\uFFFFc\x00", 0)
+	if !errors.Is(err, ErrInvalidContents) || !strings.Contains(err.Error(), "U+FFFF at byte 2") {
+		t.Fatalf("Check = %v, want U+FFFF at byte 2", err)
+	}
+	err = Check("é\xff", 0)
+	if !errors.Is(err, ErrInvalidContents) || !strings.Contains(err.Error(), "byte 2") {
+		t.Fatalf("Check = %v, want invalid UTF-8 at byte 2", err)
+	}
+}
+
+// EscapeJSON returns an acceptable JSON text unchanged, and writes refused
+// characters as JSON \u escapes.
+func TestEscapeJSONForms(t *testing.T) {
+	t.Parallel()
+	clean := `{"a":"caf` + "\u00e9" + ` \U0001F600","b":[1,2]}`
+	if got := EscapeJSON(clean); got != clean {
+		t.Errorf("EscapeJSON changed a clean text: %q", got)
+	}
+	cases := map[string]string{
+		"{\"a\":\"x\uFFFEy\"}": `{"a":"x\ufffey"}`,
+		"{\"a\":\"x\uFFFFy\"}": `{"a":"x\uffffy"}`,
+		"{\"a\":\"x\x1by\"}":   `{"a":"x\u001by"}`,
+		"{\"a\":\"x\xffy\"}":   `{"a":"x\ufffdy"}`,
+	}
+	for in, want := range cases {
+		if got := EscapeJSON(in); got != want {
+			t.Errorf("EscapeJSON(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// Sanitize replaces refused characters with U+FFFD and cuts on a character
+// boundary to at most maxBytes, for free text put in a message attribute.
+func TestSanitize(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		in   string
+		max  int
+		want string
+	}{
+		{"plain", 100, "plain"},
+		{"a\x00b\uFFFFc\xffd", 100, "a\uFFFDb\uFFFDc\uFFFDd"},
+		{"abcdef", 3, "abc"},
+		{"aé", 2, "a"},    // é is 2 bytes: not cut in half
+		{"a\x00", 3, "a"}, // U+FFFD is 3 bytes: 1+3 > 3
+		{"\U0001F600x", 4, "\U0001F600"},
+		{"", 10, ""},
+		{"abc", 0, ""},
+	}
+	for _, c := range cases {
+		got := Sanitize(c.in, c.max)
+		if got != c.want {
+			t.Errorf("Sanitize(%q, %d) = %q, want %q", c.in, c.max, got, c.want)
+		}
+		if len(got) > c.max {
+			t.Errorf("Sanitize(%q, %d) is %d bytes", c.in, c.max, len(got))
+		}
+		if got != "" {
+			if err := Check(got, 0); err != nil {
+				t.Errorf("Sanitize(%q, %d) = %q, refused by Check: %v", c.in, c.max, got, err)
+			}
+		}
+	}
+}
