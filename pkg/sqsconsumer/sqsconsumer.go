@@ -31,8 +31,8 @@
 //     the DLQ by the queue's redrive policy after maxReceiveCount receives).
 //   - Deadline budget: a message is started only while more than the
 //     reserve remains before the invocation deadline, and its handler
-//     context ends the reserve before it; the reserve is Config.Reserve, or a
-//     quarter of the time left when Handle starts if that is less; messages not started are
+//     context ends the reserve before it (Config.Reserve; by default 2 s, or
+//     a quarter of the time left when Handle starts if that is less); messages not started are
 //     reported as failed, so the answer always arrives before Lambda's
 //     timeout would throw it (and the whole batch's progress) away.
 //   - A message without a messageId makes Handle return an error: an empty
@@ -142,7 +142,10 @@ type Config struct {
 	DLQURL string
 	// MaxMessageBytes is the DLQ's MaximumMessageSize (default 262,144).
 	MaxMessageBytes int
-	// Reserve is kept before the invocation deadline (default 2 s).
+	// Reserve is kept before the invocation deadline. Zero means the
+	// default: DefaultReserve (2 s), or a quarter of the time left when
+	// Handle starts if that is less (a short function still gets work
+	// done).
 	Reserve time.Duration
 	// SendTimeout bounds one dead-letter SendMessage (default 5 s).
 	SendTimeout time.Duration
@@ -184,14 +187,16 @@ func (c Config) Validate() error {
 // Handler adapts an EventHandler to a Lambda SQS event source mapping. Safe
 // for concurrent use.
 type Handler struct {
-	h   EventHandler
-	cfg Config
-	log *slog.Logger
+	h           EventHandler
+	cfg         Config
+	autoReserve bool
+	log         *slog.Logger
 }
 
 // New returns a Handler running h. It returns an error when h is nil or cfg
 // does not validate.
 func New(h EventHandler, cfg Config) (*Handler, error) {
+	auto := cfg.Reserve == 0
 	cfg.setDefaults()
 	if h == nil {
 		return nil, errors.New("sqsconsumer: nil handler")
@@ -199,7 +204,7 @@ func New(h EventHandler, cfg Config) (*Handler, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Handler{h: h, cfg: cfg, log: cfg.Logger.With("consumer", cfg.Name)}, nil
+	return &Handler{h: h, cfg: cfg, autoReserve: auto, log: cfg.Logger.With("consumer", cfg.Name)}, nil
 }
 
 type msgKey struct{}
@@ -228,7 +233,7 @@ func (h *Handler) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 	}
 	deadline, hasDeadline := ctx.Deadline()
 	reserve := h.cfg.Reserve
-	if hasDeadline {
+	if hasDeadline && h.autoReserve {
 		// A short function (a scaled-down local run) keeps a quarter of
 		// its time instead, so that it still gets work done.
 		reserve = min(reserve, time.Until(deadline)/4)
