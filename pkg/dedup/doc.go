@@ -20,9 +20,13 @@
 //     retried a bounded number of times with jittered exponential backoff;
 //     after that the *outbox.TxError is returned so the platform redelivers.
 //   - Markers expire through DynamoDB TTL on AttrExpiresAt (epoch seconds)
-//     after Config.Retention, which must outlive the redelivery window
-//     (EventBridge retries for up to 24 h; the reconciler re-sends pending
-//     records).
+//     after Config.Retention (default 7 days). The redelivery window can be
+//     longer: EventBridge → consumer queue for up to the rule's maximum event
+//     age (6 h), 4 days in the queue, then up to 14 days in the DLQ before a
+//     redrive, and the reconciler re-sends pending records. A duplicate
+//     after the marker expired is caught by the effect's own
+//     attribute_not_exists condition (the ledger's entry Put, the
+//     notifier's notification Put).
 //
 // # Example
 //
@@ -30,7 +34,7 @@
 //	env, err := dedup.DecodeEnvelope(ev) // ev is an events.EventBridgeEvent
 //	applied, err := a.Apply(ctx, env, []types.TransactWriteItem{{Update: addToBalance}})
 //	switch {
-//	case err != nil: // return it: Lambda/EventBridge will redeliver
+//	case err != nil: // return it: the consumer queue redelivers it
 //	case !applied:   // duplicate delivery: acknowledge, nothing changed
 //	}
 package dedup
