@@ -244,7 +244,8 @@ func (in *Injector) StreamHandler(next localrt.StreamHandler) localrt.StreamHand
 // without calling next: the consumer died before its transaction, nothing
 // written) and CrashAfterEffect (call next, then return *Error even if it
 // succeeded: the transaction committed but the delivery is reported failed),
-// plus Latency. Either way the bus redelivers.
+// plus Latency. Either way the message returns to the consumer's queue
+// after its visibility timeout and is delivered again.
 func (in *Injector) EventHandler(consumer string, next localrt.EventHandler) localrt.EventHandler {
 	boundary := BoundaryConsumerPrefix + consumer
 	return func(ctx context.Context, ev events.EventBridgeEvent) error {

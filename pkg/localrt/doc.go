@@ -14,11 +14,22 @@
 //     and entry-level errors, the EventBridge event JSON decoded into
 //     events.EventBridgeEvent, routing by routing.Rules() (the same rules the
 //     CDK stack declares), asynchronous delivery with per-target retries and
-//     a dead-letter list.
+//     a dead-letter list (the rule target DLQ); targets are SQS queues
+//     (SubscribeQueue, the consumers' path) or functions (Subscribe).
+//   - SQSQueue is an in-memory SQS standard queue (visibility timeout,
+//     ApproximateReceiveCount, redrive policy to a DLQ, body rules,
+//     retention) and SQSPoller a Lambda SQS event source mapping over it
+//     (batches, MaximumConcurrency, partial batch responses by messageId,
+//     function timeout): the consumer delivery path.
 //   - Scheduler invokes a handler (the reconciler) with a scheduled event
 //     every interval.
-//   - MemoryQueue is an in-memory SQS SendMessage target (the parked-records
-//     DLQ and the on-failure destination).
+//   - MemoryQueue is an in-memory SQS SendMessage target with SQS's body
+//     rules (the parked-records DLQ and the on-failure destination).
+//   - Every handler gets its function timeout as its context deadline, and an
+//     answer after the deadline is discarded, as Lambda discards it.
+//
+// What is modelled of AWS, and what is not, with the test of each row:
+// docs/PARITY.md.
 //   - Pattern is the event pattern matcher both the poller and the bus use.
 //
 // Invariants: the poller checkpoints a record only after the handler
@@ -32,7 +43,12 @@
 // Typical wiring (see cmd/outboxdev):
 //
 //	bus, _ := localrt.NewBus(localrt.BusConfig{Name: busName})
-//	bus.Subscribe(routing.ConsumerLedger, ledger.Handle)
+//	dlq, _ := localrt.NewSQSQueue(localrt.SQSQueueConfig{Name: "ledger-dlq"})
+//	q, _ := localrt.NewSQSQueue(localrt.SQSQueueConfig{Name: "ledger",
+//		Redrive: &localrt.RedrivePolicy{DeadLetterQueue: dlq, MaxReceiveCount: 5}})
+//	bus.SubscribeQueue(routing.ConsumerLedger, q, q.URL())
+//	consumer, _ := localrt.NewSQSPoller(localrt.SQSPollerConfig{Queue: q}, handler.Handle) // an sqsconsumer.Handler
+//	go consumer.Run(ctx)
 //	poller, _ := localrt.NewStreamPoller(localrt.StreamPollerConfig{
 //		Streams: streamsClient, TableName: outboxTable, Tables: ddbClient,
 //		OnFailure: dlq, OnFailureQueueURL: dlq.URL(),
