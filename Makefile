@@ -18,12 +18,9 @@ help: ## list targets
 node_modules/.package-lock.json: package.json package-lock.json
 	npm ci --no-audit --no-fund
 
-# aws-cdk ships Go template files; a go.mod marks node_modules as another
-# module so that `go build ./...` and `go test ./...` skip it.
-node_modules/go.mod: node_modules/.package-lock.json
-	printf 'module example.invalid/node_modules\n' > $@
-
-deps: node_modules/go.mod ## install the pinned Node tools (Dynoxide, CDK CLI)
+# aws-cdk ships Go template files under node_modules; go.mod's `ignore
+# ./node_modules` keeps every go command out of it, whatever installed it.
+deps: node_modules/.package-lock.json ## install the pinned Node tools (Dynoxide, CDK CLI)
 
 dev: deps ## run the whole stack locally: Dynoxide, tables, API on :8080, relay, consumers, reconciler
 	$(GO) run ./cmd/outboxdev dev $(ARGS)

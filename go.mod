@@ -2,6 +2,10 @@ module github.com/ddb-outbox/ddb-outbox
 
 go 1.26.8
 
+// npm installs the CDK CLI and Dynoxide into node_modules, whose aws-cdk
+// package ships Go template files; the go command must not read them.
+ignore ./node_modules
+
 require (
 	github.com/aws/aws-lambda-go v1.55.1
 	github.com/aws/aws-sdk-go-v2 v1.48.0
