@@ -1,7 +1,9 @@
 // Package dynoxide starts and stops a local Dynoxide server, the in-memory
 // DynamoDB-compatible server (with transactions and Streams) that the local
-// stack and the integration tests run against. The binary comes from the
-// pinned npm package @dynoxide/linux-x64 (package.json at the repo root).
+// stack and the integration tests run against. The binary is found by Locate:
+// $DYNOXIDE_BIN, then a `dynoxide` on PATH (Homebrew, cargo, a release
+// binary), then the pinned npm package @dynoxide/linux-x64 where it fits
+// the platform; it is checked to run on this platform before it starts.
 //
 // Any other DynamoDB-compatible endpoint (DynamoDB Local, for example) can be
 // used instead by setting AWS_ENDPOINT_URL_DYNAMODB and
@@ -16,7 +18,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
@@ -25,69 +26,75 @@ import (
 // EnvBinary overrides the path of the dynoxide binary.
 const EnvBinary = "DYNOXIDE_BIN"
 
-// binaryRel is where npm installs the binary, relative to the repo root.
-const binaryRel = "node_modules/@dynoxide/linux-x64/dynoxide"
-
-// ErrNotInstalled means the dynoxide binary was not found: run `npm ci` at
-// the repository root (make deps does) or set DYNOXIDE_BIN.
-var ErrNotInstalled = errors.New("dynoxide: binary not found; run `npm ci` in the repository root or set " + EnvBinary)
+// ErrNotInstalled means no dynoxide binary that can run on this platform was
+// found (see Locate for the search order and the install options).
+var ErrNotInstalled = errors.New("dynoxide: no usable binary found")
 
 // Server is a running Dynoxide process listening on 127.0.0.1.
 type Server struct {
 	// Endpoint is the base URL, e.g. "http://127.0.0.1:41234".
 	Endpoint string
-	cmd      *exec.Cmd
-	done     chan struct{}
-	once     sync.Once
+	// Binary is the binary that runs, and where Locate found it.
+	Binary Candidate
+	cmd    *exec.Cmd
+	done   chan struct{}
+	once   sync.Once
 }
 
-// FindBinary returns the dynoxide binary path: $DYNOXIDE_BIN, else
-// node_modules/@dynoxide/linux-x64/dynoxide in the current directory or any
-// parent. It returns ErrNotInstalled when none exists.
+// FindBinary returns the path Locate(Current()) chooses.
 func FindBinary() (string, error) {
-	if p := os.Getenv(EnvBinary); p != "" {
-		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("%w (%s=%s: %v)", ErrNotInstalled, EnvBinary, p, err)
-		}
-		return p, nil
-	}
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		p := filepath.Join(dir, binaryRel)
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", ErrNotInstalled
-		}
-		dir = parent
-	}
+	c, err := Locate(Current())
+	return c.Path, err
+}
+
+// Options configure StartWith.
+type Options struct {
+	// DBPath keeps the data in this SQLite file across restarts (Dynoxide's
+	// --db-path); empty means in memory, lost when the server stops.
+	DBPath string
+	// Port is the loopback port (0: a free one).
+	Port int
+	// Log receives the server's output (nil: discarded).
+	Log *os.File
 }
 
 // Start launches an in-memory Dynoxide on a free loopback port and waits up
-// to 10 seconds until it answers HTTP. Stop it with Stop. Its stderr goes to
+// to 10 seconds until it answers HTTP. Stop it with Stop. Its output goes to
 // logw when not nil.
 func Start(ctx context.Context, logw *os.File) (*Server, error) {
-	bin, err := FindBinary()
+	return StartWith(ctx, Options{Log: logw})
+}
+
+// StartWith launches Dynoxide with opts: the binary Locate chooses (an error
+// wrapping ErrNotInstalled, with the install options, when none can run
+// here), on 127.0.0.1, in memory or in opts.DBPath. It waits up to 10 s for
+// the server to answer HTTP. The process is put in its own process group
+// and is killed with its parent on Linux (Pdeathsig), so no server outlives
+// the stack whatever signal ends it.
+func StartWith(ctx context.Context, opts Options) (*Server, error) {
+	bin, err := Locate(Current())
 	if err != nil {
 		return nil, err
 	}
-	port, err := freePort()
-	if err != nil {
-		return nil, fmt.Errorf("dynoxide: pick a port: %w", err)
+	port := opts.Port
+	if port == 0 {
+		if port, err = freePort(); err != nil {
+			return nil, fmt.Errorf("dynoxide: pick a port: %w", err)
+		}
 	}
-	cmd := exec.Command(bin, "serve", "--host", "127.0.0.1", "--port", strconv.Itoa(port))
-	if logw != nil {
-		cmd.Stdout, cmd.Stderr = logw, logw
+	args := []string{"serve", "--host", "127.0.0.1", "--port", strconv.Itoa(port)}
+	if opts.DBPath != "" {
+		args = append(args, "--db-path", opts.DBPath)
 	}
+	cmd := exec.Command(bin.Path, args...)
+	if opts.Log != nil {
+		cmd.Stdout, cmd.Stderr = opts.Log, opts.Log
+	}
+	setChildAttrs(cmd)
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("dynoxide: start %s: %w", bin, err)
+		return nil, fmt.Errorf("dynoxide: start %s (found via %s): %w", bin.Path, bin.Source, err)
 	}
-	s := &Server{Endpoint: fmt.Sprintf("http://127.0.0.1:%d", port), cmd: cmd, done: make(chan struct{})}
+	s := &Server{Endpoint: fmt.Sprintf("http://127.0.0.1:%d", port), Binary: bin, cmd: cmd, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); close(s.done) }()
 	if err := s.waitReady(ctx, 10*time.Second); err != nil {
 		s.Stop()
