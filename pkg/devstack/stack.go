@@ -106,6 +106,14 @@ type Options struct {
 	// Like the CDK construct, Start refuses one shorter than
 	// relay.MinFunctionTimeout of the relay's configuration.
 	RelayFunctionTimeout time.Duration
+	// DataFile keeps the started Dynoxide's data in this SQLite file across
+	// restarts (ignored with Endpoint). Default: in memory.
+	DataFile string
+	// CheckpointFile keeps the stream event source mapping's checkpoints
+	// across restarts (saved every second and at Close); a restarted stack
+	// resumes after them instead of reading the stream from its start.
+	// Empty: not kept (right for an in-memory server, whose stream is new).
+	CheckpointFile string
 	// RelayRetryBudget and RelayCallTimeout tune the relay (app.Settings);
 	// zero keeps the relay's defaults.
 	RelayRetryBudget time.Duration
@@ -217,7 +225,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		}
 	}()
 	if s.Endpoint == "" {
-		if s.dynox, err = dynoxide.Start(ctx, nil); err != nil {
+		if s.dynox, err = dynoxide.StartWith(ctx, dynoxide.Options{DBPath: opts.DataFile}); err != nil {
 			return nil, err
 		}
 		s.Endpoint = s.dynox.Endpoint
@@ -329,6 +337,15 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		OnFailureQueueURL:          s.OnFailureQueue.URL(),
 		Logger:                     log.With("fn", "event-source-mapping"),
 	}
+	var streamARN string
+	if opts.CheckpointFile != "" {
+		if s.pollCfg.Checkpoints, streamARN, err = loadCheckpoints(ctx, s.DDB, s.Settings.OutboxTable, opts.CheckpointFile); err != nil {
+			return nil, err
+		}
+		if len(s.pollCfg.Checkpoints) > 0 {
+			log.Info("resuming the stream after saved checkpoints", "file", opts.CheckpointFile, "shards", len(s.pollCfg.Checkpoints))
+		}
+	}
 	if s.Poller, err = localrt.NewStreamPoller(s.pollCfg, streamHandler); err != nil {
 		return nil, err
 	}
@@ -342,7 +359,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 
 	ln, err := net.Listen("tcp", opts.APIAddr)
 	if err != nil {
-		return nil, fmt.Errorf("devstack: listen on %s: %w", opts.APIAddr, err)
+		return nil, fmt.Errorf("devstack: listen on %s: %w%s", opts.APIAddr, err, portHolder(opts.APIAddr))
 	}
 	s.URL = "http://" + ln.Addr().String()
 	s.server = &http.Server{Handler: apiHandler, ReadHeaderTimeout: 5 * time.Second}
@@ -356,6 +373,9 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	})
 	s.runCtx = runCtx
 	s.startPoller()
+	if opts.CheckpointFile != "" {
+		s.goRun(func() { s.keepCheckpoints(runCtx, opts.CheckpointFile, streamARN) })
+	}
 	s.goRun(func() { s.Scheduler.Run(runCtx) })
 	for _, c := range s.Consumers {
 		p := c.Poller
@@ -413,8 +433,10 @@ func (s *Stack) goRun(f func()) {
 	go func() { defer s.wg.Done(); f() }()
 }
 
-// createTables creates the five tables and enables TTL where the stack
-// declares it (a server without TTL support only logs a warning).
+// createTables creates the five tables, or reuses existing ones whose
+// schema matches (ErrSchemaMismatch otherwise), and enables TTL where the
+// stack declares it (a server without TTL support, or TTL already enabled,
+// only logs a warning).
 func (s *Stack) createTables(ctx context.Context) error {
 	st := s.Settings
 	inputs := []*dynamodb.CreateTableInput{
@@ -425,8 +447,12 @@ func (s *Stack) createTables(ctx context.Context) error {
 		notifier.CreateTableInput(st.NotificationsTable),
 	}
 	for _, in := range inputs {
-		if _, err := s.DDB.CreateTable(ctx, in); err != nil {
-			return fmt.Errorf("devstack: create table %s: %w", aws.ToString(in.TableName), err)
+		created, err := ensureTable(ctx, s.DDB, in)
+		if err != nil {
+			return err
+		}
+		if !created {
+			s.log.Info("reusing existing table", "table", aws.ToString(in.TableName))
 		}
 	}
 	w := dynamodb.NewTableExistsWaiter(s.DDB, func(o *dynamodb.TableExistsWaiterOptions) {
