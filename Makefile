@@ -10,7 +10,7 @@ DIST := dist
 export CDK_DISABLE_VERSION_CHECK := true
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: help deps dev demo test test-unit test-infra build synth chaos bench fuzz clean
+.PHONY: help deps dev demo test test-unit test-infra build synth chaos bench fuzz clean FORCE
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -22,11 +22,23 @@ node_modules/.package-lock.json: package.json package-lock.json
 # ./node_modules` keeps every go command out of it, whatever installed it.
 deps: node_modules/.package-lock.json ## install the pinned Node tools (Dynoxide, CDK CLI)
 
-dev: deps ## run the whole stack locally: Dynoxide, tables, API on :8080, relay, consumers, reconciler
-	$(GO) run ./cmd/outboxdev dev $(ARGS)
+# The dev tools run as bin/outboxdev, exec'd by the recipe's shell, so make is
+# their direct parent: killing make (any signal) makes the kernel SIGTERM
+# outboxdev (PR_SET_PDEATHSIG), which stops the stack and Dynoxide.
+OUTBOXDEV := bin/outboxdev
+FIRST_RUN_NOTE := @echo "building bin/outboxdev (the first run downloads Go modules and compiles for about two minutes, using about 1.5 GB of Go caches)"
 
-demo: deps ## drive a few hundred orders through the local stack, audit, print the summary
-	$(GO) run ./cmd/outboxdev demo $(ARGS)
+$(OUTBOXDEV): FORCE
+	$(FIRST_RUN_NOTE)
+	@$(GO) build -o $@ ./cmd/outboxdev
+
+FORCE:
+
+dev: deps $(OUTBOXDEV) ## run the whole stack locally: Dynoxide, tables, API on :8080, relay, consumers, reconciler (ARGS='-data dev.db' keeps data)
+	exec $(OUTBOXDEV) dev $(ARGS)
+
+demo: deps $(OUTBOXDEV) ## drive a few hundred orders through a fresh local stack, audit, print the summary (ARGS='-orders N')
+	exec $(OUTBOXDEV) demo $(ARGS)
 
 test: deps ## run every test (unit, integration against Dynoxide, end to end, CDK synth)
 	$(GO) vet ./...
@@ -48,11 +60,20 @@ build: ## compile every Lambda for provided.al2023 arm64 into dist/<name>/bootst
 synth: deps build ## synthesize the CloudFormation template into cdk.out/ (offline, no credentials)
 	npx cdk synth --no-notices --no-version-reporting -q
 
-chaos: deps ## fault-injection audit: 10,000 orders (SEED, RATE, ORDERS overridable)
-	$(GO) run ./cmd/outboxdev chaos $(ARGS)
+# make chaos SEED=7 RATE=0.1 ORDERS=2000 (or ARGS='-seed 7 ...')
+CHAOS_ARGS := $(if $(SEED),-seed $(SEED)) $(if $(RATE),-rate $(RATE)) $(if $(ORDERS),-orders $(ORDERS))
 
-bench: deps build ## measure the cost of an event and print the report
-	$(GO) run ./cmd/outboxdev bench $(ARGS)
+chaos: deps $(OUTBOXDEV) ## fault-injection audit: 10,000 orders by default (SEED=, RATE=, ORDERS=, or ARGS='...')
+	exec $(OUTBOXDEV) chaos $(CHAOS_ARGS) $(ARGS)
 
-clean:
-	rm -rf $(DIST) cdk.out results
+bench: deps build $(OUTBOXDEV) ## measure the cost of an event and print the report under results/ (ARGS='...')
+	exec $(OUTBOXDEV) bench $(ARGS)
+
+FUZZTIME ?= 30s
+fuzz: deps ## run each fuzz target for FUZZTIME (default 30s): API requests, stream records, stream images
+	$(GO) test -run '^$$' -fuzz '^FuzzAPIRequest$$' -fuzztime $(FUZZTIME) ./pkg/api
+	$(GO) test -run '^$$' -fuzz '^FuzzStreamRecord$$' -fuzztime $(FUZZTIME) ./pkg/relay
+	$(GO) test -run '^$$' -fuzz '^FuzzImageRoundTrip$$' -fuzztime $(FUZZTIME) ./pkg/streamimage
+
+clean: ## remove build outputs, cdk.out, results and bin/
+	rm -rf $(DIST) cdk.out results bin

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/devstack"
@@ -17,27 +18,40 @@ func runDev(ctx context.Context, args []string) error {
 	every := fs.Duration("reconcile-every", 30*time.Second, "reconciler schedule")
 	after := fs.Duration("reconcile-after", 5*time.Minute, "age after which the reconciler re-sends a pending record")
 	prefix := fs.String("prefix", "dev", "table name prefix")
+	data := fs.String("data", "", "keep Dynoxide's data in this file across restarts (default: in memory, lost at exit)")
+	checkpoint := fs.String("checkpoint-file", "", "keep the stream event source mapping's checkpoints here (default: .outboxdev/<prefix>.checkpoints.json when -data or -endpoint is set)")
 	_ = fs.Parse(args)
+	if *checkpoint == "" && (*data != "" || *endpoint != "") {
+		*checkpoint = filepath.Join(".outboxdev", *prefix+".checkpoints.json")
+	}
 
 	s, err := devstack.Start(ctx, devstack.Options{
 		Endpoint: *endpoint, APIAddr: *addr, Prefix: *prefix,
 		ReconcileEvery: *every, ReconcileAfter: *after, Metrics: os.Stderr,
+		DataFile: *data, CheckpointFile: *checkpoint,
 	})
 	if err != nil {
 		return err
 	}
 	defer s.Close()
+	storage := "in memory: the data is lost when the stack stops (-data FILE keeps it)"
+	switch {
+	case *endpoint != "":
+		storage = "the server at -endpoint keeps what it keeps; stream checkpoints in " + *checkpoint
+	case *data != "":
+		storage = "kept in " + *data + "; stream checkpoints in " + *checkpoint
+	}
 	fmt.Printf(`
 ddb-outbox local stack is up.
   API        %s
-  DynamoDB   %s   (tables %s-*)
+  DynamoDB   %s   (tables %s-*; %s)
 
 Try:
   curl -s -X POST %s/orders -H 'Content-Type: application/json' -H 'Idempotency-Key: first-order' \
        -d '{"customer_id":"c-1","amount_minor":1999,"currency":"EUR"}'
 
 Ctrl-C to stop.
-`, s.URL, s.Endpoint, *prefix, s.URL)
+`, s.URL, s.Endpoint, *prefix, storage, s.URL)
 	<-ctx.Done()
 	fmt.Println("stopping")
 	return nil

@@ -27,8 +27,9 @@ func main() {
 		usage()
 		os.Exit(2)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
+	dieWithParent()
 	var err error
 	switch cmd, args := os.Args[1], os.Args[2:]; cmd {
 	case "dev":
