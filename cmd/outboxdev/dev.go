@@ -4,6 +4,8 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
@@ -19,16 +21,24 @@ func runDev(ctx context.Context, args []string) error {
 	after := fs.Duration("reconcile-after", 5*time.Minute, "age after which the reconciler re-sends a pending record")
 	prefix := fs.String("prefix", "dev", "table name prefix")
 	data := fs.String("data", "", "keep Dynoxide's data in this file across restarts (default: in memory, lost at exit)")
+	verbose := fs.Bool("v", false, "show every component's logs and the relay's and reconciler's metric lines (default: one line per hop of each event)")
 	checkpoint := fs.String("checkpoint-file", "", "keep the stream event source mapping's checkpoints here (default: .outboxdev/<prefix>.checkpoints.json when -data or -endpoint is set)")
 	_ = fs.Parse(args)
 	if *checkpoint == "" && (*data != "" || *endpoint != "") {
 		*checkpoint = filepath.Join(".outboxdev", *prefix+".checkpoints.json")
 	}
 
+	var handler slog.Handler = slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})
+	var metrics io.Writer = io.Discard // an idle stack stays quiet
+	if *verbose {
+		metrics = os.Stderr
+	} else {
+		handler = walkthroughHandler{handler}
+	}
 	s, err := devstack.Start(ctx, devstack.Options{
 		Endpoint: *endpoint, APIAddr: *addr, Prefix: *prefix,
-		ReconcileEvery: *every, ReconcileAfter: *after, Metrics: os.Stderr,
-		DataFile: *data, CheckpointFile: *checkpoint,
+		ReconcileEvery: *every, ReconcileAfter: *after, Metrics: metrics,
+		DataFile: *data, CheckpointFile: *checkpoint, HopLog: true, Logger: slog.New(handler),
 	})
 	if err != nil {
 		return err

@@ -48,6 +48,9 @@ func newConsumerPath(name string, h localrt.EventHandler, settings app.Settings,
 	if err != nil {
 		return nil, err
 	}
+	if opts.HopLog {
+		h = hopConsumer(log.With("fn", name), name, h)
+	}
 	if ic := opts.ConsumerInterceptor; ic != nil {
 		next := h
 		h = func(ctx context.Context, ev events.EventBridgeEvent) error {

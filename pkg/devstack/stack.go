@@ -84,6 +84,10 @@ type Options struct {
 	WrapEventBridge func(relay.EventBridgeAPI) relay.EventBridgeAPI
 	WrapQueue       func(relay.QueueSender) relay.QueueSender
 	WrapStream      func(localrt.StreamHandler) localrt.StreamHandler
+	// HopLog logs one line per hop of every event with its milliseconds
+	// since commit: stream → relay, published and marked, each consumer
+	// applied (the dev terminal's walkthrough; see hops.go).
+	HopLog bool
 	// ConsumerInterceptor wraps every consumer's event handler inside its
 	// SQS event source mapping invocation (fault injection, apply timing);
 	// its attempt argument is the message's ApproximateReceiveCount.
@@ -318,6 +322,9 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	}
 
 	var streamHandler localrt.StreamHandler = s.Relay.Handle
+	if opts.HopLog {
+		streamHandler = hopStream(log.With("fn", "relay"), streamHandler)
+	}
 	if opts.WrapStream != nil {
 		streamHandler = opts.WrapStream(streamHandler)
 	}
