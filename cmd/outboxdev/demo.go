@@ -20,7 +20,11 @@ func runDemo(ctx context.Context, args []string) error {
 	seed := fs.Uint64("seed", 1, "scenario seed")
 	endpoint := endpointFlag(fs)
 	verbose := fs.Bool("v", false, "show every component's logs")
+	attach := fs.Bool("attach", false, "drive the stack `make dev` runs (found through "+devstack.StateFile+") instead of a fresh one; its terminal shows the hops")
 	_ = fs.Parse(args)
+	if *attach {
+		return runDemoAttached(ctx, *orders, *conc, *seed)
+	}
 
 	var logw io.Writer = io.Discard
 	if *verbose {
@@ -64,6 +68,43 @@ func runDemo(ctx context.Context, args []string) error {
 		return fmt.Errorf("audit failed: %d unexpected API answers", rep.Unexpected)
 	case rep.Ambiguous == 0 && int64(a.Committed) != rep.Acked:
 		return fmt.Errorf("audit failed: %d changes committed, %d acknowledged", a.Committed, rep.Acked)
+	}
+	return nil
+}
+
+// runDemoAttached drives the running dev stack and audits its tables once
+// its pipeline has settled.
+func runDemoAttached(ctx context.Context, orders, conc int, seed uint64) error {
+	st, err := devstack.ReadState(devstack.StateFile)
+	if err != nil {
+		return err
+	}
+	s := devstack.Attach(st)
+	before, err := s.Audit(ctx)
+	if err != nil {
+		return fmt.Errorf("audit the running stack's tables at %s: %w", st.Endpoint, err)
+	}
+	fmt.Printf("demo: %d orders, %d clients, attached to the dev stack at %s (tables %s-*)\n", orders, conc, st.URL, st.Prefix)
+	rep := devstack.Drive(ctx, st.URL, devstack.DriveOptions{
+		Orders: orders, Concurrency: conc, Seed: seed,
+		Logger:   slog.New(slog.NewTextHandler(os.Stderr, nil)),
+		Progress: func(r *devstack.DriveReport) { fmt.Println("  driving:", r) },
+	})
+	fmt.Printf("driven in %s: %s\n", rep.Elapsed.Round(time.Millisecond), rep)
+	fmt.Println("waiting for the pipeline to settle ...")
+	wctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	a, err := s.WaitSettled(wctx, time.Second)
+	if err != nil {
+		return err
+	}
+	for _, p := range a.Problems {
+		fmt.Println("  problem:", p)
+	}
+	fmt.Printf("tables before: %s\n", before.Summary())
+	fmt.Println(a.Summary())
+	if !a.OK() {
+		return errors.New("audit failed: a promise is broken")
 	}
 	return nil
 }

@@ -44,6 +44,10 @@ func runDev(ctx context.Context, args []string) error {
 		return err
 	}
 	defer s.Close()
+	if err := devstack.WriteState(devstack.StateFile, s, *prefix); err != nil {
+		fmt.Fprintln(os.Stderr, "outboxdev: could not record the stack for `make demo ARGS=-attach`:", err)
+	}
+	defer os.Remove(devstack.StateFile)
 	storage := "in memory: the data is lost when the stack stops (-data FILE keeps it)"
 	switch {
 	case *endpoint != "":
@@ -60,6 +64,7 @@ Try:
   curl -s -X POST %s/orders -H 'Content-Type: application/json' -H 'Idempotency-Key: first-order' \
        -d '{"customer_id":"c-1","amount_minor":1999,"currency":"EUR"}'
 
+Drive it from another terminal: make demo ARGS=-attach
 Ctrl-C to stop.
 `, s.URL, s.Endpoint, *prefix, storage, s.URL)
 	<-ctx.Done()
