@@ -301,6 +301,7 @@ func runEpoch(ctx context.Context, cfg Config, epoch, orders int, rep *Report) e
 		}
 	}()
 
+	driveStart := time.Now()
 	drive := devstack.Drive(ctx, s.URL, devstack.DriveOptions{
 		Orders: orders, Concurrency: cfg.Concurrency, Seed: uint64(seed), Logger: cfg.Logger,
 	})
@@ -314,7 +315,10 @@ func runEpoch(ctx context.Context, cfg Config, epoch, orders int, rep *Report) e
 
 	dctx, cancel := context.WithTimeout(ctx, cfg.DrainTimeout)
 	defer cancel()
+	driveTime := time.Since(driveStart)
+	drainStart := time.Now()
 	a, dl, err := drainRedriveAndAudit(dctx, s, inj)
+	drainTime := time.Since(drainStart)
 	if err != nil {
 		return err
 	}
@@ -372,8 +376,9 @@ func runEpoch(ctx context.Context, cfg Config, epoch, orders int, rep *Report) e
 			}
 		}
 	}
-	cfg.Progress(fmt.Sprintf("epoch %d seed %d: %d orders in %s: %s | faults %d, ambiguous answers %d, duplicates absorbed so far %d",
-		epoch, seed, a.Orders, time.Since(epochStart).Round(time.Millisecond), a.Summary(), sum(inj.Stats().ByKind()), drive.Ambiguous, rep.DuplicatesAbsorbed))
+	cfg.Progress(fmt.Sprintf("epoch %d seed %d: %d orders in %s (drive %s, drain+redrive+audit %s): %s | faults %d, ambiguous answers %d, dead-lettered %d, duplicates absorbed so far %d",
+		epoch, seed, a.Orders, time.Since(epochStart).Round(time.Millisecond), driveTime.Round(time.Millisecond), drainTime.Round(time.Millisecond),
+		a.Summary(), sum(inj.Stats().ByKind()), drive.Ambiguous, dl.deadLettered, rep.DuplicatesAbsorbed))
 	return nil
 }
 
