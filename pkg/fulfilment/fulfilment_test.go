@@ -73,13 +73,17 @@ type fixture struct {
 }
 
 type options struct {
+	env      *ddbtest.Env // shared server; nil starts one
 	provider provider.Config
 	handler  http.Handler // instead of the provider
 }
 
 func newFixture(t *testing.T, o options) *fixture {
 	t.Helper()
-	env := ddbtest.New(t)
+	env := o.env
+	if env == nil {
+		env = ddbtest.New(t)
+	}
 	st, it := ddbtest.Name("shipments"), ddbtest.Name("idem")
 	env.CreateTable(t, fulfilment.CreateTableInput(st))
 	env.CreateTable(t, idempotency.CreateTableInput(it))
@@ -194,10 +198,11 @@ func TestProviderFailuresAreRetriedWithTheSameKey(t *testing.T) {
 		{"timeout after acting, then the replay", []provider.Fault{provider.FaultTimeoutAfterAct}, 2},
 		{"three failures then OK", []provider.Fault{provider.FaultServerError, provider.FaultReset, provider.FaultThrottle}, 4},
 	}
+	env := ddbtest.New(t)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			fx := newFixture(t, options{})
+			fx := newFixture(t, options{env: env})
 			fx.p.Inject(tc.faults...)
 			env := paid(t, "o-1")
 			if err := fx.f.Handle(context.Background(), delivery(t, env)); err != nil {
@@ -246,6 +251,7 @@ func TestProviderRejectionIsPermanent(t *testing.T) {
 		{"401", http.StatusUnauthorized},
 		{"422", http.StatusUnprocessableEntity},
 	}
+	env := ddbtest.New(t)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -255,7 +261,7 @@ func TestProviderRejectionIsPermanent(t *testing.T) {
 				w.WriteHeader(tc.status)
 				_, _ = w.Write([]byte(`{"error":"refused","message":"no"}`))
 			})
-			fx := newFixture(t, options{handler: h})
+			fx := newFixture(t, options{env: env, handler: h})
 			env := paid(t, "o-1")
 			err := fx.f.Handle(context.Background(), delivery(t, env))
 			if reason(err) != fulfilment.ReasonProviderRejected {
@@ -276,7 +282,7 @@ func TestProviderRejectionIsPermanent(t *testing.T) {
 		})
 	}
 	// A wrong token at the real provider server is refused the same way.
-	fx := newFixture(t, options{provider: provider.Config{APIKey: "rotated"}})
+	fx := newFixture(t, options{env: env, provider: provider.Config{APIKey: "rotated"}})
 	if err := fx.f.Handle(context.Background(), delivery(t, paid(t, "o-1"))); reason(err) != fulfilment.ReasonProviderRejected {
 		t.Fatalf("wrong token: %v", err)
 	}
@@ -293,10 +299,11 @@ func TestCrashBetweenProviderAnswerAndCompleted(t *testing.T) {
 		{"key-honouring provider: the repeat gets the first shipment", false, 1, ""},
 		{"naive provider: a duplicate shipment, detected and dead-lettered", true, 2, fulfilment.ReasonDuplicateShipment},
 	}
+	env := ddbtest.New(t)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			fx := newFixture(t, options{provider: provider.Config{IgnoreIdempotencyKey: tc.naive}})
+			fx := newFixture(t, options{env: env, provider: provider.Config{IgnoreIdempotencyKey: tc.naive}})
 			fx.crash.Store(1)
 			env := paid(t, "o-1")
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second) // the dying invocation's deadline
