@@ -141,6 +141,7 @@ type ProviderError struct {
 	Body   string // the body, at most 512 bytes
 }
 
+// Error returns "provider <op>: HTTP <status> <code>: <body>".
 func (e *ProviderError) Error() string {
 	return fmt.Sprintf("provider %s: HTTP %d %s: %s", e.Op, e.Status, e.Code, e.Body)
 }

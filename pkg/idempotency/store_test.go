@@ -440,3 +440,47 @@ func TestWrapKeys(t *testing.T) {
 		t.Fatalf("field hash: %q %v, want the stored result", out, err)
 	}
 }
+
+// noOldItem is a DynamoDB that does not return the item with a failed
+// condition (ReturnValuesOnConditionCheckFailure unsupported, as in older
+// emulators): the store must fall back to a consistent GetItem.
+type noOldItem struct{ *counting }
+
+func (n noOldItem) PutItem(ctx context.Context, in *dynamodb.PutItemInput, o ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	out, err := n.counting.PutItem(ctx, in, o...)
+	var ccf *types.ConditionalCheckFailedException
+	if errors.As(err, &ccf) {
+		return out, &types.ConditionalCheckFailedException{Message: ccf.Message}
+	}
+	return out, err
+}
+
+func TestRepeatsWithoutTheReturnedItemReadIt(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	s, err := idempotency.NewStore(noOldItem{f.calls}, idempotency.Config{Table: f.table, Namespace: "test", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	effect := func(context.Context) ([]byte, error) { return []byte("r"), nil }
+	if _, err := s.Do(context.Background(), "k", "h", effect); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		hash    string
+		want    error
+		wantGet int64
+	}{
+		{"h", nil, 1},
+		{"other", idempotency.ErrPayloadMismatch, 2},
+	}
+	for _, tc := range tests {
+		res, err := s.Do(context.Background(), "k", tc.hash, effect)
+		if !errors.Is(err, tc.want) || (tc.want == nil && (err != nil || res.Source != idempotency.SourceStore)) {
+			t.Fatalf("hash %s: %+v %v, want %v", tc.hash, res, err, tc.want)
+		}
+		if got := f.calls.gets.Load(); got != tc.wantGet {
+			t.Fatalf("hash %s: %d GetItem calls, want %d", tc.hash, got, tc.wantGet)
+		}
+	}
+}
