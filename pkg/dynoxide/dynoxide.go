@@ -76,8 +76,28 @@ func StartWith(ctx context.Context, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A free port is picked, released, then bound by Dynoxide: another
+	// process can take it in between (parallel tests do). When the server
+	// exits during start-up on a port chosen here, try a new one.
+	attempts := 1
+	if opts.Port == 0 {
+		attempts = 3
+	}
+	for i := 1; ; i++ {
+		s, err := startOnce(ctx, bin, opts)
+		if err == nil || !errors.Is(err, errExitedEarly) || i == attempts {
+			return s, err
+		}
+	}
+}
+
+// errExitedEarly: the server process exited before it answered.
+var errExitedEarly = errors.New("dynoxide: process exited during start-up")
+
+func startOnce(ctx context.Context, bin Candidate, opts Options) (*Server, error) {
 	port := opts.Port
 	if port == 0 {
+		var err error
 		if port, err = freePort(); err != nil {
 			return nil, fmt.Errorf("dynoxide: pick a port: %w", err)
 		}
@@ -109,7 +129,7 @@ func (s *Server) waitReady(ctx context.Context, limit time.Duration) error {
 	for {
 		select {
 		case <-s.done:
-			return errors.New("dynoxide: process exited during start-up")
+			return errExitedEarly
 		case <-ctx.Done():
 			return ctx.Err()
 		default:
