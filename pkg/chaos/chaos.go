@@ -49,7 +49,7 @@ type Config struct {
 	Rate float64
 	// OnlyEpoch, when >= 0, runs that single epoch (to replay a failure).
 	OnlyEpoch int
-	// DrainTimeout bounds the drain of one epoch (default 3 minutes).
+	// DrainTimeout bounds the drain of one epoch (default 6 minutes).
 	DrainTimeout time.Duration
 	// Endpoint uses a running DynamoDB-compatible server instead of a fresh
 	// Dynoxide per epoch (tables get a per-epoch prefix).
@@ -77,7 +77,7 @@ func (c *Config) setDefaults() {
 		c.Rate = 0.05
 	}
 	if c.DrainTimeout == 0 {
-		c.DrainTimeout = 3 * time.Minute
+		c.DrainTimeout = 6 * time.Minute
 	}
 	if c.Progress == nil {
 		c.Progress = func(string) {}
