@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"os"
 	"reflect"
 	"strconv"
 	"strings"
@@ -371,4 +372,69 @@ func toSDK(t *testing.T, img map[string]lambdaevents.DynamoDBAttributeValue) map
 		}
 	}
 	return out
+}
+
+// TestIntegersWithinSafeRange: the contract (outbox.Envelope.CheckNumbers)
+// is that every number in a published detail lies within ±(2^53-1). Every
+// integer or number property of every schema must therefore be bounded
+// (maximum/minimum, const or enum) inside that range, and the order
+// domain's own bounds must be inside it.
+func TestIntegersWithinSafeRange(t *testing.T) {
+	t.Parallel()
+	if order.MaxAmountMinor > outbox.MaxSafeInteger || order.MaxEventsPerOrder > outbox.MaxSafeInteger {
+		t.Fatalf("order bounds %d, %d beyond 2^53-1", order.MaxAmountMinor, order.MaxEventsPerOrder)
+	}
+	const safe = float64(outbox.MaxSafeInteger)
+	var walk func(t *testing.T, path string, v any) int
+	walk = func(t *testing.T, path string, v any) int {
+		n := 0
+		switch s := v.(type) {
+		case map[string]any:
+			if typ, _ := s["type"].(string); typ == "integer" || typ == "number" {
+				n++
+				bounded := func(kw string, within func(float64) bool) bool {
+					x, ok := s[kw].(float64)
+					return ok && within(x)
+				}
+				_, isConst := s["const"]
+				_, isEnum := s["enum"]
+				if !isConst && !isEnum {
+					if !bounded("maximum", func(x float64) bool { return x <= safe }) {
+						t.Errorf("%s: %s without a maximum <= 2^53-1", path, typ)
+					}
+					if !bounded("minimum", func(x float64) bool { return x >= -safe }) {
+						t.Errorf("%s: %s without a minimum >= -(2^53-1)", path, typ)
+					}
+				}
+			}
+			for k, c := range s {
+				n += walk(t, path+"/"+k, c)
+			}
+		case []any:
+			for i, c := range s {
+				n += walk(t, path+"/"+strconv.Itoa(i), c)
+			}
+		}
+		return n
+	}
+	total := 0
+	for _, name := range contract.Schemas() {
+		raw, err := schemaJSON(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += walk(t, name, raw)
+	}
+	if total == 0 {
+		t.Fatal("no integer properties found: the walk is broken")
+	}
+}
+
+func schemaJSON(name string) (any, error) {
+	b, err := os.ReadFile("schemas/" + name + ".json")
+	if err != nil {
+		return nil, err
+	}
+	var v any
+	return v, json.Unmarshal(b, &v)
 }
