@@ -15,6 +15,8 @@ import (
 // code, never on the message.
 //
 //	status code                    when
+//	400    bad_request             the API Gateway event could not be turned into a request (a method that is not
+//	                               an HTTP token, a body flagged base64 that is not base64); API Gateway never sends one
 //	400    malformed_json          body is not exactly one JSON object, or is empty where one is required
 //	400    unknown_field           the object has a member the endpoint does not define (exact, case-sensitive names)
 //	400    invalid_type            a member has the wrong JSON type (e.g. amount_minor 12.5 or "12", or beyond int64)
@@ -36,6 +38,7 @@ import (
 //	500    internal                anything else; details are logged, never returned
 //	503    unavailable             DynamoDB throttled or timed out; retry later
 const (
+	CodeBadRequest           = "bad_request"
 	CodeMalformedJSON        = "malformed_json"
 	CodeUnknownField         = "unknown_field"
 	CodeInvalidType          = "invalid_type"
