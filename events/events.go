@@ -30,6 +30,27 @@
 // (order.CheckEvent: known ISO 4217 code, order_id = aggregate_id, no
 // control or format characters in reason).
 //
+// # Numbers
+//
+// Every number in a published detail lies within ±(2^53-1)
+// (outbox.MaxSafeInteger, JavaScript's Number.MAX_SAFE_INTEGER), so
+// JavaScript, jq and every JSON parser that reads numbers as IEEE-754
+// doubles reads exactly what the producer wrote. The write side enforces it:
+// outbox.NewEnvelope and outbox.Writer refuse an envelope with a number
+// beyond (outbox.ErrUnsafeNumber) before anything is sent; a producer with a
+// larger value carries it as a decimal string. The order domain stays well
+// inside: amounts are at most order.MaxAmountMinor (1e15), sequence at most
+// order.MaxEventsPerOrder (3), event_version 1; every integer property of
+// every schema carries such a bound (TestIntegersWithinSafeRange).
+//
+// # Second validator
+//
+// validate.mjs checks every schema and every sample envelope with Ajv
+// (draft 2020-12, ajv-formats) in strict mode, warnings as errors, plus the
+// envelopes the order domain emits and the broken ones the Go validator
+// refuses; TestSchemasHoldInAjvStrict runs it (skipped only when node is not
+// installed; ajv comes from make deps).
+//
 // # Samples
 //
 //   - api-create-order.json: API Gateway HTTP API payload 2.0, POST /orders.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"os"
 	"reflect"
 	"strconv"
 	"strings"
@@ -244,36 +245,7 @@ func TestBrokenEnvelopesFail(t *testing.T) {
 	if err := contract.Validate(mustDetail(t, env)); err != nil {
 		t.Fatalf("baseline does not validate: %v", err)
 	}
-	tests := []struct {
-		name   string
-		mutate func(m map[string]any)
-		want   error
-	}{
-		{"missing event_id", func(m map[string]any) { delete(m, "event_id") }, contract.ErrInvalidEvent},
-		{"missing occurred_at", func(m map[string]any) { delete(m, "occurred_at") }, contract.ErrInvalidEvent},
-		{"missing payload field", func(m map[string]any) { delete(m["payload"].(map[string]any), "currency") }, contract.ErrInvalidEvent},
-		{"extra envelope field", func(m map[string]any) { m["bus_event_id"] = "x" }, contract.ErrInvalidEvent},
-		{"extra payload field", func(m map[string]any) { m["payload"].(map[string]any)["discount"] = 5 }, contract.ErrInvalidEvent},
-		{"sequence is a string", func(m map[string]any) { m["sequence"] = "2" }, contract.ErrInvalidEvent},
-		{"sequence zero", func(m map[string]any) { m["sequence"] = 0 }, contract.ErrInvalidEvent},
-		{"amount is a float", func(m map[string]any) { m["payload"].(map[string]any)["amount_minor"] = 1.5 }, contract.ErrInvalidEvent},
-		{"bad currency", func(m map[string]any) { m["payload"].(map[string]any)["currency"] = "euro" }, contract.ErrInvalidEvent},
-		{"event_id not a uuid", func(m map[string]any) { m["event_id"] = "evt-1" }, contract.ErrInvalidEvent},
-		{"occurred_at not a date-time", func(m map[string]any) { m["occurred_at"] = "yesterday" }, contract.ErrInvalidEvent},
-		{"wrong aggregate_type", func(m map[string]any) { m["aggregate_type"] = "Invoice" }, contract.ErrInvalidEvent},
-		{"payload not an object", func(m map[string]any) { m["payload"] = "{}" }, contract.ErrInvalidEvent},
-		{"unknown version", func(m map[string]any) { m["event_version"] = 2 }, contract.ErrUnknownSchema},
-		{"unknown type", func(m map[string]any) { m["event_type"] = "OrderLost" }, contract.ErrUnknownSchema},
-		{"version is a string", func(m map[string]any) { m["event_version"] = "1" }, contract.ErrInvalidEvent},
-		{"actor empty", func(m map[string]any) { m["actor"] = "" }, contract.ErrInvalidEvent},
-		{"actor with a space", func(m map[string]any) { m["actor"] = "a b" }, contract.ErrInvalidEvent},
-		{"actor with a newline", func(m map[string]any) { m["actor"] = "a\nb" }, contract.ErrInvalidEvent},
-		{"actor too long", func(m map[string]any) { m["actor"] = strings.Repeat("a", outbox.MaxActorLen+1) }, contract.ErrInvalidEvent},
-		{"actor not a string", func(m map[string]any) { m["actor"] = 5 }, contract.ErrInvalidEvent},
-		{"OrderPaid at sequence 1", func(m map[string]any) { m["sequence"] = 1 }, contract.ErrInvalidEvent},
-		{"sequence MaxInt64", func(m map[string]any) { m["sequence"] = int64(math.MaxInt64) }, contract.ErrInvalidEvent},
-		{"amount over MaxAmountMinor", func(m map[string]any) { m["payload"].(map[string]any)["amount_minor"] = order.MaxAmountMinor + 1 }, contract.ErrInvalidEvent},
-	}
+	tests := brokenEnvelopeCases
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -341,6 +313,40 @@ func TestBrokenEnvelopesFail(t *testing.T) {
 	}
 }
 
+// brokenEnvelopeCases mutate a valid OrderPaid v1 detail (sequence 2) into
+// documents the schemas must refuse; want is the Go validator's error. The
+// Ajv check (TestSchemasHoldInAjvStrict) must refuse them too.
+var brokenEnvelopeCases = []struct {
+	name   string
+	mutate func(m map[string]any)
+	want   error
+}{
+	{"missing event_id", func(m map[string]any) { delete(m, "event_id") }, contract.ErrInvalidEvent},
+	{"missing occurred_at", func(m map[string]any) { delete(m, "occurred_at") }, contract.ErrInvalidEvent},
+	{"missing payload field", func(m map[string]any) { delete(m["payload"].(map[string]any), "currency") }, contract.ErrInvalidEvent},
+	{"extra envelope field", func(m map[string]any) { m["bus_event_id"] = "x" }, contract.ErrInvalidEvent},
+	{"extra payload field", func(m map[string]any) { m["payload"].(map[string]any)["discount"] = 5 }, contract.ErrInvalidEvent},
+	{"sequence is a string", func(m map[string]any) { m["sequence"] = "2" }, contract.ErrInvalidEvent},
+	{"sequence zero", func(m map[string]any) { m["sequence"] = 0 }, contract.ErrInvalidEvent},
+	{"amount is a float", func(m map[string]any) { m["payload"].(map[string]any)["amount_minor"] = 1.5 }, contract.ErrInvalidEvent},
+	{"bad currency", func(m map[string]any) { m["payload"].(map[string]any)["currency"] = "euro" }, contract.ErrInvalidEvent},
+	{"event_id not a uuid", func(m map[string]any) { m["event_id"] = "evt-1" }, contract.ErrInvalidEvent},
+	{"occurred_at not a date-time", func(m map[string]any) { m["occurred_at"] = "yesterday" }, contract.ErrInvalidEvent},
+	{"wrong aggregate_type", func(m map[string]any) { m["aggregate_type"] = "Invoice" }, contract.ErrInvalidEvent},
+	{"payload not an object", func(m map[string]any) { m["payload"] = "{}" }, contract.ErrInvalidEvent},
+	{"unknown version", func(m map[string]any) { m["event_version"] = 2 }, contract.ErrUnknownSchema},
+	{"unknown type", func(m map[string]any) { m["event_type"] = "OrderLost" }, contract.ErrUnknownSchema},
+	{"version is a string", func(m map[string]any) { m["event_version"] = "1" }, contract.ErrInvalidEvent},
+	{"actor empty", func(m map[string]any) { m["actor"] = "" }, contract.ErrInvalidEvent},
+	{"actor with a space", func(m map[string]any) { m["actor"] = "a b" }, contract.ErrInvalidEvent},
+	{"actor with a newline", func(m map[string]any) { m["actor"] = "a\nb" }, contract.ErrInvalidEvent},
+	{"actor too long", func(m map[string]any) { m["actor"] = strings.Repeat("a", outbox.MaxActorLen+1) }, contract.ErrInvalidEvent},
+	{"actor not a string", func(m map[string]any) { m["actor"] = 5 }, contract.ErrInvalidEvent},
+	{"OrderPaid at sequence 1", func(m map[string]any) { m["sequence"] = 1 }, contract.ErrInvalidEvent},
+	{"sequence MaxInt64", func(m map[string]any) { m["sequence"] = int64(math.MaxInt64) }, contract.ErrInvalidEvent},
+	{"amount over MaxAmountMinor", func(m map[string]any) { m["payload"].(map[string]any)["amount_minor"] = order.MaxAmountMinor + 1 }, contract.ErrInvalidEvent},
+}
+
 func mustDetail(t *testing.T, env outbox.Envelope) []byte {
 	t.Helper()
 	b, err := env.Detail()
@@ -366,4 +372,69 @@ func toSDK(t *testing.T, img map[string]lambdaevents.DynamoDBAttributeValue) map
 		}
 	}
 	return out
+}
+
+// TestIntegersWithinSafeRange: the contract (outbox.Envelope.CheckNumbers)
+// is that every number in a published detail lies within ±(2^53-1). Every
+// integer or number property of every schema must therefore be bounded
+// (maximum/minimum, const or enum) inside that range, and the order
+// domain's own bounds must be inside it.
+func TestIntegersWithinSafeRange(t *testing.T) {
+	t.Parallel()
+	if order.MaxAmountMinor > outbox.MaxSafeInteger || order.MaxEventsPerOrder > outbox.MaxSafeInteger {
+		t.Fatalf("order bounds %d, %d beyond 2^53-1", order.MaxAmountMinor, order.MaxEventsPerOrder)
+	}
+	const safe = float64(outbox.MaxSafeInteger)
+	var walk func(t *testing.T, path string, v any) int
+	walk = func(t *testing.T, path string, v any) int {
+		n := 0
+		switch s := v.(type) {
+		case map[string]any:
+			if typ, _ := s["type"].(string); typ == "integer" || typ == "number" {
+				n++
+				bounded := func(kw string, within func(float64) bool) bool {
+					x, ok := s[kw].(float64)
+					return ok && within(x)
+				}
+				_, isConst := s["const"]
+				_, isEnum := s["enum"]
+				if !isConst && !isEnum {
+					if !bounded("maximum", func(x float64) bool { return x <= safe }) {
+						t.Errorf("%s: %s without a maximum <= 2^53-1", path, typ)
+					}
+					if !bounded("minimum", func(x float64) bool { return x >= -safe }) {
+						t.Errorf("%s: %s without a minimum >= -(2^53-1)", path, typ)
+					}
+				}
+			}
+			for k, c := range s {
+				n += walk(t, path+"/"+k, c)
+			}
+		case []any:
+			for i, c := range s {
+				n += walk(t, path+"/"+strconv.Itoa(i), c)
+			}
+		}
+		return n
+	}
+	total := 0
+	for _, name := range contract.Schemas() {
+		raw, err := schemaJSON(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += walk(t, name, raw)
+	}
+	if total == 0 {
+		t.Fatal("no integer properties found: the walk is broken")
+	}
+}
+
+func schemaJSON(name string) (any, error) {
+	b, err := os.ReadFile("schemas/" + name + ".json")
+	if err != nil {
+		return nil, err
+	}
+	var v any
+	return v, json.Unmarshal(b, &v)
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/awslabs/aws-lambda-go-api-proxy/core"
 	"github.com/google/uuid"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/order"
@@ -88,7 +87,7 @@ func Caller(ctx context.Context) (string, bool) {
 // header (ServeHTTP deletes it).
 func (h *Handler) resolveCaller(r *http.Request) (string, error) {
 	unauthenticated := newError(http.StatusUnauthorized, CodeUnauthenticated, "the request carries no authenticated IAM principal; sign it with SigV4")
-	if rc, ok := core.GetAPIGatewayV2ContextFromContext(r.Context()); ok {
+	if rc, ok := gatewayContext(r.Context()); ok {
 		if rc.Authorizer == nil || rc.Authorizer.IAM == nil || rc.Authorizer.IAM.UserARN == "" {
 			if h.cfg.Callers == CallersOpenDemo {
 				return AnonymousCaller, nil
@@ -130,7 +129,7 @@ func localCallerValue(v string) bool {
 // resolveRequestID returns the API Gateway request id when running behind
 // the Lambda adapter, else a valid X-Request-Id header, else a new UUID.
 func resolveRequestID(r *http.Request) string {
-	if rc, ok := core.GetAPIGatewayV2ContextFromContext(r.Context()); ok && rc.RequestID != "" {
+	if rc, ok := gatewayContext(r.Context()); ok && rc.RequestID != "" {
 		return rc.RequestID
 	}
 	if id := r.Header.Get(HeaderRequestID); validToken(id, 128) {

@@ -23,6 +23,12 @@
 //     it holds characters customers must never be shown (order.CheckText).
 //   - Commands accept If-Match with the order version; a mismatch is 409
 //     version_conflict. Orders carry ETag: "<version>".
+//   - Behind API Gateway (LambdaHandler) the route is matched on rawPath as
+//     API Gateway hands it over, already percent-decoded and never decoded
+//     again: "/orders/100%" or "/orders/<id>?x=1" name orders that do not
+//     exist (404), never another resource. An event that cannot become a
+//     request is 400 bad_request, never 500, and no client input produces
+//     an ERROR log line.
 //   - Errors are {"code","message"}; see the Code* constants for the table.
 //     500 responses never carry details; they are logged.
 //   - Logs are slog records with the fixed keys aggregate_id,

@@ -15,6 +15,8 @@ import (
 // code, never on the message.
 //
 //	status code                    when
+//	400    bad_request             the API Gateway event could not be turned into a request (a method that is not
+//	                               an HTTP token, a body flagged base64 that is not base64); API Gateway never sends one
 //	400    malformed_json          body is not exactly one JSON object, or is empty where one is required
 //	400    unknown_field           the object has a member the endpoint does not define (exact, case-sensitive names)
 //	400    invalid_type            a member has the wrong JSON type (e.g. amount_minor 12.5 or "12", or beyond int64)
@@ -25,7 +27,8 @@ import (
 //	409    invalid_transition      the command is not allowed in the order's status
 //	409    version_conflict        If-Match differs from the order's version, or a concurrent change won
 //	409    idempotency_key_reused  the Idempotency-Key was used with a different request body
-//	409    request_in_progress     a concurrent request with the same Idempotency-Key could not be resolved; retry
+//	409    request_in_progress     a create kept conflicting with concurrent transactions (e.g. the same
+//	                               Idempotency-Key) past the retries; nothing was written; retry
 //	409    already_exists          the generated order id is taken (should not happen)
 //	413    payload_too_large       body larger than Config.MaxBodyBytes
 //	415    unsupported_media_type  a body without Content-Type application/json
@@ -34,8 +37,10 @@ import (
 //	                               or a reason with a control (Cc: ESC, CR, LF, TAB, ...), format (Cf: U+202E, ...),
 //	                               line/paragraph separator or noncharacter code point (order.CheckText)
 //	500    internal                anything else; details are logged, never returned
-//	503    unavailable             DynamoDB throttled or timed out; retry later
+//	503    unavailable             DynamoDB throttled past the retries, timed out, cancelled the transaction without
+//	                               naming a conflict, or an item collection is full; nothing was written; retry later
 const (
+	CodeBadRequest           = "bad_request"
 	CodeMalformedJSON        = "malformed_json"
 	CodeUnknownField         = "unknown_field"
 	CodeInvalidType          = "invalid_type"
@@ -100,7 +105,7 @@ func classify(err error) (e *apiError, internal bool) {
 		return newError(http.StatusUnprocessableEntity, CodeInvalidText, err.Error()), false
 	case errors.Is(err, order.ErrValidation):
 		return newError(http.StatusUnprocessableEntity, CodeValidationFailed, err.Error()), false
-	case errors.Is(err, context.DeadlineExceeded) || isThrottle(err):
+	case errors.Is(err, order.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) || isThrottle(err):
 		return newError(http.StatusServiceUnavailable, CodeUnavailable, "the service is busy; retry later"), true
 	}
 	return newError(http.StatusInternalServerError, CodeInternal, "internal error"), true

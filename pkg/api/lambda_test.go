@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -90,11 +91,12 @@ func TestLambdaHandlerHTTPAPIv2(t *testing.T) {
 		t.Fatalf("error body %s", gr.Body)
 	}
 
-	// An undecodable base64 body is answered, not failed.
+	// An undecodable base64 body is answered 400 bad_request, not failed
+	// and not 500.
 	bad := req
 	bad.Body = "%%%"
 	br, err := handle(ctx, bad)
-	if err != nil || br.StatusCode != http.StatusInternalServerError {
-		t.Fatalf("bad event: %v %d", err, br.StatusCode)
+	if err != nil || br.StatusCode != http.StatusBadRequest || !strings.Contains(br.Body, api.CodeBadRequest) {
+		t.Fatalf("bad event: %v %d %s", err, br.StatusCode, br.Body)
 	}
 }

@@ -202,8 +202,10 @@ func (a *Applier) Marker(env outbox.Envelope, now time.Time) types.TransactWrite
 //     (100 actions, 4 MB, one action per item); nothing was sent.
 //   - (false, err) with a *outbox.TxError in err's chain (outbox.AsTxError):
 //     the transaction was cancelled, either by an effect's condition (see
-//     FailedEffect) or by conflicts/throttling that outlasted MaxAttempts.
-//     Nothing was written.
+//     FailedEffect), by reasons repeating cannot fix (PermanentReason:
+//     ValidationError, ItemCollectionSizeLimitExceeded), or by conflicts,
+//     throttling or unnamed reasons that outlasted MaxAttempts. Nothing was
+//     written.
 //   - (false, err) with the SDK's error otherwise, or the context's error.
 func (a *Applier) Apply(ctx context.Context, env outbox.Envelope, effects []types.TransactWriteItem) (bool, error) {
 	if err := env.Validate(); err != nil {
@@ -277,6 +279,45 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-t.C:
 		return nil
 	}
+}
+
+// Dead-letter reasons of transactions DynamoDB refuses for good (see
+// PermanentReason).
+const (
+	// ReasonTransactionInvalid: an action of the Apply transaction has
+	// ValidationError (e.g. an item over 400 KB, a type mismatch).
+	ReasonTransactionInvalid = "transaction_invalid"
+	// ReasonItemCollectionFull: an action has
+	// ItemCollectionSizeLimitExceeded (an item collection of a table with
+	// a local secondary index reached 10 GB).
+	ReasonItemCollectionFull = "item_collection_full"
+)
+
+// PermanentReason returns ReasonTransactionInvalid or
+// ReasonItemCollectionFull when err from Apply carries a *outbox.TxError
+// that repeating cannot fix (outbox.TxError.Invalid, CollectionFull), so a
+// consumer dead-letters the event at once (sqsconsumer.Permanent) instead of
+// letting it be redelivered until the queue gives up. It returns "", false
+// for any other error (retry it).
+//
+// The outcome of every Apply cancellation, strongest first: the marker's
+// condition → duplicate (Apply returns false, nil); an effect whose failed
+// condition proves the event was applied before (the consumer's check, e.g.
+// the ledger entry or the notification exists) → duplicate; PermanentReason
+// → permanent; the consumer's other effect conditions (its own policy);
+// otherwise (conflicts, throttling, unnamed reasons that outlasted
+// MaxAttempts) → retry.
+func PermanentReason(err error) (string, bool) {
+	te, ok := outbox.AsTxError(err)
+	switch {
+	case !ok:
+		return "", false
+	case te.Invalid():
+		return ReasonTransactionInvalid, true
+	case te.CollectionFull():
+		return ReasonItemCollectionFull, true
+	}
+	return "", false
 }
 
 // EffectIndex returns the transaction action index of effects[i] in an Apply

@@ -37,10 +37,17 @@
 //     and a booking that would overflow the balance (balance_overflow,
 //     ErrBalanceOverflow). Each refusal is logged with its "reason". Money
 //     is never silently dropped and never booked from a forged event.
-//   - a transaction still cancelled by TransactionConflict or throttling after
-//     Config.Dedup.MaxAttempts tries (a hot balance item under concurrency),
-//     or any other DynamoDB error: the platform redelivers, and the marker
-//     makes the redelivery safe.
+//   - A cancelled transaction (actions: 0 the dedup marker, 1 the entry
+//     Put, 2 the balance Update) maps to one outcome, strongest first: the
+//     marker's condition → duplicate; the entry's condition → duplicate
+//     (booked before the marker expired); ValidationError or
+//     ItemCollectionSizeLimitExceeded anywhere → permanent
+//     (dedup.ReasonTransactionInvalid, dedup.ReasonItemCollectionFull); the
+//     balance's condition → permanent balance_overflow; otherwise
+//     (TransactionConflict, throttling or unnamed reasons still there after
+//     Config.Dedup.MaxAttempts tries: a hot balance item under concurrency)
+//     → an error: the platform redelivers, and the marker makes the
+//     redelivery safe. Any other DynamoDB error is also redelivered.
 //
 // # Balance range
 //
@@ -226,6 +233,10 @@ func (l *Ledger) Handle(ctx context.Context, ev events.EventBridgeEvent) error {
 		// the event came back. The money moved the first time.
 		log.WarnContext(ctx, "ledger: entry already booked; acknowledging redelivery")
 		return nil
+	case err != nil && permanentTx(err):
+		reason, _ := dedup.PermanentReason(err)
+		log.ErrorContext(ctx, "ledger: event refused", "reason", reason, "error", err)
+		return sqsconsumer.Permanent(reason, fmt.Errorf("ledger: book %s %s: %w", env.EventType, env.EventID, err))
 	case err != nil && b != nil && dedup.EffectConditionFailed(err, effectBalance):
 		err = fmt.Errorf("%w: %s %d %s on %s (event %s)", ErrBalanceOverflow, b.direction, b.amount, b.currency, BalancePrefix+b.currency, env.EventID)
 		log.ErrorContext(ctx, "ledger: event refused", "reason", ReasonBalanceOverflow, "error", err)
@@ -275,6 +286,13 @@ func bookingFor(env outbox.Envelope) (*booking, error) {
 		return &booking{orderID: p.OrderID, direction: DirectionDebit, amount: p.RefundMinor, currency: p.Currency}, nil
 	}
 	return nil, nil
+}
+
+// permanentTx reports whether err is a transaction DynamoDB refuses for
+// good (dedup.PermanentReason).
+func permanentTx(err error) bool {
+	_, ok := dedup.PermanentReason(err)
+	return ok
 }
 
 // effects returns the entry Put (effect 0) and the balance Update (effect 1).

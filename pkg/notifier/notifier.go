@@ -28,6 +28,14 @@
 // they are dead-lettered at once; conflicts that outlast the bounded retries
 // are returned so the platform redelivers.
 //
+// A cancelled transaction maps to one outcome, strongest first: the
+// marker's condition → duplicate; the notification's condition → duplicate;
+// ValidationError or ItemCollectionSizeLimitExceeded anywhere → permanent
+// (dedup.ReasonTransactionInvalid, dedup.ReasonItemCollectionFull); the
+// view's condition alone → re-run without the view (then the same rules);
+// otherwise (conflicts, throttling, unnamed reasons past the retries) → an
+// error, redelivered.
+//
 // # Rendering
 //
 // Messages are built from the checked payload, and every piece of stored
@@ -225,7 +233,8 @@ func (n *Notifier) Handle(ctx context.Context, ev events.EventBridgeEvent) error
 	}
 	applied, err := n.applier.Apply(ctx, env, []types.TransactWriteItem{note, view})
 	viewSkipped := false
-	if err != nil && dedup.EffectConditionFailed(err, effectView) && !dedup.EffectConditionFailed(err, effectNotification) {
+	_, permanent := dedup.PermanentReason(err)
+	if err != nil && dedup.EffectConditionFailed(err, effectView) && !dedup.EffectConditionFailed(err, effectNotification) && !permanent {
 		// The view already reflects this or a later event: record the
 		// notification (and marker) without touching the view.
 		viewSkipped = true
@@ -235,6 +244,10 @@ func (n *Notifier) Handle(ctx context.Context, ev events.EventBridgeEvent) error
 	case err != nil && dedup.EffectConditionFailed(err, effectNotification):
 		log.WarnContext(ctx, "notifier: notification already recorded; acknowledging redelivery")
 		return nil
+	case err != nil && permanentTx(err):
+		reason, _ := dedup.PermanentReason(err)
+		log.ErrorContext(ctx, "notifier: event refused", "reason", reason, "error", err)
+		return sqsconsumer.Permanent(reason, fmt.Errorf("notifier: record %s %s: %w", env.EventType, env.EventID, err))
 	case err != nil:
 		log.ErrorContext(ctx, "notifier: apply failed; the event will be redelivered", "error", err)
 		return fmt.Errorf("notifier: record %s %s: %w", env.EventType, env.EventID, err)
@@ -244,6 +257,13 @@ func (n *Notifier) Handle(ctx context.Context, ev events.EventBridgeEvent) error
 		log.InfoContext(ctx, "notifier: notification recorded", "view_updated", !viewSkipped)
 	}
 	return nil
+}
+
+// permanentTx reports whether err is a transaction DynamoDB refuses for
+// good (dedup.PermanentReason).
+func permanentTx(err error) bool {
+	_, ok := dedup.PermanentReason(err)
+	return ok
 }
 
 func (n *Notifier) notificationPut(env outbox.Envelope, p payload, now time.Time) (types.TransactWriteItem, error) {

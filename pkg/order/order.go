@@ -58,6 +58,12 @@ var (
 	// ErrAlreadyExists: an order with the same id already exists (ids are
 	// generated, so this signals a bug or a replayed id). The API maps it to 409.
 	ErrAlreadyExists = errors.New("order: already exists")
+	// ErrUnavailable: DynamoDB throttled the change (ThrottlingError,
+	// ProvisionedThroughputExceeded) past the retry budget, cancelled it for
+	// reasons it did not name, or an item collection is full
+	// (ItemCollectionSizeLimitExceeded). Nothing was written; repeating the
+	// request later is safe. The API maps it to 503.
+	ErrUnavailable = errors.New("order: store unavailable")
 )
 
 // Order is the order aggregate. Its zero value is not a valid order: build

@@ -326,14 +326,26 @@ func (r *Repository) Get(ctx context.Context, id string) (Order, error) {
 // returns ErrIdempotencyKeyReused. Keys are scoped to the actor (see
 // IdempotencyKey): the same key from another actor is an independent
 // request. Concurrent creates with one actor and key create exactly one
-// order. The call also carries the ClientRequestToken
+// order. Every attempt of one call sends the identical transaction; with a
+// key it carries the ClientRequestToken
 // outbox.RequestToken(IdempotencyScope(actor), key, hash).
 //
+// A cancelled transaction (outbox.TxError; actions: 0 the order put, 1 the
+// idempotency record put when keyed, then the outbox puts) maps to one
+// outcome, strongest first: the idempotency record's condition failed →
+// read it back (the first order, created=false, or
+// ErrIdempotencyKeyReused); ValidationError anywhere → ErrValidation;
+// ItemCollectionSizeLimitExceeded → ErrUnavailable; the order put's
+// condition → ErrAlreadyExists; an outbox put's condition → ErrAlreadyExists;
+// otherwise (conflicts, throttling, unnamed reasons) retry the identical
+// transaction (same token), and when MaxAttempts run out: ErrUnavailable if throttling or no
+// conflict was named, ErrConcurrentRequest for conflicts alone.
+//
 // Errors: ErrValidation (bad order, key, actor, or a key without hash or
-// actor), ErrIdempotencyKeyReused,
-// ErrAlreadyExists (order id taken), ErrConcurrentRequest (contention outlasted
-// MaxAttempts), outbox.ErrNoEvents and the other outbox.Writer errors, or a
-// wrapped SDK error.
+// actor; or DynamoDB's ValidationError), ErrIdempotencyKeyReused,
+// ErrAlreadyExists, ErrConcurrentRequest, ErrUnavailable,
+// outbox.ErrNoEvents and the other outbox.Writer errors, or a wrapped SDK
+// error.
 func (r *Repository) Create(ctx context.Context, o *Order, events []outbox.Event, meta CreateMeta) (Order, bool, error) {
 	if o == nil {
 		return Order{}, false, fmt.Errorf("%w: nil order", ErrValidation)
@@ -376,6 +388,10 @@ func (r *Repository) Create(ctx context.Context, o *Order, events []outbox.Event
 		return Order{}, false, err
 	}
 	writes := []types.TransactWriteItem{orderPut}
+	// Every attempt of this Create sends the identical transaction (built
+	// once, here); with a key it also carries the same ClientRequestToken,
+	// so a request repeated by the client within 10 minutes is recognised
+	// by DynamoDB too.
 	var opts []outbox.WriteOption
 	if key != "" {
 		idemPut, err := r.idempotencyPut(*o, meta.Actor, key, meta.RequestHash)
@@ -406,17 +422,28 @@ func (r *Repository) Create(ctx context.Context, o *Order, events []outbox.Event
 		}
 		lastErr = err
 		if te, ok := outbox.AsTxError(err); ok {
+			// Outcomes, strongest first (see outbox.TxError): the
+			// idempotency record proves the request was already served.
 			switch {
+			case key != "" && te.ConditionFailed(1):
+				// A create with this key committed first: the next round
+				// reads its record back (the same order: 200, or another
+				// body: ErrIdempotencyKeyReused).
+				continue
+			case te.Invalid():
+				return Order{}, false, fmt.Errorf("%w: DynamoDB refused order %s: %w", ErrValidation, o.ID, err)
+			case te.CollectionFull():
+				r.cfg.Logger.ErrorContext(ctx, "order create refused: item collection full", "aggregate_id", o.ID, "error", err.Error())
+				return Order{}, false, fmt.Errorf("%w: order %s: %w", ErrUnavailable, o.ID, err)
 			case te.ConditionFailed(0):
 				return Order{}, false, fmt.Errorf("%w: order %s", ErrAlreadyExists, o.ID)
-			case key != "" && te.ConditionFailed(1):
-				// A concurrent create with this key committed first: the
-				// next round reads its record back.
-				continue
-			case te.Retryable():
-				continue
+			case te.FirstConditionFailed() >= 0:
+				// An outbox record of this new order already exists: its
+				// history is taken (ids are generated; this signals a bug).
+				r.cfg.Logger.WarnContext(ctx, "order create refused: outbox record exists", "aggregate_id", o.ID, "error", err.Error())
+				return Order{}, false, fmt.Errorf("%w: order %s: an outbox record of it exists", ErrAlreadyExists, o.ID)
 			}
-			return Order{}, false, fmt.Errorf("create order %s: %w", o.ID, err)
+			continue // Retryable: conflicts, throttling, unnamed reasons
 		}
 		var mismatch *types.IdempotentParameterMismatchException
 		var inProgress *types.TransactionInProgressException
@@ -433,7 +460,19 @@ func (r *Repository) Create(ctx context.Context, o *Order, events []outbox.Event
 			return first, false, err
 		}
 	}
+	if busy(lastErr) {
+		return Order{}, false, fmt.Errorf("%w: order %s after %d attempts: %w", ErrUnavailable, o.ID, r.cfg.MaxAttempts, lastErr)
+	}
 	return Order{}, false, fmt.Errorf("%w: order %s after %d attempts: %v", ErrConcurrentRequest, o.ID, r.cfg.MaxAttempts, lastErr)
+}
+
+// busy reports whether the last error of an exhausted retry loop means
+// "retry later" (HTTP 503) rather than contention (409): a cancellation
+// with throttling, or whose reasons name no conflict (none or unknown
+// codes).
+func busy(err error) bool {
+	te, ok := outbox.AsTxError(err)
+	return ok && (te.Throttled() || !te.Has(outbox.ReasonTransactionConflict))
 }
 
 // Update reads the order id (consistent read), runs fn on it and commits the
@@ -445,11 +484,21 @@ func (r *Repository) Create(ctx context.Context, o *Order, events []outbox.Event
 // When DynamoDB cancels the transaction for a conflict or throttling, Update
 // backs off and retries from the read, at most MaxAttempts times.
 //
+// A cancelled transaction (outbox.TxError; actions: 0 the order put, then
+// the outbox puts) maps to one outcome, strongest first: ValidationError
+// anywhere → ErrValidation; ItemCollectionSizeLimitExceeded →
+// ErrUnavailable; the order put's condition → ErrVersionConflict; an outbox
+// put's condition (that sequence is already recorded) → ErrVersionConflict;
+// otherwise retry from the read, and when MaxAttempts run out:
+// ErrUnavailable if throttling or no conflict was named, ErrVersionConflict
+// for conflicts alone.
+//
 // Errors: ErrNotFound; ErrVersionConflict when meta.ExpectedVersion is set
 // and differs, when the stored version changed between read and write, or
-// when conflicts outlast the retries; fn's own error unchanged (e.g.
-// ErrInvalidTransition, ErrValidation); outbox.ErrNoEvents when fn returns no
-// event; other outbox.Writer errors or a wrapped SDK error.
+// when conflicts outlast the retries; ErrUnavailable; ErrValidation; fn's
+// own error unchanged (e.g. ErrInvalidTransition, ErrValidation);
+// outbox.ErrNoEvents when fn returns no event; other outbox.Writer errors or
+// a wrapped SDK error.
 func (r *Repository) Update(ctx context.Context, id string, fn UpdateFunc, meta UpdateMeta) (Order, error) {
 	if err := ValidateID(id); err != nil {
 		return Order{}, fmt.Errorf("%w: %v", ErrNotFound, err)
@@ -497,19 +546,34 @@ func (r *Repository) Update(ctx context.Context, id string, fn UpdateFunc, meta 
 		}
 		lastErr = err
 		if te, ok := outbox.AsTxError(err); ok {
-			if te.ConditionFailed(0) {
+			// Outcomes, strongest first (see outbox.TxError). A retry reads
+			// the order again and builds a new transaction (new event ids),
+			// so it carries a new ClientRequestToken.
+			switch {
+			case te.Invalid():
+				return Order{}, fmt.Errorf("%w: DynamoDB refused the update of order %s: %w", ErrValidation, id, err)
+			case te.CollectionFull():
+				r.cfg.Logger.ErrorContext(ctx, "order update refused: item collection full", "aggregate_id", id, "error", err.Error())
+				return Order{}, fmt.Errorf("%w: order %s: %w", ErrUnavailable, id, err)
+			case te.ConditionFailed(0):
 				return Order{}, fmt.Errorf("%w: order %s changed since version %d was read", ErrVersionConflict, id, cur.Version)
+			case te.FirstConditionFailed() >= 0:
+				// The outbox already holds an event at the sequence this
+				// change would take: another change claimed that version.
+				r.cfg.Logger.WarnContext(ctx, "order update refused: outbox record for the next sequence exists",
+					"aggregate_id", id, "sequence", cur.Version+1, "error", err.Error())
+				return Order{}, fmt.Errorf("%w: order %s: sequence %d is already in the outbox", ErrVersionConflict, id, cur.Version+1)
 			}
-			if te.Retryable() {
-				continue
-			}
-			return Order{}, fmt.Errorf("update order %s: %w", id, err)
+			continue // Retryable: conflicts, throttling, unnamed reasons
 		}
 		var conflict *types.TransactionConflictException
 		if errors.As(err, &conflict) {
 			continue
 		}
 		return Order{}, fmt.Errorf("update order %s: %w", id, err)
+	}
+	if busy(lastErr) {
+		return Order{}, fmt.Errorf("%w: order %s after %d attempts: %w", ErrUnavailable, id, r.cfg.MaxAttempts, lastErr)
 	}
 	return Order{}, fmt.Errorf("%w: order %s: contention outlasted %d attempts: %v", ErrVersionConflict, id, r.cfg.MaxAttempts, lastErr)
 }

@@ -5,6 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"math/big"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -79,11 +83,28 @@ const MaxActorLen = 2048
 var (
 	// ErrInvalidEnvelope reports a missing or malformed envelope field.
 	ErrInvalidEnvelope = errors.New("outbox: invalid envelope")
+	// ErrUnsafeNumber reports a number in the envelope (sequence,
+	// event_version or any number in the payload) outside
+	// ±MaxSafeInteger: JavaScript, jq and every parser that reads JSON
+	// numbers as IEEE-754 doubles would round it (12345678901234567890
+	// reads as 12345678901234567000). Errors wrapping it also wrap
+	// ErrInvalidEnvelope. Carry such values as decimal strings.
+	ErrUnsafeNumber = errors.New("outbox: number outside the interoperable range ±(2^53-1)")
 )
 
+// MaxSafeInteger is 2^53-1 (JavaScript's Number.MAX_SAFE_INTEGER), the
+// largest magnitude a published JSON number may have: every integer up to it
+// is exact in an IEEE-754 double, so every JSON parser reads the value the
+// producer wrote (RFC 8259 section 6, RFC 7493 section 2.2).
+const MaxSafeInteger = 1<<53 - 1
+
 // NewEnvelope builds an envelope with a fresh UUIDv7 event id and the current
-// UTC time. It returns ErrInvalidEnvelope (wrapped) when a field is missing or
-// the payload does not marshal to a JSON object.
+// UTC time. It returns ErrInvalidEnvelope (wrapped) when a field is missing,
+// the payload does not marshal to a JSON object, or a number is beyond
+// ±MaxSafeInteger (also ErrUnsafeNumber; see ValidateForPublish): e.g. a
+// payload {"bigInt": json.Number("12345678901234567890")} is refused; carry
+// such a value as a string. The envelope is returned with an ErrUnsafeNumber
+// error (tests use it to forge events consumers must refuse).
 func NewEnvelope(agg Aggregate, ev Event, meta Metadata) (Envelope, error) {
 	id, err := uuid.NewV7()
 	if err != nil {
@@ -106,12 +127,15 @@ func NewEnvelope(agg Aggregate, ev Event, meta Metadata) (Envelope, error) {
 		Actor:         meta.Actor,
 		Payload:       payload,
 	}
-	return env, env.Validate()
+	return env, env.ValidateForPublish()
 }
 
 // Validate checks that every required field is set, that Payload is a JSON
 // object and that Actor, when set, is at most MaxActorLen bytes of printable
-// ASCII. It returns an error wrapping ErrInvalidEnvelope.
+// ASCII. It returns an error wrapping ErrInvalidEnvelope. Consumers decode
+// with it (dedup.DecodeEnvelope), so it stays tolerant of numbers a
+// producer should not have written (CheckNumbers): their own checks refuse
+// those with a precise reason (order.CheckEvent).
 func (e Envelope) Validate() error {
 	switch {
 	case e.EventID == "":
@@ -136,6 +160,82 @@ func (e Envelope) Validate() error {
 		return fmt.Errorf("%w: payload of %s is not a JSON object", ErrInvalidEnvelope, e.EventType)
 	}
 	return nil
+}
+
+// ValidateForPublish is Validate plus CheckNumbers: what the write side
+// requires of an envelope before it may become an outbox record. NewEnvelope
+// and Writer.Build (so Writer.Write) call it, so an unsafe number is refused
+// at write time, before anything is sent, and never reaches a published
+// detail.
+func (e Envelope) ValidateForPublish() error {
+	if err := e.Validate(); err != nil {
+		return err
+	}
+	return e.CheckNumbers()
+}
+
+// CheckNumbers checks the publishing contract for numbers: every number the
+// detail holds (Sequence, EventVersion, and each number anywhere in Payload,
+// whatever its spelling: 1e16 and 9007199254740992.0 count) lies within
+// ±MaxSafeInteger. It returns an error wrapping ErrUnsafeNumber and
+// ErrInvalidEnvelope that names the first number beyond. Payload must be
+// valid JSON (Validate checks it first).
+func (e Envelope) CheckNumbers() error {
+	switch {
+	case e.Sequence > MaxSafeInteger || e.Sequence < -MaxSafeInteger:
+		return fmt.Errorf("%w: %w: sequence %d", ErrInvalidEnvelope, ErrUnsafeNumber, e.Sequence)
+	case e.EventVersion > MaxSafeInteger || e.EventVersion < -MaxSafeInteger:
+		return fmt.Errorf("%w: %w: event_version %d", ErrInvalidEnvelope, ErrUnsafeNumber, e.EventVersion)
+	}
+	if err := checkNumbers(e.Payload); err != nil {
+		return fmt.Errorf("%w: %w: payload of %s: %v", ErrInvalidEnvelope, ErrUnsafeNumber, e.EventType, err)
+	}
+	return nil
+}
+
+// checkNumbers returns an error naming the first number in the JSON text b
+// whose magnitude exceeds MaxSafeInteger. b must be valid JSON.
+func checkNumbers(b []byte) error {
+	if !bytes.ContainsAny(b, "0123456789") {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if n, ok := tok.(json.Number); ok && !safeNumber(string(n)) {
+			return fmt.Errorf("%s (at byte %d) is beyond ±%d", truncateText(string(n), 64), dec.InputOffset(), int64(MaxSafeInteger))
+		}
+	}
+}
+
+// safeNumber reports whether the JSON number literal n has a magnitude of at
+// most MaxSafeInteger.
+func safeNumber(n string) bool {
+	if !strings.ContainsAny(n, ".eE") {
+		v, err := strconv.ParseInt(n, 10, 64)
+		return err == nil && v >= -MaxSafeInteger && v <= MaxSafeInteger
+	}
+	// A fraction or exponent: compare the value exactly (1e16 and
+	// 9007199254740992.0 are beyond; 9007199254740991.5 is beyond too).
+	f, ok := new(big.Float).SetPrec(0).SetString(n)
+	if !ok {
+		return false
+	}
+	return f.Abs(f).Cmp(big.NewFloat(MaxSafeInteger)) <= 0
+}
+
+func truncateText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }
 
 // Detail returns the envelope as the EventBridge Detail: a compact JSON object.

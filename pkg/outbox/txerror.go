@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -20,11 +21,36 @@ const (
 	ReasonThrottling             = "ThrottlingError"
 	ReasonProvisionedThroughput  = "ProvisionedThroughputExceeded"
 	ReasonValidation             = "ValidationError"
+	ReasonItemCollectionSize     = "ItemCollectionSizeLimitExceeded"
 )
+
+// CancellationReasons lists every cancellation reason code DynamoDB
+// documents, in the order of the API reference.
+var CancellationReasons = []string{
+	ReasonNone, ReasonConditionalCheckFailed, ReasonItemCollectionSize, ReasonTransactionConflict,
+	ReasonProvisionedThroughput, ReasonThrottling, ReasonValidation,
+}
 
 // TxError is a cancelled TransactWriteItems call with its cancellation
 // reasons translated: Reasons[i] is the code for action i ("None" where the
 // action was fine). It is the one place TransactionCanceledException is read.
+//
+// The classes every caller maps to its outcome, strongest first (a caller
+// first checks the conditions that prove its work was already done, such as
+// a dedup marker or an idempotency record):
+//
+//   - Invalid: some action has ValidationError. Repeating cannot succeed.
+//   - CollectionFull: some action has ItemCollectionSizeLimitExceeded (a
+//     partition key's item collection reached 10 GB; tables with local
+//     secondary indexes only). Repeating cannot succeed until an operator
+//     acts.
+//   - ConditionFailed(i): action i failed its condition; what that means
+//     depends on the action (FirstConditionFailed).
+//   - Retryable: none of the above; the rest are TransactionConflict,
+//     ThrottlingError, ProvisionedThroughputExceeded, None, or codes this
+//     package does not know. Repeating the identical transaction may
+//     succeed. Throttled tells throttling (retry later: HTTP 503) from
+//     conflicts alone (contention: HTTP 409).
 type TxError struct {
 	Reasons []string
 	Err     error
@@ -52,20 +78,36 @@ func (e *TxError) FirstConditionFailed() int {
 	return -1
 }
 
-// Retryable reports whether the transaction was cancelled only by
-// conflicts or throttling (no condition failed): repeating it may succeed.
-func (e *TxError) Retryable() bool {
-	retry := false
+// Has reports whether any action was cancelled with one of codes.
+func (e *TxError) Has(codes ...string) bool {
 	for _, r := range e.Reasons {
-		switch r {
-		case ReasonNone, "":
-		case ReasonTransactionConflict, ReasonThrottling, ReasonProvisionedThroughput:
-			retry = true
-		default:
-			return false
+		for _, c := range codes {
+			if r == c {
+				return true
+			}
 		}
 	}
-	return retry
+	return false
+}
+
+// Invalid reports whether some action has ValidationError.
+func (e *TxError) Invalid() bool { return e.Has(ReasonValidation) }
+
+// CollectionFull reports whether some action has
+// ItemCollectionSizeLimitExceeded.
+func (e *TxError) CollectionFull() bool { return e.Has(ReasonItemCollectionSize) }
+
+// Throttled reports whether some action has ThrottlingError or
+// ProvisionedThroughputExceeded.
+func (e *TxError) Throttled() bool { return e.Has(ReasonThrottling, ReasonProvisionedThroughput) }
+
+// Retryable reports whether repeating the identical transaction may
+// succeed: no condition failed and no action has ValidationError or
+// ItemCollectionSizeLimitExceeded. Conflicts, throttling, and reasons this
+// package does not know (or none at all) are retryable: a cancelled
+// transaction wrote nothing, so repeating it is safe.
+func (e *TxError) Retryable() bool {
+	return e.FirstConditionFailed() < 0 && !e.Invalid() && !e.CollectionFull()
 }
 
 // AsTxError returns the *TxError in err's chain, if any.
@@ -87,11 +129,34 @@ func translateTxError(err error) error {
 	reasons := make([]string, len(tce.CancellationReasons))
 	for i, r := range tce.CancellationReasons {
 		reasons[i] = aws.ToString(r.Code)
-		if reasons[i] == "NONE" { // older spelling
+	}
+	if len(reasons) == 0 {
+		// Older SDKs and some emulators put the list only in the message:
+		// "Transaction cancelled, please refer cancellation reasons for
+		// specific reasons [None, ConditionalCheckFailed]".
+		reasons = reasonsFromMessage(tce.ErrorMessage())
+	}
+	for i, r := range reasons {
+		switch r {
+		case "", "NONE": // absent, older spelling
 			reasons[i] = ReasonNone
 		}
 	}
 	return &TxError{Reasons: reasons, Err: err}
+}
+
+// reasonsFromMessage returns the codes listed in the last [...] of a
+// TransactionCanceledException message, or nil.
+func reasonsFromMessage(msg string) []string {
+	open, end := strings.LastIndexByte(msg, '['), strings.LastIndexByte(msg, ']')
+	if open < 0 || end < open {
+		return nil
+	}
+	var out []string
+	for _, part := range strings.Split(msg[open+1:end], ",") {
+		out = append(out, strings.TrimSpace(part))
+	}
+	return out
 }
 
 // RequestToken derives a deterministic TransactWriteItems ClientRequestToken

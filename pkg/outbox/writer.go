@@ -129,7 +129,9 @@ func WithClientRequestToken(token string) WriteOption {
 //
 // Errors, all before any request is sent unless stated:
 //   - ErrNoEvents when events is empty;
-//   - an error wrapping ErrInvalidEnvelope when an envelope does not validate;
+//   - an error wrapping ErrInvalidEnvelope when an envelope does not validate,
+//     also wrapping ErrUnsafeNumber when it holds a number beyond
+//     ±MaxSafeInteger (Envelope.ValidateForPublish);
 //   - ErrEntryTooLarge when an event's entry exceeds MaxEntryBytes;
 //   - ErrTransactionTooLarge past 100 actions, 4 MB or a 400 KB item;
 //   - ErrDuplicateAction when two actions name the same item;
@@ -164,7 +166,7 @@ func (w *Writer) Build(writes []types.TransactWriteItem, events []Envelope, opts
 		return nil, fmt.Errorf("outbox: build condition: %w", err)
 	}
 	for i, env := range events {
-		if err := env.Validate(); err != nil {
+		if err := env.ValidateForPublish(); err != nil {
 			return nil, err
 		}
 		detail, err := env.Detail()

@@ -1,0 +1,209 @@
+package ledger_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/ddb-outbox/ddb-outbox/pkg/dedup"
+	"github.com/ddb-outbox/ddb-outbox/pkg/ledger"
+	"github.com/ddb-outbox/ddb-outbox/pkg/order"
+	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
+	"github.com/ddb-outbox/ddb-outbox/pkg/sqsconsumer"
+)
+
+// Roles of the actions in the ledger's Apply transaction.
+const (
+	roleMarker  = "marker"  // action 0: the dedup marker Put
+	roleEntry   = "entry"   // action 1: the entry Put
+	roleBalance = "balance" // action 2: the balance Update
+)
+
+// cancelClient cancels every TransactWriteItems whose actions have a code
+// other than None in codes[role] (the same codes on every attempt) and
+// counts commits otherwise.
+type cancelClient struct {
+	ledger.Client
+	mu      sync.Mutex
+	codes   map[string]string
+	calls   int
+	commits int
+}
+
+func ledgerRole(it types.TransactWriteItem) string {
+	if it.Update != nil {
+		return roleBalance
+	}
+	pk, _ := it.Put.Item["pk"].(*types.AttributeValueMemberS)
+	if pk != nil && strings.HasPrefix(pk.Value, ledger.EntryPrefix) {
+		return roleEntry
+	}
+	return roleMarker
+}
+
+func (c *cancelClient) TransactWriteItems(_ context.Context, in *dynamodb.TransactWriteItemsInput, _ ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.calls++
+	reasons := make([]types.CancellationReason, len(in.TransactItems))
+	cancel := false
+	for i, it := range in.TransactItems {
+		code := c.codes[ledgerRole(it)]
+		if code == "" {
+			code = outbox.ReasonNone
+		}
+		reasons[i].Code = aws.String(code)
+		cancel = cancel || code != outbox.ReasonNone
+	}
+	if cancel {
+		return nil, &types.TransactionCanceledException{Message: aws.String("Transaction cancelled"), CancellationReasons: reasons}
+	}
+	c.commits++
+	return &dynamodb.TransactWriteItemsOutput{}, nil
+}
+
+// consumerOutcome is what Handle did with one delivery.
+type consumerOutcome struct {
+	kind   string // "applied", "duplicate", "retry", "permanent"
+	reason string // the dead-letter reason of "permanent"
+}
+
+var (
+	applied      = consumerOutcome{kind: "applied"}
+	duplicate    = consumerOutcome{kind: "duplicate"}
+	retryOutcome = consumerOutcome{kind: "retry"}
+)
+
+func permanent(reason string) consumerOutcome {
+	return consumerOutcome{kind: "permanent", reason: reason}
+}
+
+type consumerRule struct {
+	name string
+	when func(c map[string]string) bool
+	want consumerOutcome
+}
+
+func has(codes ...string) func(map[string]string) bool {
+	return func(c map[string]string) bool {
+		for _, v := range c {
+			for _, code := range codes {
+				if v == code {
+					return true
+				}
+			}
+		}
+		return false
+	}
+}
+
+func is(role, code string) func(map[string]string) bool {
+	return func(c map[string]string) bool { return c[role] == code }
+}
+
+func allNone(c map[string]string) bool { return !has(outbox.CancellationReasons[1:]...)(c) }
+
+// ledgerRules is the outcome precedence of a ledger delivery.
+var ledgerRules = []consumerRule{
+	{"committed", allNone, applied},
+	{"marker exists", is(roleMarker, outbox.ReasonConditionalCheckFailed), duplicate},
+	{"entry exists (marker expired)", is(roleEntry, outbox.ReasonConditionalCheckFailed), duplicate},
+	{"ValidationError", has(outbox.ReasonValidation), permanent(dedup.ReasonTransactionInvalid)},
+	{"item collection full", has(outbox.ReasonItemCollectionSize), permanent(dedup.ReasonItemCollectionFull)},
+	{"balance would overflow", is(roleBalance, outbox.ReasonConditionalCheckFailed), permanent(ledger.ReasonBalanceOverflow)},
+	{"conflicts or throttling past the retries", has(outbox.ReasonTransactionConflict, outbox.ReasonThrottling, outbox.ReasonProvisionedThroughput), retryOutcome},
+}
+
+func combos(roles ...string) []map[string]string {
+	out := []map[string]string{{}}
+	for _, r := range roles {
+		var next []map[string]string
+		for _, c := range out {
+			for _, code := range outbox.CancellationReasons {
+				m := map[string]string{r: code}
+				for k, v := range c {
+					m[k] = v
+				}
+				next = append(next, m)
+			}
+		}
+		out = next
+	}
+	return out
+}
+
+const consumerAttempts = 3
+
+// TestLedgerCancellationOutcomes: every combination of the seven
+// cancellation reason codes at every action of both ledger transactions (a
+// payment: marker, entry, balance; an unpaid cancellation: marker only)
+// maps to the one outcome ledgerRules names: applied, duplicate, retry (an
+// error the queue redelivers) or permanent (sqsconsumer.Permanent, with
+// its reason).
+func TestLedgerCancellationOutcomes(t *testing.T) {
+	t.Parallel()
+	shapes := []struct {
+		name  string
+		roles []string
+		env   func(t *testing.T) outbox.Envelope
+	}{
+		{"OrderPaid", []string{roleMarker, roleEntry, roleBalance}, func(t *testing.T) outbox.Envelope {
+			return envelope(t, "o-1", 2, order.EventOrderPaid, order.Paid{OrderID: "o-1", AmountMinor: 100, Currency: "EUR"})
+		}},
+		{"unpaid OrderCancelled", []string{roleMarker}, func(t *testing.T) outbox.Envelope {
+			return envelope(t, "o-1", 2, order.EventOrderCancelled, order.Cancelled{OrderID: "o-1", Currency: "EUR"})
+		}},
+	}
+	for _, sh := range shapes {
+		for _, c := range combos(sh.roles...) {
+			var parts []string
+			for _, r := range sh.roles {
+				parts = append(parts, r+"="+c[r])
+			}
+			t.Run(sh.name+"/"+strings.Join(parts, ","), func(t *testing.T) {
+				t.Parallel()
+				client := &cancelClient{codes: c}
+				l, err := ledger.New(client, ledger.Config{Table: "ledger", Logger: quiet, Dedup: dedup.Config{Table: "dedup",
+					MaxAttempts: consumerAttempts, BaseBackoff: time.Nanosecond, MaxBackoff: time.Nanosecond}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				err = l.Handle(context.Background(), delivery(t, sh.env(t)))
+				rule, want := "", consumerOutcome{}
+				for _, r := range ledgerRules {
+					if r.when(c) {
+						rule, want = r.name, r.want
+						break
+					}
+				}
+				got := observe(err, client.commits)
+				if got != want {
+					t.Fatalf("rule %q: got %+v (err %v), want %+v", rule, got, err, want)
+				}
+				if want == retryOutcome && client.calls != consumerAttempts {
+					t.Fatalf("rule %q: %d attempts, want %d", rule, client.calls, consumerAttempts)
+				}
+			})
+		}
+	}
+}
+
+// observe classifies Handle's result.
+func observe(err error, commits int) consumerOutcome {
+	if p, ok := sqsconsumer.AsPermanent(err); ok {
+		return permanent(p.Reason)
+	}
+	switch {
+	case err != nil:
+		return retryOutcome
+	case commits > 0:
+		return applied
+	}
+	return duplicate
+}

@@ -1,0 +1,198 @@
+package notifier_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/ddb-outbox/ddb-outbox/pkg/dedup"
+	"github.com/ddb-outbox/ddb-outbox/pkg/notifier"
+	"github.com/ddb-outbox/ddb-outbox/pkg/order"
+	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
+	"github.com/ddb-outbox/ddb-outbox/pkg/sqsconsumer"
+)
+
+// Roles of the actions in the notifier's Apply transaction.
+const (
+	roleMarker       = "marker"       // action 0: the dedup marker Put
+	roleNotification = "notification" // action 1: the notification Put
+	roleView         = "view"         // action 2: the order view Update (absent in the re-run)
+)
+
+// cancelClient cancels every TransactWriteItems whose actions have a code
+// other than None in codes[role] (the same codes on every attempt) and
+// counts commits otherwise.
+type cancelClient struct {
+	notifier.Client
+	mu      sync.Mutex
+	codes   map[string]string
+	calls   int
+	commits int
+}
+
+func notifierRole(it types.TransactWriteItem) string {
+	if it.Update != nil {
+		return roleView
+	}
+	pk, _ := it.Put.Item["pk"].(*types.AttributeValueMemberS)
+	if pk != nil && strings.HasPrefix(pk.Value, notifier.NotificationPrefix) {
+		return roleNotification
+	}
+	return roleMarker
+}
+
+func (c *cancelClient) TransactWriteItems(_ context.Context, in *dynamodb.TransactWriteItemsInput, _ ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.calls++
+	reasons := make([]types.CancellationReason, len(in.TransactItems))
+	cancel := false
+	for i, it := range in.TransactItems {
+		code := c.codes[notifierRole(it)]
+		if code == "" {
+			code = outbox.ReasonNone
+		}
+		reasons[i].Code = aws.String(code)
+		cancel = cancel || code != outbox.ReasonNone
+	}
+	if cancel {
+		return nil, &types.TransactionCanceledException{Message: aws.String("Transaction cancelled"), CancellationReasons: reasons}
+	}
+	c.commits++
+	return &dynamodb.TransactWriteItemsOutput{}, nil
+}
+
+// consumerOutcome is what Handle did with one delivery.
+type consumerOutcome struct {
+	kind   string // "applied", "duplicate", "retry", "permanent"
+	reason string // the dead-letter reason of "permanent"
+}
+
+var (
+	applied      = consumerOutcome{kind: "applied"}
+	duplicate    = consumerOutcome{kind: "duplicate"}
+	retryOutcome = consumerOutcome{kind: "retry"}
+)
+
+func permanent(reason string) consumerOutcome {
+	return consumerOutcome{kind: "permanent", reason: reason}
+}
+
+type consumerRule struct {
+	name string
+	when func(c map[string]string) bool
+	want consumerOutcome
+}
+
+func has(codes ...string) func(map[string]string) bool {
+	return func(c map[string]string) bool {
+		for _, v := range c {
+			for _, code := range codes {
+				if v == code {
+					return true
+				}
+			}
+		}
+		return false
+	}
+}
+
+func is(role, code string) func(map[string]string) bool {
+	return func(c map[string]string) bool { return c[role] == code }
+}
+
+func allNone(c map[string]string) bool { return !has(outbox.CancellationReasons[1:]...)(c) }
+
+// notifierRules is the outcome precedence of a notifier delivery. When
+// only the view's condition failed, the notifier re-runs the transaction
+// without the view: the marker's and notification's codes decide then.
+var notifierRules = []consumerRule{
+	{"committed", allNone, applied},
+	{"marker exists", is(roleMarker, outbox.ReasonConditionalCheckFailed), duplicate},
+	{"notification exists (marker expired)", is(roleNotification, outbox.ReasonConditionalCheckFailed), duplicate},
+	{"ValidationError", has(outbox.ReasonValidation), permanent(dedup.ReasonTransactionInvalid)},
+	{"item collection full", has(outbox.ReasonItemCollectionSize), permanent(dedup.ReasonItemCollectionFull)},
+	{"view is newer; re-run commits", func(c map[string]string) bool {
+		return c[roleView] == outbox.ReasonConditionalCheckFailed && c[roleMarker] == outbox.ReasonNone && c[roleNotification] == outbox.ReasonNone
+	}, applied},
+	{"conflicts or throttling past the retries", has(outbox.ReasonTransactionConflict, outbox.ReasonThrottling, outbox.ReasonProvisionedThroughput), retryOutcome},
+}
+
+func combos(roles ...string) []map[string]string {
+	out := []map[string]string{{}}
+	for _, r := range roles {
+		var next []map[string]string
+		for _, c := range out {
+			for _, code := range outbox.CancellationReasons {
+				m := map[string]string{r: code}
+				for k, v := range c {
+					m[k] = v
+				}
+				next = append(next, m)
+			}
+		}
+		out = next
+	}
+	return out
+}
+
+const consumerAttempts = 3
+
+// TestNotifierCancellationOutcomes: every combination of the seven
+// cancellation reason codes at every action of the notifier's transaction
+// (marker, notification, view; and the re-run without the view) maps to
+// the one outcome notifierRules names: applied, duplicate, retry (an error
+// the queue redelivers) or permanent (sqsconsumer.Permanent, with its
+// reason).
+func TestNotifierCancellationOutcomes(t *testing.T) {
+	t.Parallel()
+	roles := []string{roleMarker, roleNotification, roleView}
+	for _, c := range combos(roles...) {
+		var parts []string
+		for _, r := range roles {
+			parts = append(parts, r+"="+c[r])
+		}
+		t.Run(strings.Join(parts, ","), func(t *testing.T) {
+			t.Parallel()
+			client := &cancelClient{codes: c}
+			n, err := notifier.New(client, notifier.Config{Table: "notifications", Logger: quiet, Dedup: dedup.Config{Table: "dedup",
+				MaxAttempts: consumerAttempts, BaseBackoff: time.Nanosecond, MaxBackoff: time.Nanosecond}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			env := envelope(t, "o-1", 2, order.EventOrderPaid, order.Paid{OrderID: "o-1", AmountMinor: 100, Currency: "EUR"})
+			err = n.Handle(context.Background(), delivery(t, env))
+			rule, want := "", consumerOutcome{}
+			for _, r := range notifierRules {
+				if r.when(c) {
+					rule, want = r.name, r.want
+					break
+				}
+			}
+			got := observe(err, client.commits)
+			if got != want {
+				t.Fatalf("rule %q: got %+v (err %v), want %+v", rule, got, err, want)
+			}
+		})
+	}
+}
+
+// observe classifies Handle's result.
+func observe(err error, commits int) consumerOutcome {
+	if p, ok := sqsconsumer.AsPermanent(err); ok {
+		return permanent(p.Reason)
+	}
+	switch {
+	case err != nil:
+		return retryOutcome
+	case commits > 0:
+		return applied
+	}
+	return duplicate
+}
