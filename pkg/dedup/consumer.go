@@ -1,6 +1,7 @@
 package dedup
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
+	"github.com/ddb-outbox/ddb-outbox/pkg/sqsconsumer"
 )
 
 // ConsumerConfig is the configuration every consumer shares (pkg/ledger and
@@ -165,4 +167,31 @@ func accountID(s string) bool {
 		}
 	}
 	return true
+}
+
+// Refuse logs an event a consumer refuses, at ERROR with its reason and
+// attrs, and returns err as a *sqsconsumer.PermanentError with that reason,
+// so the consumer's SQS adapter dead-letters it at once (pkg/sqsconsumer).
+func Refuse(ctx context.Context, log *slog.Logger, consumer, reason string, err error, attrs ...any) error {
+	log.ErrorContext(ctx, consumer+": event refused", append([]any{"reason", reason, "error", err}, attrs...)...)
+	return sqsconsumer.Permanent(reason, err)
+}
+
+// Accept is the first step of every consumer's Handle: it decodes ev with
+// Decode (origin checks, then the envelope) and returns the envelope and log
+// with the envelope's keys (event_id, event_type, aggregate_id, sequence,
+// and actor when set). An event Decode refuses is logged and returned as a
+// *sqsconsumer.PermanentError (Refuse) with OriginReason's reason, wrapping
+// ErrForeignSource, ErrForeignAccount or ErrMalformedEvent.
+func (c ConsumerConfig) Accept(ctx context.Context, log *slog.Logger, ev events.EventBridgeEvent) (outbox.Envelope, *slog.Logger, error) {
+	env, err := c.Decode(ev)
+	if err != nil {
+		return env, log, Refuse(ctx, log, c.Dedup.Consumer, OriginReason(err), err,
+			"bus_event_id", ev.ID, "detail_type", ev.DetailType, "source", ev.Source, "account", ev.AccountID)
+	}
+	log = log.With("event_id", env.EventID, "event_type", env.EventType, "aggregate_id", env.AggregateID, "sequence", env.Sequence)
+	if env.Actor != "" {
+		log = log.With("actor", env.Actor)
+	}
+	return env, log, nil
 }

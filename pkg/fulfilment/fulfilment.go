@@ -200,15 +200,11 @@ type Outcome struct {
 // Handle applies one EventBridge event (see the package documentation for
 // what it does and which errors are permanent).
 func (f *Fulfilment) Handle(ctx context.Context, ev events.EventBridgeEvent) error {
-	env, err := f.origin.Decode(ev)
+	env, log, err := f.origin.Accept(ctx, f.log, ev)
 	if err != nil {
-		reason := dedup.OriginReason(err)
-		f.log.ErrorContext(ctx, "fulfilment: event refused", "reason", reason, "bus_event_id", ev.ID,
-			"detail_type", ev.DetailType, "source", ev.Source, "account", ev.AccountID, "error", err)
-		return sqsconsumer.Permanent(reason, err)
+		return err
 	}
-	log := f.log.With("event_id", env.EventID, "event_type", env.EventType, "aggregate_id", env.AggregateID,
-		"sequence", env.Sequence, "idempotency_key", idempotency.RecordKey(f.cfg.Idempotency.Namespace, env.EventID))
+	log = log.With("idempotency_key", idempotency.RecordKey(f.cfg.Idempotency.Namespace, env.EventID))
 	if env.EventType != order.EventOrderPaid && env.EventType != order.EventOrderCancelled {
 		log.InfoContext(ctx, "fulfilment: ignoring event type")
 		return nil

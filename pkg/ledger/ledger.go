@@ -191,18 +191,11 @@ func New(client Client, cfg Config) (*Ledger, error) {
 // dedup.ErrForeignSource, dedup.ErrForeignAccount, ErrInvalidPayload,
 // ErrUnsupportedVersion or ErrBalanceOverflow.
 func (l *Ledger) Handle(ctx context.Context, ev events.EventBridgeEvent) error {
-	env, err := l.cfg.Decode(ev)
+	env, log, err := l.cfg.Accept(ctx, l.log, ev)
 	if err != nil {
-		reason := dedup.OriginReason(err)
-		l.log.ErrorContext(ctx, "ledger: event refused", "reason", reason, "bus_event_id", ev.ID,
-			"detail_type", ev.DetailType, "source", ev.Source, "account", ev.AccountID, "error", err)
-		return sqsconsumer.Permanent(reason, err)
+		return err
 	}
-	log := l.log.With("event_id", env.EventID, "event_type", env.EventType, "aggregate_id", env.AggregateID,
-		"sequence", env.Sequence, "idempotency_key", dedup.MarkerKey(l.cfg.Dedup.Consumer, env.EventID))
-	if env.Actor != "" {
-		log = log.With("actor", env.Actor)
-	}
+	log = log.With("idempotency_key", dedup.MarkerKey(l.cfg.Dedup.Consumer, env.EventID))
 
 	var b *booking
 	switch env.EventType {

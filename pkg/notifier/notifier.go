@@ -192,18 +192,11 @@ func payloadOf(v any) payload {
 // dedup.ErrForeignAccount, dedup.ErrMalformedEvent, ErrUnsupportedVersion or
 // ErrInvalidPayload.
 func (n *Notifier) Handle(ctx context.Context, ev events.EventBridgeEvent) error {
-	env, err := n.cfg.Decode(ev)
+	env, log, err := n.cfg.Accept(ctx, n.log, ev)
 	if err != nil {
-		reason := dedup.OriginReason(err)
-		n.log.ErrorContext(ctx, "notifier: event refused", "reason", reason, "bus_event_id", ev.ID,
-			"detail_type", ev.DetailType, "source", ev.Source, "account", ev.AccountID, "error", err)
-		return sqsconsumer.Permanent(reason, err)
+		return err
 	}
-	log := n.log.With("event_id", env.EventID, "event_type", env.EventType, "aggregate_id", env.AggregateID,
-		"sequence", env.Sequence, "idempotency_key", dedup.MarkerKey(n.cfg.Dedup.Consumer, env.EventID))
-	if env.Actor != "" {
-		log = log.With("actor", env.Actor)
-	}
+	log = log.With("idempotency_key", dedup.MarkerKey(n.cfg.Dedup.Consumer, env.EventID))
 	status, known := statusOf[env.EventType]
 	if !known {
 		log.InfoContext(ctx, "notifier: ignoring event type")
