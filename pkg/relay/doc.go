@@ -12,7 +12,11 @@
 //   - PutEvents partial failures (HTTP 200 with FailedEntryCount > 0): only
 //     the failed entries with a retryable code are re-sent; accepted entries
 //     are never re-sent. Calls hold at most 10 entries and at most
-//     MaxRequestBytes, entries measured with outbox.EntrySize.
+//     MaxRequestBytes, entries measured with outbox.EntrySize. A request
+//     refused whole for its size (HTTP 413, ValidationException "Total size
+//     of the entries in the request is over the limit.") is split and its
+//     parts re-sent, never retried as is; an entry refused alone is parked
+//     with the reason (CodeRequestRejected).
 //   - Nothing is dropped silently (I5): permanent failures, oversized entries
 //     and undecodable (poison) records are sent to the parked-records DLQ
 //     first, then marked PARKED (no TTL), counted and logged. The DLQ
