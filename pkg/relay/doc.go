@@ -34,9 +34,10 @@
 //     k-th event of each aggregate; Publisher.PublishInOrder); an aggregate
 //     whose event is not published stops, its later events are held back
 //     (CodeHeldBack) while other aggregates flow. Cost: ceil(|wave|/10)
-//     PutEvents per wave, so 140 calls per 1,000 events while an aggregate
-//     has at most 100/10 = 10 events in a batch of 100, rising to 1,040 per
-//     1,000 when a whole batch is one aggregate's (one call per event).
+//     PutEvents per wave: 140 calls per 1,000 events when each aggregate has
+//     one event per batch of 100 (or the waves are multiples of 10 entries);
+//     each extra, partly filled wave adds a call, up to 1,040 per 1,000
+//     when a whole batch is one aggregate's (one call per event).
 //   - Handle reports the dynamodb.SequenceNumber of the first record not
 //     done, never the eventID; a configuration error (no NewImage) fails the
 //     whole batch.
