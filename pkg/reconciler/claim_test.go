@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
 	"github.com/ddb-outbox/ddb-outbox/pkg/reconciler"
@@ -283,4 +285,37 @@ func (f fixture) writeInShard(t *testing.T, id string, seq int64, age time.Durat
 	}
 	t.Fatalf("no event id hashes to shard %d", shard)
 	return outbox.Envelope{}
+}
+
+// TestReconcilerClearsRequestsRejectedWhole: three stale records of about
+// 50 KB that the bus refuses together as too large are re-published in
+// smaller requests (the reconciler uses the relay's Publisher), so the
+// backlog clears instead of being re-sent as it was, run after run.
+func TestReconcilerClearsRequestsRejectedWhole(t *testing.T) {
+	t.Parallel()
+	f := setup(t, 1)
+	for i := range 3 {
+		env, err := outbox.NewEnvelope(outbox.Aggregate{Type: "Order", ID: fmt.Sprint("big", i), Sequence: 1},
+			outbox.Event{Type: "OrderPlaced", Version: 1, Payload: map[string]string{"pad": strings.Repeat("x", 50*1024)}}, outbox.Metadata{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		env.OccurredAt = env.OccurredAt.Add(-10 * time.Minute)
+		if err := f.writer.Write(context.Background(), nil, []outbox.Envelope{env}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.eb.reject = func(n int) error {
+		if n > 1 {
+			return &smithy.GenericAPIError{Code: "ValidationException", Message: "Total size of the entries in the request is over the limit."}
+		}
+		return nil
+	}
+	rep, err := f.reconciler(t, f.env.DDB, io.Discard, nil).Run(context.Background())
+	if err != nil || rep.Resent != 3 || rep.Failed != 0 {
+		t.Fatalf("report %+v, err %v; want 3 resent", rep, err)
+	}
+	if f.eb.calls != 5 {
+		t.Errorf("PutEvents calls %d, want 5 (3 refused → 1 + 2 → 1 + 1)", f.eb.calls)
+	}
 }

@@ -343,7 +343,8 @@ func (r *Reconciler) Run(ctx context.Context) (Report, error) {
 	}
 	r.cfg.Logger.InfoContext(ctx, "reconciler: run finished",
 		"pending", rep.Pending, "oldest_pending_age_seconds", rep.OldestPendingAge.Seconds(),
-		"resent", rep.Resent, "parked", rep.Parked, "failed", rep.Failed, "truncated", rep.Truncated)
+		"resent", rep.Resent, "parked", rep.Parked, "failed", rep.Failed, "held_back", rep.HeldBack,
+		"skipped", rep.Skipped, "truncated", rep.Truncated)
 	r.emf.Emit(map[string]relay.Metric{
 		config.MetricPendingCount:     {Value: float64(rep.Pending), Unit: relay.UnitCount},
 		config.MetricOldestPendingAge: {Value: rep.OldestPendingAge.Seconds(), Unit: relay.UnitSeconds},

@@ -33,11 +33,20 @@ type fakeEventBridge struct {
 	mu   sync.Mutex
 	sent []string
 	fail func(eventID string) string
+	// reject, when set, may refuse a whole request by its entry count.
+	reject func(entries int) error
+	calls  int
 }
 
 func (f *fakeEventBridge) PutEvents(_ context.Context, in *eventbridge.PutEventsInput, _ ...func(*eventbridge.Options)) (*eventbridge.PutEventsOutput, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.calls++
+	if f.reject != nil {
+		if err := f.reject(len(in.Entries)); err != nil {
+			return nil, err
+		}
+	}
 	out := &eventbridge.PutEventsOutput{}
 	for _, e := range in.Entries {
 		var env outbox.Envelope
