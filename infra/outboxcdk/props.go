@@ -23,15 +23,22 @@ const (
 	// a failing batch before sending its metadata to the on-failure queue.
 	DefaultRetryAttempts = 10
 	// DefaultMaxRecordAge is the oldest stream record the mapping still
-	// delivers (stream retention is 24 h anyway).
-	DefaultMaxRecordAge = 6 * time.Hour
+	// delivers: 4 min, so that with the default relay timeout (60 s) the
+	// mapping's retry window (MaxRecordAge + RelayTimeout = 5 min) ends by
+	// the default ReconcileAfter (5 min). A record the relay keeps failing
+	// on is given up (on-failure queue, later records flow) within 5 min;
+	// it stays pending and the reconciler takes it over.
+	DefaultMaxRecordAge = 4 * time.Minute
 	// DefaultParallelizationFactor is the number of concurrent batches per
 	// stream shard.
 	DefaultParallelizationFactor = 1
 	// DefaultReconcileRate is the reconciler's schedule.
 	DefaultReconcileRate = 5 * time.Minute
-	// DefaultIteratorAgeThreshold is the relay IteratorAge alarm threshold.
-	DefaultIteratorAgeThreshold = 5 * time.Minute
+	// DefaultIteratorAgeThreshold is the relay IteratorAge alarm threshold:
+	// 2 min, below DefaultMaxRecordAge (the mapping skips records older than
+	// MaxRecordAge, so the iterator age never grows much past it and a
+	// higher threshold could never fire).
+	DefaultIteratorAgeThreshold = 2 * time.Minute
 	// DefaultOldestPendingThreshold is the oldest-pending-record age alarm
 	// threshold; it must exceed ReconcileAfter + ReconcileRate.
 	DefaultOldestPendingThreshold = 15 * time.Minute
@@ -39,20 +46,69 @@ const (
 	DefaultRelayTimeout = 60 * time.Second
 )
 
-// Limits enforced by Validate. They are the AWS API limits unless noted.
+// Limits enforced by Validate. Each keeps the promise "a poison record is
+// given up within minutes while later records flow": the event source
+// mapping stops retrying a batch when MaxRecordAge is reached or the
+// retries run out, whichever comes first; bisecting a batch
+// (BisectBatchOnFunctionError) does not count as a retry, so the record age
+// is the hard bound. A record the relay keeps failing on therefore leaves
+// the stream path at most MaxRecordAge + RelayTimeout after it was written
+// (an invocation started just before expiry runs to its timeout; see
+// Props.StreamGiveUpTime): 5 min with the defaults, 20 min at the bounds
+// (15 min + 5 min). Its metadata goes to the on-failure queue, the record
+// stays pending and the reconciler re-publishes it (ReconcileAfter, then
+// within ReconcileRate) or parks it. A record that fails permanently is
+// parked by the relay at once. The AWS API limits are wider (noted).
 const (
-	MinBatchSize             = 1
-	MaxBatchSize             = 10000
-	MaxBatchingWindow        = 300 * time.Second
-	MinRetryAttempts         = 1 // bounded and at least one retry (AWS allows -1..10000)
-	MaxRetryAttempts         = 10000
-	MinRecordAge             = 60 * time.Second
-	MaxRecordAge             = 604800 * time.Second
+	MinBatchSize = 1
+	// MaxBatchSize: 1,000 records (the CDK and SAM docs give 1,000 for
+	// DynamoDB streams; the newer API text 10,000). A larger batch takes
+	// longer than one relay invocation to publish in per-aggregate waves.
+	MaxBatchSize = 1000
+	// MaxBatchingWindow: 300 s (AWS limit), and at most MaxRecordAge −
+	// RelayTimeout so that a record can be delivered before it expires.
+	MaxBatchingWindow = 300 * time.Second
+	// MinRetryAttempts: bounded and at least one retry (AWS allows -1, infinite).
+	MinRetryAttempts = 1
+	// MaxRetryAttempts: 10 (AWS allows 10,000). With RelayTimeout at its
+	// bound, 11 invocations of 5 min are 55 min, so MaxRecordAge gives up
+	// first; the bound keeps the retries alone within the hour.
+	MaxRetryAttempts = 10
+	// MinRecordAge: 60 s (AWS limit), and at least MaxBatchingWindow +
+	// RelayTimeout (one full delivery attempt).
+	MinRecordAge = 60 * time.Second
+	// MaxRecordAge: 15 min (AWS allows 7 days, and the stream keeps 24 h):
+	// the worst-case time to give up a poison record is MaxRecordAge +
+	// RelayTimeout.
+	MaxRecordAge = 15 * time.Minute
+	// MinParallelizationFactor and MaxParallelizationFactor: exactly 1 (AWS
+	// allows 1..10). With more than one concurrent batch per shard Lambda
+	// keeps order per item (partition and sort key) only, and an
+	// aggregate's outbox records are different items: its later event
+	// could be published by one batch while an earlier one fails in
+	// another, which the relay's per-aggregate hold-back (I4) cannot see.
 	MinParallelizationFactor = 1
-	MaxParallelizationFactor = 10
+	MaxParallelizationFactor = 1
 	MinPendingShards         = 1
-	MaxEntryBytesLimit       = 1024 * 1024 // EventBridge event bus payload ceiling announced by AWS
-	MinReconcileRate         = time.Minute // EventBridge rate expressions are whole minutes
+	// MinEntryBytes is the smallest entry size limit the relay accepts
+	// (relay.PublisherConfig.Validate); a smaller value would fail every
+	// relay start.
+	MinEntryBytes      = 1024
+	MaxEntryBytesLimit = 1024 * 1024 // EventBridge event bus payload ceiling announced by AWS
+	// MaxRelayTimeout: 5 min (Lambda allows 15 min); it adds to the
+	// worst-case time to give up a poison record.
+	MaxRelayTimeout  = 5 * time.Minute
+	MinReconcileRate = time.Minute // EventBridge rate expressions are whole minutes
+	// MaxReconcileRate: 15 min; a record the stream path gave up waits up
+	// to ReconcileAfter + ReconcileRate for the reconciler.
+	MaxReconcileRate = 15 * time.Minute
+	// MaxReconcileAfter: 1 h; see MaxReconcileRate.
+	MaxReconcileAfter = time.Hour
+	// ReconcilerTimeoutMargin is what the reconciler's function timeout adds
+	// to ReconcileBudget (outbox.go): 15 s. A run must end before the next
+	// scheduled one starts: ReconcileBudget + ReconcilerTimeoutMargin <=
+	// ReconcileRate.
+	ReconcilerTimeoutMargin = 15 * time.Second
 )
 
 // ErrInvalidProps is wrapped by every error Validate returns.
@@ -75,38 +131,51 @@ type Props struct {
 	// PendingShards is the number of pending index partitions, 1..256.
 	// Default config.DefaultPendingShards.
 	PendingShards int
-	// MaxEntryBytes is the EventBridge entry size limit in bytes, 1..1 MiB.
+	// MaxEntryBytes is the EventBridge entry size limit in bytes, 1 KiB..1 MiB.
 	// Default config.DefaultMaxEntryBytes (256 KB).
 	MaxEntryBytes int
 
-	// BatchSize is the event source mapping batch size, 1..10000 records.
+	// BatchSize is the event source mapping batch size, 1..1000 records.
 	// Default DefaultBatchSize.
 	BatchSize int
 	// MaxBatchingWindow is how long the mapping gathers records before
-	// invoking, whole seconds, 0..300 s. Default 0.
+	// invoking, whole seconds, 0..300 s and at most MaxRecordAge −
+	// RelayTimeout. Default 0.
 	MaxBatchingWindow time.Duration
-	// RetryAttempts bounds the mapping's retries of a failing batch,
-	// 1..10000. Default DefaultRetryAttempts.
+	// RetryAttempts bounds the mapping's retries of a failing batch, 1..10.
+	// Default DefaultRetryAttempts.
 	RetryAttempts int
 	// MaxRecordAge is the oldest record the mapping delivers, whole seconds,
-	// 60 s..604800 s (7 days). Default DefaultMaxRecordAge.
+	// 60 s..15 min, and at least MaxBatchingWindow + RelayTimeout. It bounds
+	// the time a record the relay keeps failing on holds the shard:
+	// worst case MaxRecordAge + RelayTimeout (StreamGiveUpTime): 5 min by
+	// default, 20 min at the bounds. Default DefaultMaxRecordAge (4 min).
 	MaxRecordAge time.Duration
-	// ParallelizationFactor is the number of concurrent batches per shard,
-	// 1..10. Default DefaultParallelizationFactor.
+	// ParallelizationFactor is the number of concurrent batches per shard:
+	// 1 (see MaxParallelizationFactor). Default DefaultParallelizationFactor.
 	ParallelizationFactor int
 	// RelayTimeout is the relay's Lambda timeout, whole seconds, up to
-	// 15 min and at least MinRelayTimeout() (the publisher's retry budget
+	// 5 min (MaxRelayTimeout) and at least MinRelayTimeout() (the publisher's retry budget
 	// plus the marking reserve plus a margin, relay.MinFunctionTimeout; 32 s
 	// with the relay's defaults): a shorter timeout would cut the retry
 	// budget, and the relay keeps the reserve before the deadline to mark
 	// and answer. Default DefaultRelayTimeout.
 	RelayTimeout time.Duration
 
-	// ReconcileRate is how often the reconciler runs, whole minutes, >= 1
-	// min. Default DefaultReconcileRate.
+	// ReconcileRate is how often the reconciler runs, whole minutes,
+	// 1..15 min, and at least ReconcileBudget + 15 s (the reconciler's
+	// function timeout), so a run ends before the next one starts. The
+	// reconciler also runs one at a time (reserved concurrency 1) and
+	// claims each record it re-publishes. Default DefaultReconcileRate.
 	ReconcileRate time.Duration
 	// ReconcileAfter is the age after which the reconciler re-publishes a
-	// pending record, whole seconds, > 0. Default config.DefaultReconcileAfter.
+	// pending record, whole seconds, at most 1 h and at least the event
+	// source mapping's retry window, MaxRecordAge + RelayTimeout
+	// (StreamGiveUpTime), and config.MinReconcileAfter (2 min): below it the
+	// reconciler races the relay on records the mapping still delivers.
+	// There is no test-only way around this bound here (the reconciler's
+	// AllowShortReconcileAfter is for tests and the local stack). Default
+	// config.DefaultReconcileAfter (5 min).
 	ReconcileAfter time.Duration
 	// ReconcileBudget bounds one reconciler run, whole seconds, 1 s..14 min;
 	// the function timeout is the budget plus 15 s. Default
@@ -117,12 +186,15 @@ type Props struct {
 	// config.DefaultPublishedRetention.
 	PublishedRetention time.Duration
 
-	// IteratorAgeThreshold is the relay IteratorAge alarm threshold, > 0.
-	// Default DefaultIteratorAgeThreshold.
+	// IteratorAgeThreshold is the relay IteratorAge alarm threshold, > 0 and
+	// below MaxRecordAge (records older than that are skipped, so the
+	// iterator age would never reach the threshold). Default
+	// DefaultIteratorAgeThreshold.
 	IteratorAgeThreshold time.Duration
 	// OldestPendingThreshold is the threshold of the alarm on the
-	// reconciler's oldest-pending-record age metric, whole seconds, > 0.
-	// Default DefaultOldestPendingThreshold.
+	// reconciler's oldest-pending-record age metric, whole seconds, above
+	// ReconcileAfter + ReconcileRate (a record the reconciler is about to
+	// take over is not an alarm). Default DefaultOldestPendingThreshold.
 	OldestPendingThreshold time.Duration
 	// AlarmTopic, when set, receives every alarm's ALARM and OK transitions.
 	AlarmTopic awssns.ITopic
@@ -145,6 +217,18 @@ type Props struct {
 // CallTimeout + 0.5 s) + 1 s, rounded up to whole seconds: 32 s.
 func MinRelayTimeout() time.Duration {
 	return relay.MinFunctionTimeout(relay.Config{})
+}
+
+// StreamGiveUpTime is the worst-case time, after a record is written, until
+// the event source mapping gives up a record the relay keeps failing on (its
+// batch metadata goes to the on-failure queue and later records flow):
+// MaxRecordAge + RelayTimeout, the record age being the hard stop whatever
+// the retries and bisections (an invocation started just before expiry runs
+// to its timeout). 5 min with the defaults; 20 min at the bounds. Zero
+// fields take their defaults.
+func (p Props) StreamGiveUpTime() time.Duration {
+	p.SetDefaults()
+	return p.MaxRecordAge + p.RelayTimeout
 }
 
 // SetDefaults replaces zero fields with their defaults.
@@ -222,8 +306,8 @@ func (p Props) Validate() error {
 	if p.PendingShards < MinPendingShards || p.PendingShards > config.MaxPendingShards {
 		bad("PendingShards %d is outside %d..%d", p.PendingShards, MinPendingShards, config.MaxPendingShards)
 	}
-	if p.MaxEntryBytes < 1 || p.MaxEntryBytes > MaxEntryBytesLimit {
-		bad("MaxEntryBytes %d is outside 1..%d", p.MaxEntryBytes, MaxEntryBytesLimit)
+	if p.MaxEntryBytes < MinEntryBytes || p.MaxEntryBytes > MaxEntryBytesLimit {
+		bad("MaxEntryBytes %d is outside %d..%d", p.MaxEntryBytes, MinEntryBytes, MaxEntryBytesLimit)
 	}
 	if p.BatchSize < MinBatchSize || p.BatchSize > MaxBatchSize {
 		bad("BatchSize %d is outside %d..%d", p.BatchSize, MinBatchSize, MaxBatchSize)
@@ -242,30 +326,36 @@ func (p Props) Validate() error {
 	if p.ParallelizationFactor < MinParallelizationFactor || p.ParallelizationFactor > MaxParallelizationFactor {
 		bad("ParallelizationFactor %d is outside %d..%d", p.ParallelizationFactor, MinParallelizationFactor, MaxParallelizationFactor)
 	}
-	if minTimeout := MinRelayTimeout(); p.RelayTimeout < minTimeout || p.RelayTimeout > 15*time.Minute {
-		bad("RelayTimeout %s is outside %s..15m: the relay needs its publish retry budget plus the marking reserve plus a margin (relay.MinFunctionTimeout) before the invocation deadline", p.RelayTimeout, minTimeout)
+	if minTimeout := MinRelayTimeout(); p.RelayTimeout < minTimeout || p.RelayTimeout > MaxRelayTimeout {
+		bad("RelayTimeout %s is outside %s..%s: the relay needs its publish retry budget plus the marking reserve plus a margin (relay.MinFunctionTimeout) before the invocation deadline, and the timeout adds to the time a poison record holds the stream", p.RelayTimeout, minTimeout, MaxRelayTimeout)
 	}
 	whole("RelayTimeout", p.RelayTimeout)
-	if p.ReconcileRate < MinReconcileRate || p.ReconcileRate%time.Minute != 0 {
-		bad("ReconcileRate %s must be a whole number of minutes >= 1m", p.ReconcileRate)
+	if p.MaxRecordAge < p.MaxBatchingWindow+p.RelayTimeout {
+		bad("MaxRecordAge %s is below MaxBatchingWindow %s + RelayTimeout %s: records would expire before one delivery attempt ends", p.MaxRecordAge, p.MaxBatchingWindow, p.RelayTimeout)
 	}
-	if p.ReconcileAfter <= 0 {
-		bad("ReconcileAfter %s must be positive", p.ReconcileAfter)
+	if p.ReconcileRate < MinReconcileRate || p.ReconcileRate > MaxReconcileRate || p.ReconcileRate%time.Minute != 0 {
+		bad("ReconcileRate %s must be a whole number of minutes in %s..%s", p.ReconcileRate, MinReconcileRate, MaxReconcileRate)
+	}
+	if window := p.StreamGiveUpTime(); p.ReconcileAfter < max(window, config.MinReconcileAfter) || p.ReconcileAfter > MaxReconcileAfter {
+		bad("ReconcileAfter %s is outside %s..%s: it must cover the event source mapping's retry window (MaxRecordAge + RelayTimeout = %s) and config.MinReconcileAfter (%s), or the reconciler races the relay on records still being delivered", p.ReconcileAfter, max(window, config.MinReconcileAfter), MaxReconcileAfter, window, config.MinReconcileAfter)
 	}
 	whole("ReconcileAfter", p.ReconcileAfter)
 	if p.ReconcileBudget < time.Second || p.ReconcileBudget > 14*time.Minute {
 		bad("ReconcileBudget %s is outside 1s..14m", p.ReconcileBudget)
 	}
 	whole("ReconcileBudget", p.ReconcileBudget)
+	if p.ReconcileBudget+ReconcilerTimeoutMargin > p.ReconcileRate {
+		bad("ReconcileBudget %s + %s (the reconciler's function timeout) exceeds ReconcileRate %s: a run would still be going when the next one starts", p.ReconcileBudget, ReconcilerTimeoutMargin, p.ReconcileRate)
+	}
 	if p.PublishedRetention <= 0 {
 		bad("PublishedRetention %s must be positive", p.PublishedRetention)
 	}
 	whole("PublishedRetention", p.PublishedRetention)
-	if p.IteratorAgeThreshold <= 0 {
-		bad("IteratorAgeThreshold %s must be positive", p.IteratorAgeThreshold)
+	if p.IteratorAgeThreshold <= 0 || p.IteratorAgeThreshold >= p.MaxRecordAge {
+		bad("IteratorAgeThreshold %s must be positive and below MaxRecordAge %s (older records are skipped, so the alarm could never fire)", p.IteratorAgeThreshold, p.MaxRecordAge)
 	}
-	if p.OldestPendingThreshold <= 0 {
-		bad("OldestPendingThreshold %s must be positive", p.OldestPendingThreshold)
+	if p.OldestPendingThreshold <= p.ReconcileAfter+p.ReconcileRate {
+		bad("OldestPendingThreshold %s must exceed ReconcileAfter + ReconcileRate (%s)", p.OldestPendingThreshold, p.ReconcileAfter+p.ReconcileRate)
 	}
 	whole("OldestPendingThreshold", p.OldestPendingThreshold)
 	if len(errs) == 0 {

@@ -39,34 +39,63 @@ func TestValidate(t *testing.T) {
 		{"defaults", func(*Props) {}, ""},
 		{"no bus", func(p *Props) { p.EventBus = nil }, "EventBus is required"},
 		{"no asset root", func(p *Props) { p.AssetRoot = "" }, "AssetRoot is required"},
-		{"batch size max", func(p *Props) { p.BatchSize = 10000 }, ""},
-		{"batch size too big", func(p *Props) { p.BatchSize = 10001 }, "BatchSize 10001"},
+		{"batch size max", func(p *Props) { p.BatchSize = 1000 }, ""},
+		{"batch size too big", func(p *Props) { p.BatchSize = 1001 }, "BatchSize 1001"},
+		{"batch size AWS max", func(p *Props) { p.BatchSize = 10000 }, "BatchSize 10000"},
 		{"batch size negative", func(p *Props) { p.BatchSize = -1 }, "BatchSize -1"},
-		{"window max", func(p *Props) { p.MaxBatchingWindow = 300 * time.Second }, ""},
+		{"window max", func(p *Props) {
+			p.MaxBatchingWindow, p.MaxRecordAge, p.ReconcileAfter = 300*time.Second, 6*time.Minute, 7*time.Minute
+		}, ""},
 		{"window too long", func(p *Props) { p.MaxBatchingWindow = 301 * time.Second }, "MaxBatchingWindow"},
 		{"window fractional", func(p *Props) { p.MaxBatchingWindow = 1500 * time.Millisecond }, "whole number of seconds"},
 		{"window negative", func(p *Props) { p.MaxBatchingWindow = -time.Second }, "MaxBatchingWindow"},
+		{"window longer than the record age allows", func(p *Props) { p.MaxBatchingWindow = 200 * time.Second }, "MaxRecordAge 4m0s is below MaxBatchingWindow"},
 		{"retries negative", func(p *Props) { p.RetryAttempts = -1 }, "RetryAttempts -1"},
-		{"retries max", func(p *Props) { p.RetryAttempts = 10000 }, ""},
-		{"retries too many", func(p *Props) { p.RetryAttempts = 10001 }, "RetryAttempts 10001"},
-		{"record age min", func(p *Props) { p.MaxRecordAge = 60 * time.Second }, ""},
+		{"retries max", func(p *Props) { p.RetryAttempts = 10 }, ""},
+		{"retries too many", func(p *Props) { p.RetryAttempts = 11 }, "RetryAttempts 11"},
+		{"retries AWS max", func(p *Props) { p.RetryAttempts = 10000 }, "RetryAttempts 10000"},
+		{"record age min", func(p *Props) {
+			p.MaxRecordAge, p.RelayTimeout, p.IteratorAgeThreshold = 60*time.Second, MinRelayTimeout(), 30*time.Second
+		}, ""},
 		{"record age too short", func(p *Props) { p.MaxRecordAge = 59 * time.Second }, "MaxRecordAge"},
-		{"record age max", func(p *Props) { p.MaxRecordAge = 604800 * time.Second }, ""},
-		{"record age too long", func(p *Props) { p.MaxRecordAge = 604801 * time.Second }, "MaxRecordAge"},
-		{"parallelization max", func(p *Props) { p.ParallelizationFactor = 10 }, ""},
-		{"parallelization too big", func(p *Props) { p.ParallelizationFactor = 11 }, "ParallelizationFactor 11"},
+		{"record age shorter than one relay invocation", func(p *Props) {
+			p.MaxRecordAge, p.RelayTimeout, p.IteratorAgeThreshold = 90*time.Second, 2*time.Minute, time.Minute
+		}, "MaxRecordAge 1m30s is below"},
+		{"record age max", func(p *Props) {
+			p.MaxRecordAge, p.ReconcileAfter, p.OldestPendingThreshold = 15*time.Minute, 16*time.Minute, 30*time.Minute
+		}, ""},
+		{"record age too long", func(p *Props) {
+			p.MaxRecordAge, p.ReconcileAfter, p.OldestPendingThreshold = 15*time.Minute+time.Second, time.Hour, 2*time.Hour
+		}, "MaxRecordAge"},
+		{"record age AWS max (7 days)", func(p *Props) { p.MaxRecordAge = 604800 * time.Second }, "MaxRecordAge"},
+		{"parallelization max", func(p *Props) { p.ParallelizationFactor = 1 }, ""},
+		{"parallelization 2 (breaks per-aggregate order)", func(p *Props) { p.ParallelizationFactor = 2 }, "ParallelizationFactor 2"},
+		{"parallelization AWS max", func(p *Props) { p.ParallelizationFactor = 10 }, "ParallelizationFactor 10"},
 		{"shards max", func(p *Props) { p.PendingShards = 256 }, ""},
 		{"shards too many", func(p *Props) { p.PendingShards = 257 }, "PendingShards 257"},
 		{"shards negative", func(p *Props) { p.PendingShards = -2 }, "PendingShards -2"},
 		{"entry too big", func(p *Props) { p.MaxEntryBytes = 2 << 20 }, "MaxEntryBytes"},
+		{"entry below what the relay accepts", func(p *Props) { p.MaxEntryBytes = 1023 }, "MaxEntryBytes 1023"},
 		{"rate not minutes", func(p *Props) { p.ReconcileRate = 90 * time.Second }, "ReconcileRate"},
 		{"rate too fast", func(p *Props) { p.ReconcileRate = 30 * time.Second }, "ReconcileRate"},
+		{"rate max", func(p *Props) { p.ReconcileRate, p.OldestPendingThreshold = 15*time.Minute, 30*time.Minute }, ""},
+		{"rate too slow", func(p *Props) { p.ReconcileRate, p.OldestPendingThreshold = 16*time.Minute, time.Hour }, "ReconcileRate"},
 		{"budget too long", func(p *Props) { p.ReconcileBudget = 15 * time.Minute }, "ReconcileBudget"},
+		{"run longer than the schedule", func(p *Props) { p.ReconcileRate, p.ReconcileBudget = time.Minute, 46*time.Second }, "exceeds ReconcileRate"},
+		{"run as long as the schedule", func(p *Props) { p.ReconcileRate, p.ReconcileBudget = time.Minute, 45*time.Second }, ""},
+		{"stale age 1 s", func(p *Props) { p.ReconcileAfter = time.Second }, "ReconcileAfter 1s"},
+		{"stale age inside the retry window", func(p *Props) { p.ReconcileAfter = 4 * time.Minute }, "MaxRecordAge + RelayTimeout = 5m0s"},
+		{"stale age at the retry window", func(p *Props) { p.ReconcileAfter = 5 * time.Minute }, ""},
+		{"stale age follows a longer window", func(p *Props) { p.MaxRecordAge = 10 * time.Minute }, "ReconcileAfter 5m0s is outside 11m0s"},
+		{"stale age too long", func(p *Props) { p.ReconcileAfter, p.OldestPendingThreshold = 61*time.Minute, 2*time.Hour }, "ReconcileAfter 1h1m0s"},
 		{"relay timeout too long", func(p *Props) { p.RelayTimeout = 16 * time.Minute }, "RelayTimeout"},
+		{"relay timeout above its bound", func(p *Props) { p.RelayTimeout = 5*time.Minute + time.Second }, "RelayTimeout 5m1s is outside"},
 		{"relay timeout at the minimum", func(p *Props) { p.RelayTimeout = MinRelayTimeout() }, ""},
-		{"relay timeout below the minimum", func(p *Props) { p.RelayTimeout = MinRelayTimeout() - time.Second }, "RelayTimeout 31s is outside 32s..15m"},
+		{"relay timeout below the minimum", func(p *Props) { p.RelayTimeout = MinRelayTimeout() - time.Second }, "RelayTimeout 31s is outside 32s..5m"},
 		{"relay timeout shorter than the reserve", func(p *Props) { p.RelayTimeout = 5 * time.Second }, "marking reserve"},
 		{"negative threshold", func(p *Props) { p.OldestPendingThreshold = -time.Minute }, "OldestPendingThreshold"},
+		{"oldest-pending alarm inside the reconciler's window", func(p *Props) { p.OldestPendingThreshold = 10 * time.Minute }, "OldestPendingThreshold 10m0s must exceed"},
+		{"iterator age alarm that cannot fire", func(p *Props) { p.IteratorAgeThreshold = 4 * time.Minute }, "IteratorAgeThreshold 4m0s"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -105,5 +134,37 @@ func TestValidateListsEveryProblem(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate() = %v, want it to mention %s", err, want)
 		}
+	}
+}
+
+// TestStreamGiveUpTime: the worst-case time a record the relay keeps failing
+// on holds the stream is MaxRecordAge + RelayTimeout: 5 min with the
+// defaults, 20 min at the bounds; and the library's floor on the stale age
+// covers the shortest retry window the construct allows.
+func TestStreamGiveUpTime(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		p    Props
+		want time.Duration
+	}{
+		{"defaults", valid(), 5 * time.Minute},
+		{"bounds", Props{MaxRecordAge: MaxRecordAge, RelayTimeout: MaxRelayTimeout}, 20 * time.Minute},
+	}
+	for _, tt := range tests {
+		if got := tt.p.StreamGiveUpTime(); got != tt.want {
+			t.Errorf("%s: StreamGiveUpTime() = %s, want %s", tt.name, got, tt.want)
+		}
+	}
+	if shortest := MinRecordAge + MinRelayTimeout(); config.MinReconcileAfter < shortest {
+		t.Errorf("config.MinReconcileAfter %s is below the shortest retry window %s", config.MinReconcileAfter, shortest)
+	}
+	// Every bound together is valid.
+	p := valid()
+	p.BatchSize, p.RetryAttempts, p.MaxRecordAge, p.RelayTimeout = MaxBatchSize, MaxRetryAttempts, MaxRecordAge, MaxRelayTimeout
+	p.MaxBatchingWindow, p.ReconcileRate, p.ReconcileAfter = MaxBatchingWindow, MaxReconcileRate, MaxReconcileAfter
+	p.OldestPendingThreshold = MaxReconcileAfter + MaxReconcileRate + time.Minute
+	if err := p.Validate(); err != nil {
+		t.Errorf("all bounds together: %v", err)
 	}
 }

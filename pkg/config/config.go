@@ -114,6 +114,18 @@ const (
 	MaxPendingShards          = 256
 )
 
+// MinReconcileAfter is the shortest stale age (ReconcileAfter,
+// EnvReconcileAfterSeconds) the reconciler accepts outside tests: 2 min.
+// Below the event source mapping's retry window the reconciler races the
+// relay on records the relay is still delivering, publishing them twice and
+// breaking the relay's per-aggregate hold-back. The shortest window the CDK
+// construct (infra/outboxcdk) allows is its minimum MaximumRecordAge (60 s)
+// plus one relay invocation (at least relay.MinFunctionTimeout, 32 s) =
+// 92 s, rounded up to whole minutes; the construct also checks
+// ReconcileAfter >= MaxRecordAge + RelayTimeout for the values it deploys.
+// A deployment with a longer retry window must set a longer ReconcileAfter.
+const MinReconcileAfter = 2 * time.Minute
+
 // Required returns the value of the environment variable name, or an error
 // naming the variable when it is unset or empty.
 func Required(name string) (string, error) {

@@ -36,6 +36,7 @@ const (
 	AttrParkedReason  = "parked_reason"  // S, why the record could not be published
 	AttrParkedAt      = "parked_at"      // S, RFC 3339
 	AttrBusEventID    = "bus_event_id"   // S, the EventBridge EventId of the publish that marked it
+	AttrClaimedUntil  = "claimed_until"  // N, Unix epoch milliseconds; a reconciler run's claim on a pending record (see pkg/reconciler)
 )
 
 // PendingIndexName is the sparse global secondary index of unpublished

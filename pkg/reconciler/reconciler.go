@@ -10,7 +10,31 @@
 //   - Only records still in the pending index are considered; a published or
 //     parked record has no pending_shard and is not in the index.
 //   - Re-publishing an event the relay also published is allowed: consumers
-//     deduplicate on event_id (promise I3).
+//     deduplicate on event_id (promise I3). The relay's stream path does not
+//     claim records.
+//   - One publish per stale record across reconciler runs: before
+//     re-publishing, a run claims the record on the base table with one
+//     conditional UpdateItem (SET claimed_until = now + ClaimLease IF status
+//     = PENDING AND (claimed_until absent OR claimed_until < now)). A run
+//     retried by Lambda that overlaps the next scheduled one, or a slow run,
+//     finds the record claimed and leaves it; a stale, eventually consistent
+//     pending-index copy of a record already PUBLISHED or PARKED fails the
+//     claim and is never re-published. The claim returns the base table's
+//     item, which is what gets published. One write per stale record; none
+//     when nothing is stale (the happy path). On AWS the construct also
+//     runs at most one reconciler at a time (reserved concurrency 1, set in
+//     infra/outboxcdk); the claim covers what that does not (a run still
+//     finishing when the next starts after a throttle, a manual invoke).
+//   - Per-aggregate order (I4): due records of every shard are read in
+//     created_at order (merged across shards), an aggregate's records are
+//     published in sequence order in waves (relay.Publisher.PublishInOrder),
+//     and once one of an aggregate's records is not published or not
+//     claimable (another run holds it), its later records are held back
+//     for the rest of the run.
+//   - The stale age has a floor: ReconcileAfter >= config.MinReconcileAfter
+//     (2 min), tied to the event source mapping's retry window, so the
+//     reconciler does not race the relay on fresh records. Tests and the
+//     local stack lower it with Config.AllowShortReconcileAfter.
 //   - Every run is bounded: Budget in time, MaxPagesPerShard pages of at most
 //     PageSize items per shard. A run cut short reports Truncated.
 //   - Publish, then mark, within the deadline: re-publishing (and reading
@@ -47,16 +71,32 @@ import (
 	"github.com/ddb-outbox/ddb-outbox/pkg/relay"
 )
 
-// QueryAPI is the one DynamoDB method the reconciler calls, with the SDK's
-// exact signature (*dynamodb.Client satisfies it).
+// QueryAPI is the DynamoDB method the reconciler reads the pending index
+// with, with the SDK's exact signature (*dynamodb.Client satisfies it).
 type QueryAPI interface {
 	Query(ctx context.Context, params *dynamodb.QueryInput, optFns ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
 }
 
-// Publisher publishes envelopes; *relay.Publisher satisfies it. It must be
-// safe for concurrent use and return one result per envelope, in order.
+// ClaimAPI is the DynamoDB method the reconciler claims a stale record with
+// on the base table, with the SDK's exact signature.
+type ClaimAPI interface {
+	UpdateItem(ctx context.Context, params *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
+}
+
+// DynamoDBAPI is every DynamoDB method the reconciler calls
+// (*dynamodb.Client satisfies it). Implementations must be safe for
+// concurrent use.
+type DynamoDBAPI interface {
+	QueryAPI
+	ClaimAPI
+}
+
+// Publisher publishes envelopes without letting an aggregate's events
+// overtake each other; *relay.Publisher satisfies it. It must be safe for
+// concurrent use and return one result per envelope, in order (see
+// relay.Publisher.PublishInOrder; keys give the order within an aggregate).
 type Publisher interface {
-	Publish(ctx context.Context, envs []outbox.Envelope) []relay.Result
+	PublishInOrder(ctx context.Context, envs []outbox.Envelope, keys []outbox.Key) []relay.Result
 }
 
 // Marker records publish outcomes; *relay.Marker satisfies it. It returns
@@ -80,8 +120,27 @@ type Config struct {
 	// config.MaxPendingShards.
 	PendingShards int
 	// ReconcileAfter is the age (now − created_at_ms) past which a pending
-	// record is re-published. Default config.DefaultReconcileAfter (5 min).
+	// record is re-published. Default config.DefaultReconcileAfter (5 min);
+	// at least config.MinReconcileAfter (2 min, the event source mapping's
+	// shortest retry window) unless AllowShortReconcileAfter is set. Set it
+	// to at least the deployed mapping's MaximumRecordAge plus the relay's
+	// function timeout (infra/outboxcdk checks this).
 	ReconcileAfter time.Duration
+	// AllowShortReconcileAfter lets ReconcileAfter go below
+	// config.MinReconcileAfter. For tests and the local stack only (e.g. a
+	// chaos run where the reconciler races the relay on purpose); never set
+	// it on AWS: the function reads no variable for it.
+	AllowShortReconcileAfter bool
+	// ClaimLease is how long a run's claim on a record keeps other runs off
+	// it (claimed_until = now + ClaimLease, epoch milliseconds). It must
+	// outlast the run that claimed it: at least Budget. Default 2 × Budget
+	// (90 s with the default budget, longer than the function timeout the
+	// construct sets, Budget + 15 s). A record a run claimed but could not
+	// publish waits for the lease to end before the next run retries it.
+	ClaimLease time.Duration
+	// ClaimConcurrency bounds the claim (UpdateItem) calls in flight.
+	// Default 8.
+	ClaimConcurrency int
 	// Budget bounds one run. Default config.DefaultReconcileBudget (45 s).
 	Budget time.Duration
 	// PageSize is the Query Limit (items per page, 1..1000). Default 100.
@@ -108,6 +167,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.Budget == 0 {
 		c.Budget = config.DefaultReconcileBudget
+	}
+	if c.ClaimLease == 0 {
+		c.ClaimLease = 2 * c.Budget
+	}
+	if c.ClaimConcurrency == 0 {
+		c.ClaimConcurrency = 8
 	}
 	if c.PageSize == 0 {
 		c.PageSize = 100
@@ -138,8 +203,14 @@ func (c Config) Validate() error {
 		return fmt.Errorf("reconciler: PendingShards %d out of range 1..%d", c.PendingShards, config.MaxPendingShards)
 	case c.ReconcileAfter < 0:
 		return errors.New("reconciler: ReconcileAfter must not be negative")
+	case c.ReconcileAfter < config.MinReconcileAfter && !c.AllowShortReconcileAfter:
+		return fmt.Errorf("reconciler: ReconcileAfter %s is below %s (config.MinReconcileAfter): the reconciler would race the relay on records the event source mapping is still delivering", c.ReconcileAfter, config.MinReconcileAfter)
 	case c.Budget <= 0:
 		return errors.New("reconciler: Budget must be positive")
+	case c.ClaimLease < c.Budget:
+		return fmt.Errorf("reconciler: ClaimLease %s is below Budget %s: a claim must outlast the run that took it", c.ClaimLease, c.Budget)
+	case c.ClaimConcurrency < 1:
+		return fmt.Errorf("reconciler: ClaimConcurrency %d must be >= 1", c.ClaimConcurrency)
 	case c.PageSize < 1 || c.PageSize > 1000:
 		return fmt.Errorf("reconciler: PageSize %d out of range 1..1000", c.PageSize)
 	case c.MaxPagesPerShard < 1:
@@ -162,18 +233,28 @@ type Report struct {
 	Resent int
 	// Parked counts records parked (permanent failure or undecodable).
 	Parked int
-	// Failed counts records left pending (retryable publish failure or
-	// marking error); the next run retries them.
+	// Failed counts records left pending (retryable publish failure, claim
+	// or marking error, or held back behind an earlier record of their
+	// aggregate); the next run retries them once their claim lapses.
 	Failed int
+	// HeldBack counts the records among Failed that were not sent because
+	// an earlier record of their aggregate was not published or was claimed
+	// by another run.
+	HeldBack int
+	// Skipped counts due records the run did not claim: already published
+	// or parked (a stale index copy), gone, or claimed by another run.
+	Skipped int
 	// Truncated is true when the budget or the page bound stopped the run
 	// before every due record or every pending record was visited.
 	Truncated bool
 }
 
 // Reconciler re-publishes stale pending outbox records. It is safe for
-// concurrent use, though one run at a time is the intended schedule.
+// concurrent use: overlapping runs claim each record before re-publishing
+// it, so a record is re-published by one run only. One run at a time is the
+// intended schedule (on AWS the construct sets reserved concurrency 1).
 type Reconciler struct {
-	ddb    QueryAPI
+	ddb    DynamoDBAPI
 	pub    Publisher
 	marker Marker
 	cfg    Config
@@ -185,7 +266,7 @@ type Reconciler struct {
 
 // New returns a Reconciler, or an error if cfg does not validate or a
 // dependency is nil.
-func New(ddb QueryAPI, pub Publisher, marker Marker, cfg Config) (*Reconciler, error) {
+func New(ddb DynamoDBAPI, pub Publisher, marker Marker, cfg Config) (*Reconciler, error) {
 	if ddb == nil || pub == nil || marker == nil {
 		return nil, errors.New("reconciler: New: nil dependency")
 	}
@@ -210,11 +291,12 @@ func (r *Reconciler) Handle(ctx context.Context, ev events.EventBridgeEvent) err
 	return nil
 }
 
-// Run visits every pending index shard ("p00".."pNN") in turn: counts its
-// pending records (Select COUNT), reads its oldest record (ascending, Limit
-// 1), then pages through records with created_at_ms < now − ReconcileAfter
-// (at most MaxPagesPerShard pages of PageSize), re-publishing and marking
-// each page. It logs and emits (EMF) PendingCount, OldestPendingAgeSeconds
+// Run visits every pending index shard ("p00".."pNN"): counts its pending
+// records (Select COUNT) and reads its oldest record (ascending, Limit 1).
+// Then it pages through the records with created_at_ms < now −
+// ReconcileAfter of every shard (at most MaxPagesPerShard pages of PageSize
+// each), merged in created_at order, and claims, re-publishes (per-aggregate
+// waves) and marks them (see sweep). It logs and emits (EMF) PendingCount, OldestPendingAgeSeconds
 // and ReconcilerResent (ParkedRecords is emitted by the Marker per record). It returns the report and the joined
 // Query errors, if any (a failing shard does not stop the others); running
 // out of budget is not an error but sets Report.Truncated.
@@ -251,10 +333,8 @@ func (r *Reconciler) Run(ctx context.Context) (Report, error) {
 				oldest = ms
 			}
 		}
-		if err := r.sweep(ctx, pubCtx, shard, cutoff, &rep); err != nil {
-			errs = append(errs, fmt.Errorf("sweep shard %s: %w", shard, err))
-		}
 	}
+	errs = append(errs, r.sweep(ctx, pubCtx, cutoff, &rep)...)
 	if oldest >= 0 {
 		rep.OldestPendingAge = max(now.Sub(time.UnixMilli(oldest)), 0)
 	}
@@ -263,7 +343,8 @@ func (r *Reconciler) Run(ctx context.Context) (Report, error) {
 	}
 	r.cfg.Logger.InfoContext(ctx, "reconciler: run finished",
 		"pending", rep.Pending, "oldest_pending_age_seconds", rep.OldestPendingAge.Seconds(),
-		"resent", rep.Resent, "parked", rep.Parked, "failed", rep.Failed, "truncated", rep.Truncated)
+		"resent", rep.Resent, "parked", rep.Parked, "failed", rep.Failed, "held_back", rep.HeldBack,
+		"skipped", rep.Skipped, "truncated", rep.Truncated)
 	r.emf.Emit(map[string]relay.Metric{
 		config.MetricPendingCount:     {Value: float64(rep.Pending), Unit: relay.UnitCount},
 		config.MetricOldestPendingAge: {Value: rep.OldestPendingAge.Seconds(), Unit: relay.UnitSeconds},
@@ -331,90 +412,6 @@ func (r *Reconciler) oldest(ctx context.Context, shard string) (int64, bool, err
 	}
 	ms, err := strconv.ParseInt(n.Value, 10, 64)
 	return ms, err == nil, nil
-}
-
-// sweep pages through a shard's due records and re-publishes each page; it
-// reads no page once pubCtx (the run less the marking reserve) is done.
-func (r *Reconciler) sweep(ctx, pubCtx context.Context, shard string, cutoffMs int64, rep *Report) error {
-	expr, err := expression.NewBuilder().
-		WithKeyCondition(expression.Key(outbox.AttrPendingShard).Equal(expression.Value(shard)).
-			And(expression.Key(outbox.AttrCreatedAt).LessThan(expression.Value(cutoffMs)))).Build()
-	if err != nil {
-		return err
-	}
-	in := &dynamodb.QueryInput{
-		TableName:                 aws.String(r.cfg.Table),
-		IndexName:                 aws.String(outbox.PendingIndexName),
-		KeyConditionExpression:    expr.KeyCondition(),
-		ExpressionAttributeNames:  expr.Names(),
-		ExpressionAttributeValues: expr.Values(),
-		ScanIndexForward:          aws.Bool(true),
-		Limit:                     aws.Int32(int32(r.cfg.PageSize)),
-	}
-	for page := 0; ; page++ {
-		if page == r.cfg.MaxPagesPerShard {
-			rep.Truncated = true
-			return nil
-		}
-		if pubCtx.Err() != nil {
-			rep.Truncated = true
-			return nil
-		}
-		out, err := r.query(ctx, in)
-		if err != nil {
-			return err
-		}
-		r.republish(ctx, pubCtx, out.Items, rep)
-		if len(out.LastEvaluatedKey) == 0 {
-			return nil
-		}
-		in.ExclusiveStartKey = out.LastEvaluatedKey
-	}
-}
-
-// republish publishes one page of due records and marks or parks them.
-func (r *Reconciler) republish(ctx, pubCtx context.Context, items []map[string]types.AttributeValue, rep *Report) {
-	if len(items) == 0 {
-		return
-	}
-	marks := make([]relay.Mark, len(items))
-	var envs []outbox.Envelope
-	var idx []int
-	for i, item := range items {
-		rec, err := outbox.RecordFromItem(item)
-		if err != nil {
-			key := outbox.Key{PK: str(item[outbox.AttrPK]), SK: str(item[outbox.AttrSK])}
-			r.cfg.Logger.ErrorContext(ctx, "reconciler: undecodable pending record, parking", "pk", key.PK, "sk", key.SK, "error", err)
-			marks[i] = relay.Mark{Key: key, Result: relay.Result{Status: relay.PermanentFailure, ErrorCode: relay.CodePoisonRecord, ErrorMessage: err.Error()}}
-			continue
-		}
-		marks[i] = relay.Mark{Key: rec.Key, Envelope: rec.Envelope}
-		envs = append(envs, rec.Envelope)
-		idx = append(idx, i)
-	}
-	for j, res := range r.pub.Publish(pubCtx, envs) {
-		marks[idx[j]].Result = res
-	}
-	for i, err := range r.marker.MarkAll(ctx, marks) {
-		m := marks[i]
-		switch {
-		case err != nil:
-			rep.Failed++
-			r.cfg.Logger.ErrorContext(ctx, "reconciler: marking failed", "event_id", m.Envelope.EventID,
-				"aggregate_id", m.Envelope.AggregateID, "sequence", m.Envelope.Sequence, "error", err)
-		case m.Result.Status == relay.Published:
-			rep.Resent++
-			r.cfg.Logger.InfoContext(ctx, "reconciler: re-published pending record", "event_id", m.Envelope.EventID,
-				"aggregate_id", m.Envelope.AggregateID, "sequence", m.Envelope.Sequence)
-		case m.Result.Status == relay.PermanentFailure:
-			rep.Parked++
-		default:
-			rep.Failed++
-			r.cfg.Logger.WarnContext(ctx, "reconciler: re-publish failed, left pending", "event_id", m.Envelope.EventID,
-				"aggregate_id", m.Envelope.AggregateID, "sequence", m.Envelope.Sequence,
-				"error_code", m.Result.ErrorCode, "error", m.Result.ErrorMessage)
-		}
-	}
 }
 
 func (r *Reconciler) query(ctx context.Context, in *dynamodb.QueryInput) (*dynamodb.QueryOutput, error) {

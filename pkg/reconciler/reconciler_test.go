@@ -27,20 +27,38 @@ import (
 	"github.com/ddb-outbox/ddb-outbox/pkg/relay"
 )
 
-// fakeEventBridge accepts every entry and records the event ids sent.
+// fakeEventBridge accepts every entry and records the event ids sent, in
+// order; fail, when set, gives an entry's ErrorCode ("" accepts it).
 type fakeEventBridge struct {
 	mu   sync.Mutex
 	sent []string
+	fail func(eventID string) string
+	// reject, when set, may refuse a whole request by its entry count.
+	reject func(entries int) error
+	calls  int
 }
 
 func (f *fakeEventBridge) PutEvents(_ context.Context, in *eventbridge.PutEventsInput, _ ...func(*eventbridge.Options)) (*eventbridge.PutEventsOutput, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.calls++
+	if f.reject != nil {
+		if err := f.reject(len(in.Entries)); err != nil {
+			return nil, err
+		}
+	}
 	out := &eventbridge.PutEventsOutput{}
 	for _, e := range in.Entries {
 		var env outbox.Envelope
 		_ = json.Unmarshal([]byte(aws.ToString(e.Detail)), &env)
 		f.sent = append(f.sent, env.EventID)
+		if f.fail != nil {
+			if code := f.fail(env.EventID); code != "" {
+				out.FailedEntryCount++
+				out.Entries = append(out.Entries, ebtypes.PutEventsResultEntry{ErrorCode: aws.String(code), ErrorMessage: aws.String("fake")})
+				continue
+			}
+		}
 		out.Entries = append(out.Entries, ebtypes.PutEventsResultEntry{EventId: aws.String("bus-" + env.EventID)})
 	}
 	return out, nil
@@ -52,9 +70,10 @@ func (fakeSQS) SendMessage(context.Context, *sqs.SendMessageInput, ...func(*sqs.
 	return &sqs.SendMessageOutput{}, nil
 }
 
-// queryRecorder passes Query through and records every input.
+// queryRecorder passes Query (and UpdateItem) through and records every
+// Query input.
 type queryRecorder struct {
-	reconciler.QueryAPI
+	reconciler.DynamoDBAPI
 	mu  sync.Mutex
 	ins []*dynamodb.QueryInput
 }
@@ -63,7 +82,7 @@ func (q *queryRecorder) Query(ctx context.Context, in *dynamodb.QueryInput, opts
 	q.mu.Lock()
 	q.ins = append(q.ins, in)
 	q.mu.Unlock()
-	return q.QueryAPI.Query(ctx, in, opts...)
+	return q.DynamoDBAPI.Query(ctx, in, opts...)
 }
 
 type fixture struct {
@@ -86,7 +105,7 @@ func setup(t *testing.T, shards int) fixture {
 	}
 	eb := &fakeEventBridge{}
 	r, err := relay.New(eb, env.DDB, fakeSQS{}, relay.Config{
-		Publisher: relay.PublisherConfig{EventBusName: "bus"},
+		Publisher: relay.PublisherConfig{EventBusName: "bus", InitialInterval: time.Millisecond, MaxInterval: 2 * time.Millisecond},
 		Marker:    relay.MarkerConfig{Table: table, ParkedQueueURL: "q", Metrics: io.Discard},
 		Logger:    quiet(),
 	})
@@ -101,7 +120,14 @@ func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)
 // write commits one outbox record that occurred age ago.
 func (f fixture) write(t *testing.T, id string, age time.Duration) outbox.Envelope {
 	t.Helper()
-	env, err := outbox.NewEnvelope(outbox.Aggregate{Type: "Order", ID: id, Sequence: 1},
+	return f.writeSeq(t, id, 1, age)
+}
+
+// writeSeq commits the outbox record of aggregate id at sequence seq, that
+// occurred age ago.
+func (f fixture) writeSeq(t *testing.T, id string, seq int64, age time.Duration) outbox.Envelope {
+	t.Helper()
+	env, err := outbox.NewEnvelope(outbox.Aggregate{Type: "Order", ID: id, Sequence: seq},
 		outbox.Event{Type: "OrderPlaced", Version: 1, Payload: map[string]string{"id": id}}, outbox.Metadata{})
 	if err != nil {
 		t.Fatal(err)
@@ -116,7 +142,7 @@ func (f fixture) write(t *testing.T, id string, age time.Duration) outbox.Envelo
 func (f fixture) record(t *testing.T, env outbox.Envelope) outbox.Record {
 	t.Helper()
 	out, err := f.env.DDB.GetItem(context.Background(), &dynamodb.GetItemInput{
-		TableName: aws.String(f.table), Key: outbox.KeyFor("Order", env.AggregateID, 1, 0).AttributeValues(), ConsistentRead: aws.Bool(true),
+		TableName: aws.String(f.table), Key: outbox.KeyFor("Order", env.AggregateID, env.Sequence, 0).AttributeValues(), ConsistentRead: aws.Bool(true),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -128,7 +154,7 @@ func (f fixture) record(t *testing.T, env outbox.Envelope) outbox.Record {
 	return rec
 }
 
-func (f fixture) reconciler(t *testing.T, q reconciler.QueryAPI, metrics io.Writer, mod func(*reconciler.Config)) *reconciler.Reconciler {
+func (f fixture) reconciler(t *testing.T, q reconciler.DynamoDBAPI, metrics io.Writer, mod func(*reconciler.Config)) *reconciler.Reconciler {
 	t.Helper()
 	cfg := reconciler.Config{Table: f.table, PendingShards: f.shards, Logger: quiet(), Metrics: metrics}
 	if mod != nil {
@@ -155,7 +181,7 @@ func TestReconcilerRepublishesStaleRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	q := &queryRecorder{QueryAPI: f.env.DDB}
+	q := &queryRecorder{DynamoDBAPI: f.env.DDB}
 	var metrics bytes.Buffer
 	rep, err := f.reconciler(t, q, &metrics, nil).Run(context.Background())
 	if err != nil {
@@ -226,7 +252,7 @@ func TestReconcilerBoundedPages(t *testing.T) {
 	for i := range 5 {
 		f.write(t, fmt.Sprint("o", i), time.Hour)
 	}
-	q := &queryRecorder{QueryAPI: f.env.DDB}
+	q := &queryRecorder{DynamoDBAPI: f.env.DDB}
 	rc := f.reconciler(t, q, io.Discard, func(c *reconciler.Config) { c.PageSize = 2; c.MaxPagesPerShard = 1 })
 	rep, err := rc.Run(context.Background())
 	if err != nil {
@@ -255,10 +281,27 @@ func TestReconcilerBoundedPages(t *testing.T) {
 
 func TestConfigValidate(t *testing.T) {
 	t.Parallel()
-	if _, err := reconciler.New(&queryRecorder{}, &relay.Publisher{}, &relay.Marker{}, reconciler.Config{}); err == nil {
-		t.Fatal("empty Table accepted")
+	tests := []struct {
+		name    string
+		cfg     reconciler.Config
+		wantErr string // "" means valid
+	}{
+		{"defaults", reconciler.Config{Table: "t"}, ""},
+		{"no table", reconciler.Config{}, "Table"},
+		{"1000 shards", reconciler.Config{Table: "t", PendingShards: 1000}, "PendingShards"},
+		{"stale age 1 s", reconciler.Config{Table: "t", ReconcileAfter: time.Second}, "MinReconcileAfter"},
+		{"stale age just below the floor", reconciler.Config{Table: "t", ReconcileAfter: config.MinReconcileAfter - time.Second}, "MinReconcileAfter"},
+		{"stale age at the floor", reconciler.Config{Table: "t", ReconcileAfter: config.MinReconcileAfter}, ""},
+		{"stale age 1 s for tests", reconciler.Config{Table: "t", ReconcileAfter: time.Second, AllowShortReconcileAfter: true}, ""},
+		{"lease shorter than the run", reconciler.Config{Table: "t", Budget: time.Minute, ClaimLease: 30 * time.Second}, "ClaimLease"},
 	}
-	if _, err := reconciler.New(&queryRecorder{}, &relay.Publisher{}, &relay.Marker{}, reconciler.Config{Table: "t", PendingShards: 1000}); err == nil {
-		t.Fatal("1000 shards accepted")
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := reconciler.New(&queryRecorder{}, &relay.Publisher{}, &relay.Marker{}, tt.cfg)
+			if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
+				t.Fatalf("New() error %v, want %q", err, tt.wantErr)
+			}
+		})
 	}
 }

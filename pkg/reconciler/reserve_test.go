@@ -27,10 +27,15 @@ func (q oneItemQuery) Query(_ context.Context, in *dynamodb.QueryInput, _ ...fun
 	return &dynamodb.QueryOutput{Items: []map[string]ddbtypes.AttributeValue{q.item}}, nil
 }
 
+// UpdateItem grants every claim and returns the item.
+func (q oneItemQuery) UpdateItem(context.Context, *dynamodb.UpdateItemInput, ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	return &dynamodb.UpdateItemOutput{Attributes: q.item}, nil
+}
+
 // slowPublisher retries until its context ends (a bus throttling for good).
 type slowPublisher struct{}
 
-func (slowPublisher) Publish(ctx context.Context, envs []outbox.Envelope) []relay.Result {
+func (slowPublisher) PublishInOrder(ctx context.Context, envs []outbox.Envelope, _ []outbox.Key) []relay.Result {
 	<-ctx.Done()
 	return make([]relay.Result, len(envs))
 }

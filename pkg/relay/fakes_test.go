@@ -37,6 +37,9 @@ type fakeEventBridge struct {
 	seen    map[string]int
 	fail    func(eventID string, attempt int) string
 	callErr func(call int) error
+	// reject, when set, may refuse a whole request by its entries (e.g. a
+	// bus that refuses any request of more than one entry as too large).
+	reject func(entries []ebtypes.PutEventsRequestEntry) error
 }
 
 func (f *fakeEventBridge) PutEvents(ctx context.Context, in *eventbridge.PutEventsInput, _ ...func(*eventbridge.Options)) (*eventbridge.PutEventsOutput, error) {
@@ -49,6 +52,11 @@ func (f *fakeEventBridge) PutEvents(ctx context.Context, in *eventbridge.PutEven
 		f.seen = map[string]int{}
 	}
 	f.calls = append(f.calls, in.Entries)
+	if f.reject != nil {
+		if err := f.reject(in.Entries); err != nil {
+			return nil, err
+		}
+	}
 	if f.callErr != nil {
 		if err := f.callErr(len(f.calls)); err != nil {
 			return nil, err

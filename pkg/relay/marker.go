@@ -225,7 +225,7 @@ type Mark struct {
 // statements, each statement
 //
 //	UPDATE "<table>" SET "status"=?, "published_at"=?, "expires_at"=?, "bus_event_id"=?
-//	REMOVE "pending_shard" WHERE "pk"=? AND "sk"=?
+//	REMOVE "pending_shard" WHERE "pk"=? AND "sk"=? AND "status"<>?
 //
 // with the same values as MarkPublished. A chunk of one mark uses
 // MarkPublished (UpdateItem): the same single call. Trade-offs:
@@ -233,7 +233,8 @@ type Mark struct {
 //   - Not atomic: the call returns HTTP 200 with one result per statement,
 //     in request order. A statement with Error.Code ConditionalCheckFailed
 //     targeted a record that no longer exists (PartiQL UPDATE requires the
-//     item to exist): it is logged and counts as done, as with UpdateItem.
+//     item to exist) or is already PUBLISHED (the status predicate): it is
+//     logged and counts as done, as with UpdateItem.
 //     Retryable codes (ThrottlingError, ProvisionedThroughputExceeded,
 //     TransactionConflict, InternalServerError, RequestLimitExceeded) are
 //     retried with MarkPublished (UpdateItem, with the SDK's retries);
@@ -250,9 +251,10 @@ type Mark struct {
 //     batching saves is requests: 4 calls instead of 100 for a stream batch
 //     of 100 records, so less Lambda time and fewer throttled requests.
 //     AWS does not state PartiQL pricing separately (the BatchExecuteStatement API reference gives no price).
-//   - The WHERE clause pins the key only: PartiQL UPDATE has no
-//     attribute_exists condition here, so an existing record is updated
-//     whatever its status (the UpdateItem path does the same).
+//   - The WHERE clause pins the key and refuses a PUBLISHED record, like
+//     the UpdateItem path's condition: a record is marked published once,
+//     and a later publish of the same event (at-least-once) never
+//     overwrites its bus_event_id, published_at or TTL.
 //
 // Source: https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_BatchExecuteStatement.html
 func (m *Marker) MarkAll(ctx context.Context, marks []Mark) []error {
@@ -339,12 +341,15 @@ var retryableStatementCodes = map[ddbtypes.BatchStatementErrorCodeEnum]bool{
 }
 
 // publishedStatement returns the PartiQL UPDATE of a published mark.
-// Parameters, in order: status, published_at, expires_at, bus_event_id, pk, sk.
+// Parameters, in order: status, published_at, expires_at, bus_event_id, pk,
+// sk, and the status it must not have (PUBLISHED). The status predicate in
+// the WHERE clause acts as a condition: a record already PUBLISHED fails the
+// statement with ConditionalCheckFailed and keeps its details.
 func publishedStatement(table string) string {
-	return fmt.Sprintf("UPDATE %s SET %s=?, %s=?, %s=?, %s=? REMOVE %s WHERE %s=? AND %s=?",
+	return fmt.Sprintf("UPDATE %s SET %s=?, %s=?, %s=?, %s=? REMOVE %s WHERE %s=? AND %s=? AND %s<>?",
 		quoteIdent(table), quoteIdent(outbox.AttrStatus), quoteIdent(outbox.AttrPublishedAt),
 		quoteIdent(outbox.AttrExpiresAt), quoteIdent(outbox.AttrBusEventID), quoteIdent(outbox.AttrPendingShard),
-		quoteIdent(outbox.AttrPK), quoteIdent(outbox.AttrSK))
+		quoteIdent(outbox.AttrPK), quoteIdent(outbox.AttrSK), quoteIdent(outbox.AttrStatus))
 }
 
 // quoteIdent quotes a PartiQL identifier (double quotes, inner quotes doubled).
@@ -371,6 +376,7 @@ func (m *Marker) markBatch(ctx context.Context, marks []Mark, idx []int, errs []
 				&ddbtypes.AttributeValueMemberS{Value: mk.Result.EventID},
 				&ddbtypes.AttributeValueMemberS{Value: mk.Key.PK},
 				&ddbtypes.AttributeValueMemberS{Value: mk.Key.SK},
+				status,
 			},
 		}
 	}
@@ -405,7 +411,7 @@ func (m *Marker) markBatch(ctx context.Context, marks []Mark, idx []int, errs []
 		case se == nil:
 			m.log(ctx, slog.LevelInfo, "relay: published", mk.Envelope, mk.Key, "bus_event_id", mk.Result.EventID)
 		case se.Code == ddbtypes.BatchStatementErrorCodeEnumConditionalCheckFailed:
-			m.log(ctx, slog.LevelWarn, "relay: record to mark published no longer exists", mk.Envelope, mk.Key)
+			m.log(ctx, slog.LevelWarn, "relay: record to mark published is already published or no longer exists; left as is", mk.Envelope, mk.Key, "bus_event_id", mk.Result.EventID)
 		case retryableStatementCodes[se.Code]:
 			fallback = append(fallback, i)
 		case se.Code == ddbtypes.BatchStatementErrorCodeEnumAccessDenied:
@@ -437,12 +443,16 @@ func batchUnsupported(err error) (string, bool) {
 }
 
 // MarkPublished records that EventBridge accepted the record's event:
-// UpdateItem on key with condition attribute_exists(pk), SET status =
+// UpdateItem on key with condition attribute_exists(pk) AND status <>
+// PUBLISHED, SET status =
 // PUBLISHED, published_at (RFC 3339), expires_at (now + PublishedRetention,
 // epoch seconds: the TTL) and bus_event_id, REMOVE pending_shard (the record
-// leaves the sparse pending index). A record that no longer exists
-// (ConditionalCheckFailedException) is logged and counts as done (nil). Other
-// errors are returned wrapped.
+// leaves the sparse pending index). A record already PUBLISHED (another
+// publish of the same event, e.g. the relay and the reconciler, or the
+// reconciler working from a stale pending-index copy) keeps the details of
+// the publish that marked it first; that, and a record that no longer
+// exists, fail the condition (ConditionalCheckFailedException), are logged
+// and count as done (nil). Other errors are returned wrapped.
 func (m *Marker) MarkPublished(ctx context.Context, key outbox.Key, env outbox.Envelope, busEventID string) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("mark published %s: no time left: %w", env.EventID, err)
@@ -454,9 +464,10 @@ func (m *Marker) MarkPublished(ctx context.Context, key outbox.Key, env outbox.E
 		Set(expression.Name(outbox.AttrExpiresAt), expression.Value(now.Add(m.cfg.PublishedRetention).Unix())).
 		Set(expression.Name(outbox.AttrBusEventID), expression.Value(busEventID)).
 		Remove(expression.Name(outbox.AttrPendingShard))
-	if err := m.update(ctx, key, upd); err != nil {
+	notPublished := expression.Name(outbox.AttrStatus).NotEqual(expression.Value(outbox.StatusPublished))
+	if err := m.update(ctx, key, upd, notPublished); err != nil {
 		if isConditionFailed(err) {
-			m.log(ctx, slog.LevelWarn, "relay: record to mark published no longer exists", env, key)
+			m.log(ctx, slog.LevelWarn, "relay: record to mark published is already published or no longer exists; left as is", env, key, "bus_event_id", busEventID)
 			return nil
 		}
 		return fmt.Errorf("mark published %s: %w", env.EventID, err)

@@ -136,7 +136,7 @@ func TestMarkAllBatchesPublishedMarks(t *testing.T) {
 		t.Errorf("UpdateItem calls %v", got)
 	}
 	st := ddb.batches[0][0]
-	wantStmt := `UPDATE "outbox" SET "status"=?, "published_at"=?, "expires_at"=?, "bus_event_id"=? REMOVE "pending_shard" WHERE "pk"=? AND "sk"=?`
+	wantStmt := `UPDATE "outbox" SET "status"=?, "published_at"=?, "expires_at"=?, "bus_event_id"=? REMOVE "pending_shard" WHERE "pk"=? AND "sk"=? AND "status"<>?`
 	if aws.ToString(st.Statement) != wantStmt {
 		t.Errorf("statement %q", aws.ToString(st.Statement))
 	}
@@ -158,7 +158,7 @@ func TestMarkAllBatchesPublishedMarks(t *testing.T) {
 		}
 	}
 	expires := time.Date(2026, 1, 9, 3, 4, 5, 0, time.UTC).Unix() // now + 7 days
-	want := fmt.Sprint([]string{"PUBLISHED", "2026-01-02T03:04:05Z", fmt.Sprint("N:", expires), mk.Result.EventID, mk.Key.PK, mk.Key.SK})
+	want := fmt.Sprint([]string{"PUBLISHED", "2026-01-02T03:04:05Z", fmt.Sprint("N:", expires), mk.Result.EventID, mk.Key.PK, mk.Key.SK, "PUBLISHED"})
 	if fmt.Sprint(params) != want {
 		t.Errorf("parameters %v, want %v", params, want)
 	}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -76,6 +78,17 @@ const (
 	// through an SQS queue, so such an event would be accepted by
 	// EventBridge and then never delivered: it is parked instead, never sent.
 	CodeUndeliverableText = "UndeliverableText"
+	// CodeRequestRejected: EventBridge rejected a PutEvents request that
+	// carried this entry alone as too large (HTTP 413, or a
+	// ValidationException about the request size): the entry will never be
+	// accepted as is, so it is parked with the service's reason. A larger
+	// request rejected that way is split and its parts re-sent (see Publish).
+	CodeRequestRejected = "RequestRejected"
+	// CodeHeldBack: the entry was not sent because an earlier event of the
+	// same aggregate was not published in this invocation (promise I4: an
+	// aggregate's events never overtake each other); retryable. Set by the
+	// Relay and the reconciler, never by Publish.
+	CodeHeldBack = "HeldBack"
 	// CodeNoTime: the context (the invocation deadline less the marking
 	// reserve, see MarkerConfig.Reserve) ended before the entry could be
 	// sent; retryable.
@@ -97,6 +110,7 @@ var permanentCodes = map[string]bool{
 	CodeInvalidEnvelope:                   true,
 	CodeUndeliverableText:                 true,
 	CodePoisonRecord:                      true,
+	CodeRequestRejected:                   true,
 }
 
 // IsPermanentCode reports whether a PutEvents entry ErrorCode is permanent.
@@ -252,6 +266,14 @@ type entry struct {
 // or an envelope that does not validate is a PermanentFailure and is never
 // sent.
 //
+// A request refused as a whole for its size (HTTP 413, or a
+// ValidationException about the request size: the bus's real limit can be
+// below MaxRequestBytes) is never re-sent as it was: it is split in halves
+// at once and each half sent (recursively, at most 2n−1 calls for n
+// entries, each counted in Attempts); an entry refused that way even alone
+// is a PermanentFailure with ErrorCode CodeRequestRejected and the service's
+// reason, so the caller parks it.
+//
 // Entries: Source from config, DetailType = event type, Detail =
 // Envelope.Detail(), Time = occurred_at, EventBusName from config.
 func (p *Publisher) Publish(ctx context.Context, envs []outbox.Envelope) []Result {
@@ -400,13 +422,29 @@ func (p *Publisher) send(ctx context.Context, batch []entry, results []Result) {
 		results[e.idx].Attempts++
 	}
 	callCtx, cancel := context.WithTimeout(ctx, p.cfg.CallTimeout)
-	defer cancel()
 	out, err := p.client.PutEvents(callCtx, in)
+	cancel()
 	if err != nil {
 		code, msg := CodeRequestFailed, err.Error()
 		var apiErr smithy.APIError
 		if errors.As(err, &apiErr) && apiErr.ErrorCode() != "" {
 			code = apiErr.ErrorCode()
+		}
+		if reason, ok := requestTooLarge(err); ok {
+			if len(batch) > 1 {
+				// The request is refused as a whole: re-sending it as is
+				// would be refused again, every attempt. Split it and send
+				// the halves (at most 2n-1 calls for n entries).
+				p.cfg.Logger.WarnContext(ctx, "relay: PutEvents request rejected as too large, splitting it", "entries", len(batch), "error_code", code, "error", msg)
+				half := len(batch) / 2
+				p.send(ctx, batch[:half], results)
+				p.send(ctx, batch[half:], results)
+				return
+			}
+			e := batch[0]
+			p.cfg.Logger.WarnContext(ctx, "relay: PutEvents rejected a request of one entry as too large, the entry will be parked", "error_code", code, "error", msg)
+			results[e.idx] = Result{Status: PermanentFailure, ErrorCode: CodeRequestRejected, ErrorMessage: reason, Attempts: results[e.idx].Attempts}
+			return
 		}
 		p.cfg.Logger.WarnContext(ctx, "relay: PutEvents call failed", "entries", len(batch), "error_code", code, "error", msg)
 		for _, e := range batch {
@@ -442,6 +480,34 @@ func (p *Publisher) send(ctx context.Context, batch []entry, results []Result) {
 		}
 		results[e.idx] = res
 	}
+}
+
+// requestTooLarge reports whether a failed PutEvents call was refused as a
+// whole for its size, and the reason to record: HTTP 413 (Request Entity Too
+// Large), or a ValidationException whose message is about the request size
+// (EventBridge: "Total size of the entries in the request is over the
+// limit."; API_PutEvents, eb-putevent-size). Such a request fails the same
+// way on every retry. Other whole-call errors (throttling, 5xx, access
+// denied, a missing bus) say nothing about one entry and stay retryable.
+func requestTooLarge(err error) (string, bool) {
+	code, msg := "", err.Error()
+	var apiErr smithy.APIError
+	if errors.As(err, &apiErr) {
+		code, msg = apiErr.ErrorCode(), apiErr.ErrorMessage()
+	}
+	var status interface{ HTTPStatusCode() int }
+	if errors.As(err, &status) && status.HTTPStatusCode() == http.StatusRequestEntityTooLarge {
+		return fmt.Sprintf("HTTP 413 %s: %s", code, msg), true
+	}
+	if code == "ValidationException" {
+		m := strings.ToLower(msg)
+		for _, hint := range []string{"size", "too large", "too big", "over the limit", "exceed"} {
+			if strings.Contains(m, hint) {
+				return code + ": " + msg, true
+			}
+		}
+	}
+	return "", false
 }
 
 // sleepCtx waits d or until ctx is done.

@@ -80,7 +80,8 @@ func ListParked(ctx context.Context, ddb RedriveAPI, table string, limit int) ([
 // shard set again (shards must match the writers' PENDING_SHARDS) and
 // created_at_ms kept, so the reconciler's next run (it is older than the
 // threshold) publishes it through the normal path, at least once, with
-// consumer dedup absorbing any duplicate. No TTL is set. It returns
+// consumer dedup absorbing any duplicate. No TTL is set. A reconciler run's
+// claim (claimed_until) is removed, so the next run may take it. It returns
 // ErrNotParked (wrapped) when the record is absent or not PARKED.
 func Redrive(ctx context.Context, ddb RedriveAPI, table string, shards int, key outbox.Key, now time.Time) error {
 	if shards < 1 || shards > config.MaxPendingShards {
@@ -104,7 +105,10 @@ func Redrive(ctx context.Context, ddb RedriveAPI, table string, shards int, key 
 	upd := expression.
 		Set(expression.Name(outbox.AttrStatus), expression.Value(outbox.StatusPending)).
 		Set(expression.Name(outbox.AttrPendingShard), expression.Value(shard)).
-		Set(expression.Name("redriven_at"), expression.Value(now.UTC().Format(time.RFC3339Nano)))
+		Set(expression.Name("redriven_at"), expression.Value(now.UTC().Format(time.RFC3339Nano))).
+		// A reconciler run's claim (it may have parked the record) must not
+		// keep the next run off the redriven record.
+		Remove(expression.Name(outbox.AttrClaimedUntil))
 	if _, ok := got.Item[outbox.AttrCreatedAt]; !ok {
 		upd = upd.Set(expression.Name(outbox.AttrCreatedAt), expression.Value(now.UnixMilli()))
 	}

@@ -57,7 +57,7 @@ func TestParkThenRedrive(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec, err := reconciler.New(env.DDB, r.Publisher(), r.Marker(), reconciler.Config{
-		Table: table, PendingShards: 4, ReconcileAfter: time.Nanosecond, Metrics: io.Discard,
+		Table: table, PendingShards: 4, ReconcileAfter: time.Nanosecond, AllowShortReconcileAfter: true, Metrics: io.Discard,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -110,8 +110,14 @@ type work struct {
 //     anything is published: the whole batch is retried, never acknowledged.
 //   - A record whose NewImage does not decode as an outbox record (poison) is
 //     parked, keyed by the record's Keys.
-//   - Decodable records are published in batch order; those that got an
-//     EventId are marked published, permanent failures are parked.
+//   - Decodable records are published in waves (Publisher.PublishInOrder):
+//     wave k holds the k-th event of every aggregate in the batch, ordered
+//     by key (sequence, index). When an aggregate's event is not published
+//     (a retryable failure), its later events in the batch are held back
+//     (not sent, ErrorCode CodeHeldBack) while other aggregates flow, so an
+//     aggregate's events never overtake each other on redelivery (I4).
+//     Records that got an EventId are marked published, permanent failures
+//     are parked.
 //   - The response names the dynamodb.SequenceNumber (never eventID) of the
 //     first record, in batch order, that is not done (retryable publish
 //     failure, marking or parking failure, or no time left): one
@@ -135,6 +141,7 @@ func (r *Relay) Handle(ctx context.Context, ev events.DynamoDBEvent) (events.Dyn
 
 	var items []*work
 	var envs []outbox.Envelope
+	var keys []outbox.Key
 	var publishIdx []int // index into items of each envelope in envs
 	for i, rec := range ev.Records {
 		if rec.EventName != string(events.DynamoDBOperationTypeInsert) {
@@ -153,13 +160,14 @@ func (r *Relay) Handle(ctx context.Context, ev events.DynamoDBEvent) (events.Dyn
 		w.mark = Mark{Key: record.Key, Envelope: record.Envelope}
 		publishIdx = append(publishIdx, len(items)-1)
 		envs = append(envs, record.Envelope)
+		keys = append(keys, record.Key)
 	}
 
 	if len(envs) > 0 {
 		// Publishing stops Reserve before the invocation deadline so that
 		// marking and the answer fit (see WithReserve).
 		pubCtx, cancel := WithReserve(ctx, r.marker.Reserve())
-		results := r.pub.Publish(pubCtx, envs)
+		results := r.pub.PublishInOrder(pubCtx, envs, keys)
 		if pubCtx.Err() != nil && ctx.Err() == nil {
 			r.log.WarnContext(ctx, "relay: publishing stopped at the deadline reserve; unfinished records are reported for retry",
 				"reserve", r.marker.Reserve())
