@@ -90,13 +90,15 @@ func setup(m *testing.M) (int, error) {
 		EventSource: "com.example.custom",
 		Destroy:     true,
 		Outbox: outboxcdk.Props{
-			BatchSize:             500,
-			MaxBatchingWindow:     30 * time.Second,
-			RetryAttempts:         3,
-			MaxRecordAge:          time.Hour,
-			ParallelizationFactor: 2,
-			PendingShards:         32,
-			ReconcileRate:         10 * time.Minute,
+			BatchSize:              500,
+			MaxBatchingWindow:      30 * time.Second,
+			RetryAttempts:          3,
+			MaxRecordAge:           10 * time.Minute,
+			ParallelizationFactor:  1,
+			PendingShards:          32,
+			ReconcileRate:          10 * time.Minute,
+			ReconcileAfter:         11 * time.Minute,
+			OldestPendingThreshold: 30 * time.Minute,
 		},
 	})
 	if err != nil {
@@ -337,8 +339,8 @@ func TestEventSourceMappingCustomProps(t *testing.T) {
 		"BatchSize":                      500,
 		"MaximumBatchingWindowInSeconds": 30,
 		"MaximumRetryAttempts":           3,
-		"MaximumRecordAgeInSeconds":      3600,
-		"ParallelizationFactor":          2,
+		"MaximumRecordAgeInSeconds":      600,
+		"ParallelizationFactor":          1,
 	}
 	for k, v := range want {
 		if !jsonEqual(t, p[k], v) {

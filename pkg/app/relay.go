@@ -54,8 +54,10 @@ func NewReconciler(s Settings, c ReconcilerClients, log *slog.Logger) (*reconcil
 		Table:          s.OutboxTable,
 		PendingShards:  s.PendingShards,
 		ReconcileAfter: s.ReconcileAfter,
-		Budget:         s.ReconcileBudget,
-		Metrics:        s.Metrics,
-		Logger:         log,
+		// Only the local stack and tests set it (never read from the environment).
+		AllowShortReconcileAfter: s.AllowShortReconcileAfter,
+		Budget:                   s.ReconcileBudget,
+		Metrics:                  s.Metrics,
+		Logger:                   log,
 	})
 }

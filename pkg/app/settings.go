@@ -36,6 +36,10 @@ type Settings struct {
 	PendingShards int
 	// ReconcileAfter is the age after which pending records are re-sent.
 	ReconcileAfter time.Duration
+	// AllowShortReconcileAfter lets ReconcileAfter go below
+	// config.MinReconcileAfter (reconciler.Config.AllowShortReconcileAfter).
+	// Not read from the environment: only the local stack and tests set it.
+	AllowShortReconcileAfter bool
 	// ReconcileBudget bounds one reconciler run.
 	ReconcileBudget time.Duration
 	// PublishedRetention is the TTL of published outbox records.

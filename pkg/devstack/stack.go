@@ -254,13 +254,16 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		ParkedQueueURL:     "https://sqs.us-east-1.amazonaws.com/000000000000/" + p + "-parked",
 		PendingShards:      opts.PendingShards,
 		ReconcileAfter:     opts.ReconcileAfter,
-		ReconcileBudget:    opts.ReconcileEvery / 2,
-		PublishedRetention: 7 * 24 * time.Hour,
-		DedupRetention:     7 * 24 * time.Hour,
-		MaxEntryBytes:      256 * 1024,
-		RelayRetryBudget:   opts.RelayRetryBudget,
-		RelayCallTimeout:   opts.RelayCallTimeout,
-		Metrics:            opts.Metrics,
+		// The local stack may race the reconciler against the relay on
+		// purpose (chaos: ReconcileAfter 1 s); AWS never sets this.
+		AllowShortReconcileAfter: true,
+		ReconcileBudget:          opts.ReconcileEvery / 2,
+		PublishedRetention:       7 * 24 * time.Hour,
+		DedupRetention:           7 * 24 * time.Hour,
+		MaxEntryBytes:            256 * 1024,
+		RelayRetryBudget:         opts.RelayRetryBudget,
+		RelayCallTimeout:         opts.RelayCallTimeout,
+		Metrics:                  opts.Metrics,
 	}
 	if least := relay.MinFunctionTimeout(app.RelayConfig(s.Settings, nil)); opts.RelayFunctionTimeout < least {
 		return nil, fmt.Errorf("devstack: RelayFunctionTimeout %s is shorter than %s, the relay's retry budget plus its marking reserve (relay.MinFunctionTimeout); the CDK construct refuses it too", opts.RelayFunctionTimeout, least)

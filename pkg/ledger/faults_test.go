@@ -378,7 +378,7 @@ func TestFaultReconcilerConcurrentWithRelayAppliesOnce(t *testing.T) {
 	envs, total := paidEvents(t, 4)
 	s.write(t, envs)
 	rc, err := reconciler.New(s.f.env.DDB, s.relay.Publisher(), s.relay.Marker(), reconciler.Config{Table: s.table, PendingShards: 2,
-		ReconcileAfter: time.Nanosecond, Logger: quiet, Metrics: ioDiscard{}})
+		ReconcileAfter: time.Nanosecond, AllowShortReconcileAfter: true, Logger: quiet, Metrics: ioDiscard{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -465,7 +465,7 @@ func TestFaultChaosSmoke(t *testing.T) {
 	s.runPoller(t, in.StreamHandler(r.Handle), dynamodbstreams.NewFromConfig(cfg))
 
 	rc, err := reconciler.New(s.f.env.DDB, r.Publisher(), r.Marker(), reconciler.Config{Table: s.table, PendingShards: 2,
-		ReconcileAfter: time.Nanosecond, Logger: quiet, Metrics: ioDiscard{}})
+		ReconcileAfter: time.Nanosecond, AllowShortReconcileAfter: true, Logger: quiet, Metrics: ioDiscard{}})
 	if err != nil {
 		t.Fatal(err)
 	}
