@@ -10,6 +10,16 @@
 // IAM: the api's and the consumers' code grants come from app.Permissions,
 // and the template test compares every role, the outbox construct's
 // included, with it action for action.
+//
+// Security (docs/SECURITY-MODEL.md): the bus's resource policy denies
+// events:PutEvents to every principal but the outbox's relay and reconciler
+// roles; each consumer queue's policy denies sqs:SendMessage to anything but
+// its EventBridge rules (and the redrive roles); consumers expect events
+// from the stack's account (config.EnvExpectedEventAccount); the API offers
+// route-scoped caller policies, per-route throttles and 4xx/5xx-rate alarms;
+// every function has reserved concurrency and a Throttles alarm; tables have
+// deletion protection unless the stack is a throw-away one (Destroy); a
+// customer managed KMS key can encrypt every table and queue.
 package stack
 
 import (
