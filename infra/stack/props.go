@@ -70,10 +70,14 @@ const (
 // ReservedConcurrency does not name it (the reconciler's is fixed,
 // outboxcdk.ReconcilerReservedConcurrency). They bound what a flood of
 // requests or events can cost and keep the rest of the account's
-// concurrency free: 60 in all, well inside the default account quota of
-// 1,000 (Lambda keeps at least 100 unreserved). A consumer's must be at least
-// config.DefaultConsumerMaxConcurrency, its SQS event source mapping's
-// MaximumConcurrency, or the mapping is throttled.
+// concurrency free: 51 in all, well inside the default account quota of
+// 1,000 (Lambda keeps at least 100 unreserved; an account whose quota is
+// still 10 cannot reserve any: use NoReservedConcurrency). A consumer's must
+// be at least config.DefaultConsumerMaxConcurrency, its SQS event source
+// mapping's MaximumConcurrency, or the mapping is throttled. The relay runs
+// one instance per stream shard times the mapping's ParallelizationFactor:
+// with more shards than its reservation, batches wait (the IteratorAge alarm
+// shows it); raise it with the table's write rate.
 var DefaultReservedConcurrency = map[string]int{
 	APIFunction:                  20,
 	outboxcdk.RelayFunction:      20,
