@@ -1,15 +1,19 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
 	"github.com/aws/jsii-runtime-go"
 	"github.com/cdklabs/cdk-nag-go/cdknag/v2"
 
@@ -28,10 +32,35 @@ const (
 	ctxBatchingWindow = "ddb-outbox:batchingWindow" // int seconds, 0..300
 	ctxPendingShards  = "ddb-outbox:pendingShards"  // int, 1..256
 	ctxReconcileRate  = "ddb-outbox:reconcileRate"  // int minutes, >= 1
+
+	// JSON object {"POST /orders": {"rate": 10, "burst": 20}, ...} (or
+	// that JSON as a string from -c): per-route throttles
+	ctxRouteThrottles = "ddb-outbox:routeThrottles"
+	// JSON object {"api": 20, "relay": -1, ...}: reserved concurrency by
+	// function (-1: none)
+	ctxReservedConcurrency = "ddb-outbox:reservedConcurrency"
+	ctxAccessLogRetention  = "ddb-outbox:accessLogRetentionDays" // int days, a CloudWatch Logs retention value
+	ctxPublisherArns       = "ddb-outbox:publisherArns"          // comma-separated exact ARNs
+	ctxRedriveRoleArns     = "ddb-outbox:redriveRoleArns"        // comma-separated exact ARNs
+	ctxCustomerManagedKey  = "ddb-outbox:customerManagedKey"     // bool, default false
+	ctxNotificationsTTL    = "ddb-outbox:notificationsTtlAttribute"
 )
 
 // DefaultStackName is the CloudFormation stack name.
-const DefaultStackName = "DdbOutbox"
+const DefaultStackName = stack.DefaultStackName
+
+// retentionDays maps CloudWatch Logs retention values in days to the CDK's
+// enum (the values PutRetentionPolicy accepts).
+var retentionDays = map[int]awslogs.RetentionDays{
+	1: awslogs.RetentionDays_ONE_DAY, 3: awslogs.RetentionDays_THREE_DAYS, 5: awslogs.RetentionDays_FIVE_DAYS,
+	7: awslogs.RetentionDays_ONE_WEEK, 14: awslogs.RetentionDays_TWO_WEEKS, 30: awslogs.RetentionDays_ONE_MONTH,
+	60: awslogs.RetentionDays_TWO_MONTHS, 90: awslogs.RetentionDays_THREE_MONTHS, 120: awslogs.RetentionDays_FOUR_MONTHS,
+	150: awslogs.RetentionDays_FIVE_MONTHS, 180: awslogs.RetentionDays_SIX_MONTHS, 365: awslogs.RetentionDays_ONE_YEAR,
+	400: awslogs.RetentionDays_THIRTEEN_MONTHS, 545: awslogs.RetentionDays_EIGHTEEN_MONTHS, 731: awslogs.RetentionDays_TWO_YEARS,
+	1096: awslogs.RetentionDays_THREE_YEARS, 1827: awslogs.RetentionDays_FIVE_YEARS, 2192: awslogs.RetentionDays_SIX_YEARS,
+	2557: awslogs.RetentionDays_SEVEN_YEARS, 2922: awslogs.RetentionDays_EIGHT_YEARS, 3288: awslogs.RetentionDays_NINE_YEARS,
+	3653: awslogs.RetentionDays_TEN_YEARS,
+}
 
 func main() {
 	err := run()
@@ -130,6 +159,50 @@ func fromContext(get func(string) any, cwd string) (appConfig, error) {
 	p.Outbox.MaxBatchingWindow = time.Duration(integer(ctxBatchingWindow)) * time.Second
 	p.Outbox.PendingShards = integer(ctxPendingShards)
 	p.Outbox.ReconcileRate = time.Duration(integer(ctxReconcileRate)) * time.Minute
+	object := func(key string, dst any) {
+		v := get(key)
+		var raw []byte
+		switch v := v.(type) {
+		case nil:
+			return
+		case string:
+			if v == "" {
+				return
+			}
+			raw = []byte(v)
+		default:
+			var err error
+			if raw, err = json.Marshal(v); err != nil {
+				errs = append(errs, fmt.Errorf("context %s: %w", key, err))
+				return
+			}
+		}
+		if err := json.Unmarshal(raw, dst); err != nil {
+			errs = append(errs, fmt.Errorf("context %s=%s is not the expected JSON object: %w", key, raw, err))
+		}
+	}
+	object(ctxRouteThrottles, &p.RouteThrottles)
+	object(ctxReservedConcurrency, &p.ReservedConcurrency)
+	if d := integer(ctxAccessLogRetention); d != 0 {
+		r, ok := retentionDays[d]
+		if !ok {
+			errs = append(errs, fmt.Errorf("context %s=%d is not a CloudWatch Logs retention in days (%v)", ctxAccessLogRetention, d, slices.Sorted(maps.Keys(retentionDays))))
+		}
+		p.AccessLogRetention = r
+	}
+	list := func(key string) []string {
+		var out []string
+		for _, a := range strings.Split(str(key), ",") {
+			if a = strings.TrimSpace(a); a != "" {
+				out = append(out, a)
+			}
+		}
+		return out
+	}
+	p.PublisherArns = list(ctxPublisherArns)
+	p.RedriveRoleArns = list(ctxRedriveRoleArns)
+	p.CustomerManagedKey = boolean(ctxCustomerManagedKey, false)
+	p.NotificationsTTLAttribute = str(ctxNotificationsTTL)
 	return cfg, errors.Join(errs...)
 }
 

@@ -3,8 +3,11 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
 
 	"github.com/ddb-outbox/ddb-outbox/infra/stack"
 )
@@ -51,6 +54,52 @@ func TestFromContextValues(t *testing.T) {
 		p.Outbox.BatchSize != 250 || p.Outbox.MaxBatchingWindow != 5*time.Second || p.Outbox.PendingShards != 8 ||
 		p.Outbox.ReconcileRate != 2*time.Minute {
 		t.Errorf("cfg = %+v", cfg)
+	}
+}
+
+// GIVEN the security context keys, as cdk.json JSON values and as -c strings
+// WHEN the app reads them
+// THEN they reach the stack props.
+func TestFromContextSecurityKeys(t *testing.T) {
+	for name, ctx := range map[string]map[string]any{
+		"cdk.json": {
+			ctxAssetRoot:           "/x",
+			ctxRouteThrottles:      map[string]any{"POST /orders": map[string]any{"rate": float64(5), "burst": float64(10)}},
+			ctxReservedConcurrency: map[string]any{"api": float64(7), "relay": float64(-1)},
+			ctxAccessLogRetention:  float64(90),
+			ctxPublisherArns:       "arn:aws:iam::123456789012:role/a, arn:aws:iam::123456789012:role/b",
+			ctxRedriveRoleArns:     "arn:aws:iam::123456789012:role/ops",
+			ctxCustomerManagedKey:  true,
+			ctxNotificationsTTL:    "expires_at",
+		},
+		"-c": {
+			ctxAssetRoot:           "/x",
+			ctxRouteThrottles:      `{"POST /orders":{"rate":5,"burst":10}}`,
+			ctxReservedConcurrency: `{"api":7,"relay":-1}`,
+			ctxAccessLogRetention:  "90",
+			ctxPublisherArns:       "arn:aws:iam::123456789012:role/a,arn:aws:iam::123456789012:role/b",
+			ctxRedriveRoleArns:     "arn:aws:iam::123456789012:role/ops",
+			ctxCustomerManagedKey:  "true",
+			ctxNotificationsTTL:    "expires_at",
+		},
+	} {
+		cfg, err := fromContext(func(k string) any { return ctx[k] }, t.TempDir())
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		p := cfg.props
+		if !reflect.DeepEqual(p.RouteThrottles, map[string]stack.Throttle{"POST /orders": {RateLimit: 5, BurstLimit: 10}}) ||
+			!reflect.DeepEqual(p.ReservedConcurrency, map[string]int{"api": 7, "relay": stack.NoReservedConcurrency}) ||
+			p.AccessLogRetention != awslogs.RetentionDays_THREE_MONTHS ||
+			!reflect.DeepEqual(p.PublisherArns, []string{"arn:aws:iam::123456789012:role/a", "arn:aws:iam::123456789012:role/b"}) ||
+			!reflect.DeepEqual(p.RedriveRoleArns, []string{"arn:aws:iam::123456789012:role/ops"}) ||
+			!p.CustomerManagedKey || p.NotificationsTTLAttribute != "expires_at" {
+			t.Errorf("%s: props = %+v", name, p)
+		}
+	}
+	bad := map[string]any{ctxAssetRoot: "/x", ctxAccessLogRetention: "10", ctxRouteThrottles: "{not json"}
+	if _, err := fromContext(func(k string) any { return bad[k] }, t.TempDir()); err == nil {
+		t.Error("want an error for a retention of 10 days and malformed route throttles")
 	}
 }
 

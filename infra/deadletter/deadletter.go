@@ -1,5 +1,6 @@
 // Package deadletter creates the project's dead-letter queues: standard SQS
-// queues encrypted at rest with SQS-managed keys (SSE-SQS), reachable only
+// queues encrypted at rest with SQS-managed keys (SSE-SQS) or, when a key is
+// given, with that customer managed KMS key (SSE-KMS), reachable only
 // over TLS, keeping messages for the SQS maximum of 14 days, each with an
 // alarm that fires as soon as one message is visible (promise I5: nothing is
 // dropped silently), and taking messages up to the SQS maximum size.
@@ -8,6 +9,7 @@ package deadletter
 import (
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awskms"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
@@ -35,13 +37,21 @@ type Queue struct {
 
 // New creates the queue id and its alarm id+"Alarm" under scope. what is a
 // short human description used in the alarm description ("parked outbox
-// records"). removal is the queue's removal policy ("" means RETAIN).
-func New(scope constructs.Construct, id, what string, removal awscdk.RemovalPolicy) *Queue {
+// records"). removal is the queue's removal policy ("" means RETAIN). key,
+// when not nil, encrypts the queue with that customer managed KMS key
+// (SSE-KMS); nil keeps SSE-SQS. Whoever sends to or receives from a
+// KMS-encrypted queue also needs kms:GenerateDataKey / kms:Decrypt on the key.
+func New(scope constructs.Construct, id, what string, removal awscdk.RemovalPolicy, key awskms.IKey) *Queue {
 	if removal == "" {
 		removal = awscdk.RemovalPolicy_RETAIN
 	}
+	enc := awssqs.QueueEncryption_SQS_MANAGED
+	if key != nil {
+		enc = awssqs.QueueEncryption_KMS
+	}
 	q := awssqs.NewQueue(scope, jsii.String(id), &awssqs.QueueProps{
-		Encryption:          awssqs.QueueEncryption_SQS_MANAGED,
+		Encryption:          enc,
+		EncryptionMasterKey: key,
 		EnforceSSL:          jsii.Bool(true),
 		RetentionPeriod:     awscdk.Duration_Seconds(jsii.Number(Retention)),
 		MaxMessageSizeBytes: jsii.Number(MaxMessageBytes),

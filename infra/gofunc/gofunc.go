@@ -7,6 +7,12 @@
 // an explicit CloudWatch Logs log group with a retention period. There is no
 // Docker bundling: the CDK app never compiles Go, it only zips dist/<name>/.
 //
+// Every function writes its logs in Lambda's JSON log format (LoggingConfig
+// LogFormat JSON): the runtime's own records (START, END, REPORT, errors)
+// become JSON objects with the request id, and the application's slog JSON
+// lines are kept as structured records, so CloudWatch Logs Insights can
+// filter on actor, request_id, event_id and reason directly.
+//
 // Each function gets its own IAM role whose only built-in permission is
 // logs:CreateLogStream + logs:PutLogEvents on its own log group (instead of
 // the AWS managed AWSLambdaBasicExecutionRole policy, which allows writing to
@@ -67,12 +73,18 @@ type Props struct {
 	LogRetention awslogs.RetentionDays
 	// RemovalPolicy applies to the log group. Default RETAIN.
 	RemovalPolicy awscdk.RemovalPolicy
+	// ReservedConcurrency is the function's reserved concurrency
+	// (ReservedConcurrentExecutions): at most this many instances run at
+	// once, and they are always available. 0 reserves none (the function
+	// shares the account's unreserved pool). Negative is an error.
+	ReservedConcurrency int
 }
 
 // New creates a Go function with id under scope, its log group (id +
 // "Logs") and its role (id + "Role"). It returns an error wrapping ErrMissingBootstrap when
 // AssetDir/bootstrap does not exist, and an error when Timeout is not a whole
-// number of seconds between 1 s and 15 min.
+// number of seconds between 1 s and 15 min or ReservedConcurrency is
+// negative.
 func New(scope constructs.Construct, id string, p Props) (awslambda.Function, error) {
 	if p.AssetDir == "" {
 		return nil, fmt.Errorf("gofunc: %s: AssetDir is required", id)
@@ -96,6 +108,9 @@ func New(scope constructs.Construct, id string, p Props) (awslambda.Function, er
 	if p.LogRetention == "" {
 		p.LogRetention = DefaultLogRetention
 	}
+	if p.ReservedConcurrency < 0 {
+		return nil, fmt.Errorf("gofunc: %s: reserved concurrency %d is negative", id, p.ReservedConcurrency)
+	}
 	if p.RemovalPolicy == "" {
 		p.RemovalPolicy = awscdk.RemovalPolicy_RETAIN
 	}
@@ -112,6 +127,10 @@ func New(scope constructs.Construct, id string, p Props) (awslambda.Function, er
 	for k, v := range p.Environment {
 		env[k] = jsii.String(v)
 	}
+	var reserved *float64
+	if p.ReservedConcurrency > 0 {
+		reserved = jsii.Number(p.ReservedConcurrency)
+	}
 	fn := awslambda.NewFunction(scope, jsii.String(id), &awslambda.FunctionProps{
 		Runtime:      awslambda.Runtime_PROVIDED_AL2023(),
 		Architecture: awslambda.Architecture_ARM_64(),
@@ -122,7 +141,10 @@ func New(scope constructs.Construct, id string, p Props) (awslambda.Function, er
 		Timeout:      awscdk.Duration_Seconds(jsii.Number(p.Timeout.Seconds())),
 		Environment:  &env,
 		LogGroup:     logs,
-		Role:         role,
+		// JSON log format (Lambda developer guide, monitoring-cloudwatchlogs-advanced)
+		LoggingFormat:                awslambda.LoggingFormat_JSON,
+		ReservedConcurrentExecutions: reserved,
+		Role:                         role,
 	})
 	return fn, nil
 }

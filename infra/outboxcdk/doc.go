@@ -17,9 +17,19 @@
 //   - The reconciler's scheduled (asynchronous) invocations have an SQS
 //     on-failure destination, so a run that fails Lambda's retries is
 //     recorded and alarmed, never discarded.
-//   - Every queue is encrypted (SSE-SQS) and TLS-only; the table is
-//     encrypted with the AWS managed key or a customer key and has PITR;
-//     no IAM statement uses a wildcard action.
+//   - Every queue is encrypted and TLS-only (SSE-SQS; the parked-records
+//     queue with Props.EncryptionKey when set, the two on-failure queues,
+//     which hold metadata only, always SSE-SQS); the table is encrypted with
+//     the AWS managed key or Props.EncryptionKey, has PITR and, unless its
+//     RemovalPolicy is DESTROY, deletion protection; no IAM statement uses
+//     a wildcard action (KeyUseActions on a customer key).
+//   - The reconciler runs one at a time (reserved concurrency
+//     ReconcilerReservedConcurrency = 1); every function logs in Lambda's
+//     JSON log format.
+//   - Only the outbox publishes: PublishOnlyStatement is the bus resource
+//     policy statement denying events:PutEvents to every principal but the
+//     relay's and the reconciler's roles (PublisherRoleArns). The construct
+//     does not attach it (a bus may be shared); infra/stack does.
 //   - Props.Validate checks every tunable against the AWS limit it maps to
 //     and touches nothing in the CDK.
 //

@@ -131,7 +131,10 @@ func New(scope constructs.Construct, id string, props Props) (*Outbox, error) {
 		},
 		Encryption:    encryption,
 		EncryptionKey: props.EncryptionKey,
-		RemovalPolicy: props.RemovalPolicy,
+		// a retained table is also protected against deletion by API
+		// calls; a throw-away (DESTROY) one is not
+		DeletionProtection: jsii.Bool(props.RemovalPolicy != awscdk.RemovalPolicy_DESTROY),
+		RemovalPolicy:      props.RemovalPolicy,
 	})
 	o.Table.AddGlobalSecondaryIndex(&awsdynamodb.GlobalSecondaryIndexProps{
 		IndexName:      jsii.String(outbox.PendingIndexName),
@@ -140,9 +143,14 @@ func New(scope constructs.Construct, id string, props Props) (*Outbox, error) {
 		ProjectionType: awsdynamodb.ProjectionType_ALL,
 	})
 
-	o.ParkedQueue = deadletter.New(c, "ParkedQueue", "parked outbox records", props.RemovalPolicy)
-	o.StreamFailureQueue = deadletter.New(c, "StreamFailureQueue", "outbox stream batches the relay could not process", props.RemovalPolicy)
-	o.ReconcilerFailureQueue = deadletter.New(c, "ReconcilerFailureQueue", "scheduled reconciler runs that failed after Lambda's asynchronous retries", props.RemovalPolicy)
+	o.ParkedQueue = deadletter.New(c, "ParkedQueue", "parked outbox records", props.RemovalPolicy, props.EncryptionKey)
+	// The two on-failure queues stay SSE-SQS even with an EncryptionKey:
+	// they receive metadata only (shard and sequence numbers, the schedule
+	// event), never a record's contents, and the CDK's on-failure
+	// destinations would grant wildcard KMS actions (kms:GenerateDataKey*,
+	// kms:ReEncrypt*) on a customer managed key.
+	o.StreamFailureQueue = deadletter.New(c, "StreamFailureQueue", "outbox stream batches the relay could not process", props.RemovalPolicy, nil)
+	o.ReconcilerFailureQueue = deadletter.New(c, "ReconcilerFailureQueue", "scheduled reconciler runs that failed after Lambda's asynchronous retries", props.RemovalPolicy, nil)
 
 	publishEnv := map[string]string{
 		config.EnvEventBusName:              *props.EventBus.EventBusName(),
@@ -175,6 +183,9 @@ func New(scope constructs.Construct, id string, props Props) (*Outbox, error) {
 		Timeout:       props.ReconcileBudget + 15*time.Second,
 		LogRetention:  props.LogRetention,
 		RemovalPolicy: props.RemovalPolicy,
+		// one sweep at a time: two concurrent runs would re-send the same
+		// pending records twice
+		ReservedConcurrency: ReconcilerReservedConcurrency,
 	})
 	if err != nil {
 		return nil, err
@@ -245,7 +256,7 @@ func (o *Outbox) PendingIndexArn() *string {
 
 // GrantWriteEvents lets fn append outbox records in its transactions: it
 // grants exactly WriteEventsActions on the outbox table (plus
-// kms:Encrypt/Decrypt on Props.EncryptionKey when one is set) and sets
+// KeyUseActions on Props.EncryptionKey when one is set) and sets
 // config.EnvOutboxTable, config.EnvPendingShards, config.EnvEventSource and
 // config.EnvMaxEntryBytes on fn.
 func (o *Outbox) GrantWriteEvents(fn awslambda.Function) {
@@ -270,7 +281,7 @@ func (o *Outbox) setOutboxEnv(fn awslambda.Function) {
 
 func (o *Outbox) grantKey(fn awslambda.Function) {
 	if o.props.EncryptionKey != nil {
-		o.props.EncryptionKey.GrantEncryptDecrypt(fn)
+		o.props.EncryptionKey.Grant(fn, *jsii.Strings(KeyUseActions...)...)
 	}
 }
 

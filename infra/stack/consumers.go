@@ -18,6 +18,7 @@ import (
 
 	"github.com/ddb-outbox/ddb-outbox/infra/deadletter"
 	"github.com/ddb-outbox/ddb-outbox/infra/gofunc"
+	"github.com/ddb-outbox/ddb-outbox/infra/outboxcdk"
 	"github.com/ddb-outbox/ddb-outbox/pkg/app"
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/ledger"
@@ -73,6 +74,9 @@ type Consumer struct {
 	// BacklogAlarm fires when Queue's oldest message is older than
 	// ConsumerOldestMessageThreshold.
 	BacklogAlarm awscloudwatch.Alarm
+	// Rules are the EventBridge rules targeting Queue: the only senders
+	// its policy allows besides OrdersStackProps.RedriveRoleArns.
+	Rules []awsevents.Rule
 }
 
 // consumerTables names each consumer's table, its partition key attribute
@@ -91,14 +95,23 @@ func (s *OrdersStack) addConsumer(name, source string) error {
 	st, props, removal := s.Stack, s.props, s.props.removalPolicy()
 	t := consumerTables[name]
 	cid := idOf(name)
-	table := newTable(st, t.id, t.pk, "", removal)
+	ttl := ""
+	if name == routing.ConsumerNotifier {
+		ttl = props.NotificationsTTLAttribute
+	}
+	table := s.newTable(t.id, t.pk, ttl)
 	dlq := deadletter.New(st, cid+"ConsumerDLQ", "events consumer "+name+" failed "+
-		fmt.Sprint(config.DefaultConsumerMaxReceiveCount)+" times or could never apply", removal)
+		fmt.Sprint(config.DefaultConsumerMaxReceiveCount)+" times or could never apply", removal, s.EncryptionKey)
+	enc := awssqs.QueueEncryption_SQS_MANAGED
+	if s.EncryptionKey != nil {
+		enc = awssqs.QueueEncryption_KMS
+	}
 	queue := awssqs.NewQueue(st, jsii.String(cid+"ConsumerQueue"), &awssqs.QueueProps{
-		Encryption:        awssqs.QueueEncryption_SQS_MANAGED,
-		EnforceSSL:        jsii.Bool(true),
-		VisibilityTimeout: awscdk.Duration_Seconds(jsii.Number(ConsumerVisibilityTimeout.Seconds())),
-		RetentionPeriod:   awscdk.Duration_Seconds(jsii.Number(ConsumerQueueRetention.Seconds())),
+		Encryption:          enc,
+		EncryptionMasterKey: s.EncryptionKey,
+		EnforceSSL:          jsii.Bool(true),
+		VisibilityTimeout:   awscdk.Duration_Seconds(jsii.Number(ConsumerVisibilityTimeout.Seconds())),
+		RetentionPeriod:     awscdk.Duration_Seconds(jsii.Number(ConsumerQueueRetention.Seconds())),
 		// the whole EventBridge event, whatever the outbox entry limit
 		MaxMessageSizeBytes: jsii.Number(deadletter.MaxMessageBytes),
 		DeadLetterQueue: &awssqs.DeadLetterQueue{
@@ -113,14 +126,21 @@ func (s *OrdersStack) addConsumer(name, source string) error {
 		Timeout:       ConsumerTimeout,
 		LogRetention:  props.LogRetention,
 		RemovalPolicy: removal,
+		// at least the mapping's MaximumConcurrency (Validate)
+		ReservedConcurrency: max(props.ReservedConcurrency[name], 0),
 	})
 	if err != nil {
 		return err
+	}
+	if s.EncryptionKey != nil {
+		s.EncryptionKey.Grant(fn, *jsii.Strings(outboxcdk.KeyUseActions...)...)
 	}
 	fn.AddEnvironment(jsii.String(config.EnvDedupTable), s.DedupTable.TableName(), nil)
 	fn.AddEnvironment(jsii.String(t.env), table.TableName(), nil)
 	fn.AddEnvironment(jsii.String(config.EnvEventSource), jsii.String(source), nil)
 	fn.AddEnvironment(jsii.String(config.EnvConsumerDLQURL), dlq.Queue.QueueUrl(), nil)
+	// events from any other account are refused (forged_account)
+	fn.AddEnvironment(jsii.String(config.EnvExpectedEventAccount), awscdk.Aws_ACCOUNT_ID(), nil)
 	es := awslambdaeventsources.NewSqsEventSource(queue, &awslambdaeventsources.SqsEventSourceProps{
 		BatchSize:               jsii.Number(config.DefaultConsumerBatchSize),
 		ReportBatchItemFailures: jsii.Bool(true),
@@ -157,7 +177,7 @@ func (s *OrdersStack) addRule(r routing.Rule, source string) error {
 		return fmt.Errorf("stack: routing rule %s: %w", r.Name, err)
 	}
 	cid := idOf(r.Name)
-	dlq := deadletter.New(s.Stack, cid+"DLQ", "events EventBridge could not deliver to the "+r.Consumer+" queue (rule "+r.Name+")", s.props.removalPolicy())
+	dlq := deadletter.New(s.Stack, cid+"DLQ", "events EventBridge could not deliver to the "+r.Consumer+" queue (rule "+r.Name+")", s.props.removalPolicy(), s.EncryptionKey)
 	rule := awsevents.NewRule(s.Stack, jsii.String(cid+"Rule"), &awsevents.RuleProps{
 		EventBus:     s.Bus,
 		Description:  jsii.String("Routes " + r.Name + " events to the queue of consumer " + r.Consumer + " (routing.Rules)."),
@@ -170,6 +190,7 @@ func (s *OrdersStack) addRule(r routing.Rule, source string) error {
 	})
 	s.Rules[r.Name] = rule
 	s.RuleDLQs[r.Name] = dlq
+	c.Rules = append(c.Rules, rule)
 	return nil
 }
 

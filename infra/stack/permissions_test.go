@@ -23,6 +23,18 @@ func TestRolesGrantExactlyTheDeclaredPermissions(t *testing.T) {
 	if outboxcdk.RelayFunction != app.FunctionRelay || outboxcdk.ReconcilerFunction != app.FunctionReconciler || APIFunction != app.FunctionAPI {
 		t.Fatal("function names of the stack and pkg/app differ")
 	}
+	if !slices.Equal(sortedActions(outboxcdk.KeyUseActions), sortedActions(app.KeyActions)) {
+		t.Errorf("outboxcdk.KeyUseActions %v != app.KeyActions %v", outboxcdk.KeyUseActions, app.KeyActions)
+	}
+	checkRoles(t, def, func(p app.FunctionPermissions) app.FunctionPermissions { return p })
+	// the custom stack encrypts with a customer managed key
+	checkRoles(t, custom, app.FunctionPermissions.WithEncryptionKey)
+}
+
+// checkRoles compares every function role of def (a synthesized stack)
+// with app.Permissions, each transformed by perms.
+func checkRoles(t *testing.T, def *synthesized, perms func(app.FunctionPermissions) app.FunctionPermissions) {
+	t.Helper()
 	s := def.stack
 	ob := s.Outbox
 	table := getAtt(def.id(ob.Table), "Arn")
@@ -37,6 +49,9 @@ func TestRolesGrantExactlyTheDeclaredPermissions(t *testing.T) {
 		app.ResourceStreamFailureQueue:     getAtt(def.id(ob.StreamFailureQueue.Queue), "Arn"),
 		app.ResourceReconcilerFailureQueue: getAtt(def.id(ob.ReconcilerFailureQueue.Queue), "Arn"),
 		app.ResourceAll:                    "*",
+	}
+	if s.EncryptionKey != nil {
+		shared[app.ResourceEncryptionKey] = getAtt(def.id(s.EncryptionKey), "Arn")
 	}
 	consumer := func(name string, table app.Resource) map[app.Resource]any {
 		c := s.Consumers[name]
@@ -64,7 +79,8 @@ func TestRolesGrantExactlyTheDeclaredPermissions(t *testing.T) {
 		return string(raw)
 	}
 	checked := map[string]bool{}
-	for _, perms := range app.Permissions() {
+	for _, declared := range app.Permissions() {
+		perms := perms(declared)
 		f, ok := functions[perms.Function]
 		if !ok {
 			t.Errorf("app.Permissions declares %s, which the stack does not deploy", perms.Function)

@@ -3,13 +3,22 @@ package stack
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awskms"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
 
 	"github.com/ddb-outbox/ddb-outbox/infra/outboxcdk"
+	"github.com/ddb-outbox/ddb-outbox/pkg/app"
+	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 )
+
+// functionNames are the functions of the stack (app.Permissions order).
+var functionNames = []string{APIFunction, outboxcdk.RelayFunction, outboxcdk.ReconcilerFunction, app.FunctionLedger, app.FunctionNotifier}
 
 // AuthMode is the HTTP API's route authorization.
 type AuthMode string
@@ -41,7 +50,49 @@ const (
 	DefaultThrottleRate = 100
 	// DefaultThrottleBurst is the HTTP API stage's burst limit (requests).
 	DefaultThrottleBurst = 200
+	// DefaultAPI4xxRatePercent is the threshold of the alarm on the API's
+	// 4xx responses as a percentage of its requests (five-minute periods,
+	// two of three). Throttled requests (429) count as 4xx.
+	DefaultAPI4xxRatePercent = 10
+	// DefaultAPI5xxRatePercent is the threshold of the alarm on the API's
+	// 5xx responses as a percentage of its requests.
+	DefaultAPI5xxRatePercent = 1
+	// DefaultStackName is the CloudFormation stack name of the app
+	// (infra/main.go). A stack with AuthNone must have another name.
+	DefaultStackName = "DdbOutbox"
+	// NoReservedConcurrency in ReservedConcurrency leaves a function
+	// without reserved concurrency (it shares the account's unreserved
+	// pool).
+	NoReservedConcurrency = -1
 )
+
+// DefaultReservedConcurrency is each function's reserved concurrency when
+// ReservedConcurrency does not name it (the reconciler's is fixed,
+// outboxcdk.ReconcilerReservedConcurrency). They bound what a flood of
+// requests or events can cost and keep the rest of the account's
+// concurrency free: 51 in all, well inside the default account quota of
+// 1,000 (Lambda keeps at least 100 unreserved; an account whose quota is
+// still 10 cannot reserve any: use NoReservedConcurrency). A consumer's must
+// be at least config.DefaultConsumerMaxConcurrency, its SQS event source
+// mapping's MaximumConcurrency, or the mapping is throttled. The relay runs
+// one instance per stream shard times the mapping's ParallelizationFactor:
+// with more shards than its reservation, batches wait (the IteratorAge alarm
+// shows it); raise it with the table's write rate.
+var DefaultReservedConcurrency = map[string]int{
+	APIFunction:                  20,
+	outboxcdk.RelayFunction:      20,
+	app.FunctionLedger:           5,
+	app.FunctionNotifier:         5,
+	outboxcdk.ReconcilerFunction: outboxcdk.ReconcilerReservedConcurrency,
+}
+
+// Throttle is an HTTP API route's throttling: RateLimit requests per second
+// (steady state) and BurstLimit requests (bucket size). Both must be
+// positive.
+type Throttle struct {
+	RateLimit  int `json:"rate"`
+	BurstLimit int `json:"burst"`
+}
 
 // EventBridge target retry policy limits (RetryPolicy API: maximum event
 // age 60..86,400 s, retry attempts 0..185; this stack requires at least one
@@ -94,6 +145,53 @@ type OrdersStackProps struct {
 	Destroy bool
 	// LogRetention is the retention of every log group. Default one month.
 	LogRetention awslogs.RetentionDays
+
+	// StackName is the stack's name as NewOrdersStack will create it, for
+	// validation only: StackProps.StackName when set, else the construct
+	// id. NewOrdersStack fills it in; AuthNone requires a name other than
+	// DefaultStackName (an open API must never replace the default stack).
+	StackName string
+	// RouteThrottles are per-route throttles by route key (METHOD + " " +
+	// path as in Routes, e.g. "POST /orders"); routes not named keep the
+	// stage-wide ThrottleRate and ThrottleBurst. Unknown keys are an error.
+	RouteThrottles map[string]Throttle
+	// ReservedConcurrency is the reserved concurrency by function name
+	// (api, relay, ledger, notifier), 1..1000 or NoReservedConcurrency;
+	// unnamed functions take DefaultReservedConcurrency. The reconciler's
+	// is fixed (outboxcdk.ReconcilerReservedConcurrency) and may only be
+	// given as that value. A consumer's must be at least
+	// config.DefaultConsumerMaxConcurrency.
+	ReservedConcurrency map[string]int
+	// API4xxRatePercent and API5xxRatePercent are the thresholds (percent
+	// of requests, 0 < x <= 100) of the API's 4xx and 5xx rate alarms.
+	// Defaults DefaultAPI4xxRatePercent and DefaultAPI5xxRatePercent.
+	API4xxRatePercent float64
+	API5xxRatePercent float64
+	// AccessLogRetention is the retention of the HTTP API access log group.
+	// Default LogRetention.
+	AccessLogRetention awslogs.RetentionDays
+	// PublisherArns are IAM principal ARNs, besides the relay's and the
+	// reconciler's roles, that the bus policy lets call events:PutEvents
+	// (for example a break-glass role). Exact ARNs, no wildcards.
+	PublisherArns []string
+	// RedriveRoleArns are IAM role ARNs the consumer queue policies let
+	// call sqs:SendMessage, besides EventBridge for the consumer's rules:
+	// whoever redrives a consumer DLQ back to its queue (a DLQ redrive
+	// sends with the caller's permissions). Empty: nobody but the rules can
+	// send to a consumer queue. Exact ARNs, no wildcards.
+	RedriveRoleArns []string
+	// EncryptionKey, when set, is the customer managed KMS key of every
+	// table and queue (outbox construct included, overriding
+	// Outbox.EncryptionKey); CustomerManagedKey creates one in the stack
+	// (rotation on). Default: the AWS managed key aws/dynamodb for tables
+	// and SSE-SQS for queues.
+	EncryptionKey      awskms.IKey
+	CustomerManagedKey bool
+	// NotificationsTTLAttribute, when set, is the TTL attribute of the
+	// notifications table: DynamoDB deletes a notification whose attribute
+	// (epoch seconds) is in the past. Empty: no TTL (the notifier writes no
+	// TTL attribute yet; set it once it does).
+	NotificationsTTLAttribute string
 }
 
 // SetDefaults replaces zero fields with their defaults.
@@ -116,7 +214,33 @@ func (p *OrdersStackProps) SetDefaults() {
 	if p.LogRetention == "" {
 		p.LogRetention = awslogs.RetentionDays_ONE_MONTH
 	}
+	if p.AccessLogRetention == "" {
+		p.AccessLogRetention = p.LogRetention
+	}
+	if p.API4xxRatePercent == 0 {
+		p.API4xxRatePercent = DefaultAPI4xxRatePercent
+	}
+	if p.API5xxRatePercent == 0 {
+		p.API5xxRatePercent = DefaultAPI5xxRatePercent
+	}
+	reserved := make(map[string]int, len(DefaultReservedConcurrency))
+	for fn, n := range DefaultReservedConcurrency {
+		reserved[fn] = n
+	}
+	for fn, n := range p.ReservedConcurrency {
+		if n != 0 {
+			reserved[fn] = n
+		}
+	}
+	p.ReservedConcurrency = reserved
+	if p.StackName == "" {
+		p.StackName = DefaultStackName
+	}
 }
+
+// maxReservedConcurrency is the largest reserved concurrency Validate
+// accepts: the default account concurrency quota (1,000).
+const maxReservedConcurrency = 1000
 
 // removalPolicy is the policy for stateful resources.
 func (p *OrdersStackProps) removalPolicy() awscdk.RemovalPolicy {
@@ -146,6 +270,47 @@ func (p OrdersStackProps) Validate() error {
 	}
 	if p.ThrottleRate < 1 || p.ThrottleBurst < 1 {
 		errs = append(errs, fmt.Errorf("ThrottleRate %d and ThrottleBurst %d must be positive", p.ThrottleRate, p.ThrottleBurst))
+	}
+	if p.AuthMode == AuthNone && p.StackName == DefaultStackName {
+		errs = append(errs, fmt.Errorf("AuthMode %s needs an explicit stack name other than %q (an open API must not replace the default stack)", AuthNone, DefaultStackName))
+	}
+	keys := map[string]bool{}
+	for _, r := range Routes {
+		keys[r.Key()] = true
+	}
+	for k, th := range p.RouteThrottles {
+		if !keys[k] {
+			errs = append(errs, fmt.Errorf("RouteThrottles: %q is not a route key (%v)", k, slices.Sorted(maps.Keys(keys))))
+		}
+		if th.RateLimit < 1 || th.BurstLimit < 1 {
+			errs = append(errs, fmt.Errorf("RouteThrottles[%q]: rate %d and burst %d must be positive", k, th.RateLimit, th.BurstLimit))
+		}
+	}
+	for fn, n := range p.ReservedConcurrency {
+		switch {
+		case !slices.Contains(functionNames, fn):
+			errs = append(errs, fmt.Errorf("ReservedConcurrency: unknown function %q (%v)", fn, functionNames))
+		case fn == outboxcdk.ReconcilerFunction && n != outboxcdk.ReconcilerReservedConcurrency:
+			errs = append(errs, fmt.Errorf("ReservedConcurrency: the reconciler runs one at a time (%d), not %d", outboxcdk.ReconcilerReservedConcurrency, n))
+		case n == NoReservedConcurrency:
+		case n < 1 || n > maxReservedConcurrency:
+			errs = append(errs, fmt.Errorf("ReservedConcurrency[%s] %d is outside 1..%d (or %d for none)", fn, n, maxReservedConcurrency, NoReservedConcurrency))
+		case slices.Contains(consumerNames, fn) && n < config.DefaultConsumerMaxConcurrency:
+			errs = append(errs, fmt.Errorf("ReservedConcurrency[%s] %d is below its SQS event source mapping's MaximumConcurrency %d", fn, n, config.DefaultConsumerMaxConcurrency))
+		}
+	}
+	for name, v := range map[string]float64{"API4xxRatePercent": p.API4xxRatePercent, "API5xxRatePercent": p.API5xxRatePercent} {
+		if v <= 0 || v > 100 {
+			errs = append(errs, fmt.Errorf("%s %v is outside (0, 100]", name, v))
+		}
+	}
+	for _, a := range append(slices.Clone(p.PublisherArns), p.RedriveRoleArns...) {
+		if !strings.HasPrefix(a, "arn:") || strings.ContainsAny(a, "*?") {
+			errs = append(errs, fmt.Errorf("principal ARN %q must be an exact ARN (no wildcards)", a))
+		}
+	}
+	if p.EncryptionKey != nil && p.CustomerManagedKey {
+		errs = append(errs, errors.New("set EncryptionKey or CustomerManagedKey, not both"))
 	}
 	if len(errs) == 0 {
 		return nil

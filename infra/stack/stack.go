@@ -10,6 +10,16 @@
 // IAM: the api's and the consumers' code grants come from app.Permissions,
 // and the template test compares every role, the outbox construct's
 // included, with it action for action.
+//
+// Security (docs/SECURITY-MODEL.md): the bus's resource policy denies
+// events:PutEvents to every principal but the outbox's relay and reconciler
+// roles; each consumer queue's policy denies sqs:SendMessage to anything but
+// its EventBridge rules (and the redrive roles); consumers expect events
+// from the stack's account (config.EnvExpectedEventAccount); the API offers
+// route-scoped caller policies, per-route throttles and 4xx/5xx-rate alarms;
+// every function has reserved concurrency and a Throttles alarm; tables have
+// deletion protection unless the stack is a throw-away one (Destroy); a
+// customer managed KMS key can encrypt every table and queue.
 package stack
 
 import (
@@ -27,11 +37,13 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsdynamodb"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsevents"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awskms"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
 	"github.com/aws/aws-cdk-go/awscdk/v2/interfaces/interfacesawscloudwatch"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
+	"github.com/cdklabs/cdk-nag-go/cdknag/v2"
 
 	"github.com/ddb-outbox/ddb-outbox/infra/deadletter"
 	"github.com/ddb-outbox/ddb-outbox/infra/gofunc"
@@ -55,6 +67,9 @@ type Route struct {
 	// Path is the route path; {id} is a path parameter.
 	Path string
 }
+
+// Key returns the route key, METHOD + " " + path ("POST /orders").
+func (r Route) Key() string { return string(r.Method) + " " + r.Path }
 
 // Routes are the HTTP API routes (payload format 2.0, all to the api
 // function). Requests matching none of them take the $default route to the
@@ -97,6 +112,22 @@ type OrdersStack struct {
 	Alarms []awscloudwatch.Alarm
 	// Dashboard shows the API, outbox and consumer signals and all alarms.
 	Dashboard awscloudwatch.Dashboard
+	// EncryptionKey is the customer managed KMS key of every table and
+	// queue, or nil (AWS managed keys).
+	EncryptionKey awskms.IKey
+	// BusPolicy is the bus's resource policy: only the outbox's roles (and
+	// OrdersStackProps.PublisherArns) may call events:PutEvents.
+	BusPolicy awsiam.PolicyDocument
+	// ReadOnlyCallerPolicy allows execute-api:Invoke on the API's GET
+	// routes; CommandCallerPolicy on its POST routes. Attach them to the
+	// callers' roles (IAM auth mode).
+	ReadOnlyCallerPolicy awsiam.ManagedPolicy
+	CommandCallerPolicy  awsiam.ManagedPolicy
+	// API4xxRateAlarm and API5xxRateAlarm fire when the API's 4xx or 5xx
+	// responses pass OrdersStackProps.API4xxRatePercent / API5xxRatePercent
+	// of its requests.
+	API4xxRateAlarm awscloudwatch.Alarm
+	API5xxRateAlarm awscloudwatch.Alarm
 
 	props OrdersStackProps
 }
@@ -107,6 +138,10 @@ type OrdersStack struct {
 // error when routing.Rules() names an unknown consumer or uses a pattern key
 // the stack cannot express.
 func NewOrdersStack(scope constructs.Construct, id string, props OrdersStackProps) (*OrdersStack, error) {
+	props.StackName = id
+	if n := props.StackProps.StackName; n != nil && *n != "" {
+		props.StackName = *n
+	}
 	if err := props.Validate(); err != nil {
 		return nil, err
 	}
@@ -125,11 +160,23 @@ func NewOrdersStack(scope constructs.Construct, id string, props OrdersStackProp
 		props:     props,
 	}
 
+	s.EncryptionKey = props.EncryptionKey
+	if props.CustomerManagedKey {
+		s.EncryptionKey = awskms.NewKey(st, jsii.String("EncryptionKey"), &awskms.KeyProps{
+			Description:       jsii.String("ddb-outbox: encrypts the tables and queues of stack " + props.StackName),
+			EnableKeyRotation: jsii.Bool(true),
+			RemovalPolicy:     removal,
+		})
+	}
+
 	s.Bus = awsevents.NewEventBus(st, jsii.String("Bus"), &awsevents.EventBusProps{
 		Description: jsii.String("ddb-outbox order events"),
 	})
 
 	op := props.Outbox
+	if s.EncryptionKey != nil {
+		op.EncryptionKey = s.EncryptionKey
+	}
 	op.EventBus = s.Bus
 	op.AssetRoot = props.AssetRoot
 	if props.EventSource != "" {
@@ -144,19 +191,22 @@ func NewOrdersStack(scope constructs.Construct, id string, props OrdersStackProp
 	s.Outbox = ob
 	source := ob.Props().EventSource
 
-	s.OrdersTable = newTable(st, "OrdersTable", order.AttrPK, order.TTLAttribute, removal)
-	s.DedupTable = newTable(st, "DedupTable", dedup.AttrPK, dedup.TTLAttribute, removal)
+	s.OrdersTable = s.newTable("OrdersTable", order.AttrPK, order.TTLAttribute)
+	s.DedupTable = s.newTable("DedupTable", dedup.AttrPK, dedup.TTLAttribute)
+	reserve(ob.Relay, props.ReservedConcurrency[outboxcdk.RelayFunction])
 
 	s.APIFunction, err = gofunc.New(st, idOf(APIFunction), gofunc.Props{
-		AssetDir:      filepath.Join(props.AssetRoot, APIFunction),
-		Description:   "Orders HTTP API: validates commands and commits order + outbox event in one transaction.",
-		LogRetention:  props.LogRetention,
-		RemovalPolicy: removal,
+		AssetDir:            filepath.Join(props.AssetRoot, APIFunction),
+		Description:         "Orders HTTP API: validates commands and commits order + outbox event in one transaction.",
+		LogRetention:        props.LogRetention,
+		RemovalPolicy:       removal,
+		ReservedConcurrency: max(props.ReservedConcurrency[APIFunction], 0),
 	})
 	if err != nil {
 		return nil, err
 	}
 	s.APIFunction.AddEnvironment(jsii.String(config.EnvOrdersTable), s.OrdersTable.TableName(), nil)
+	s.APIFunction.AddEnvironment(jsii.String(config.EnvAPICallerMode), jsii.String(callerModes[props.AuthMode]), nil)
 	ob.GrantWriteEvents(s.APIFunction)
 	// the outbox Put is granted by GrantWriteEvents (outboxcdk.WriteEventsActions)
 	if err := s.grantCode(s.APIFunction, app.FunctionAPI, map[app.Resource]*string{
@@ -175,8 +225,12 @@ func NewOrdersStack(scope constructs.Construct, id string, props OrdersStackProp
 			return nil, err
 		}
 	}
+	s.restrictPublishers()
+	s.restrictQueueSenders()
+	s.allowEventBridgeToUseKey()
 
 	s.addAPI(removal)
+	s.addCallerPolicies()
 	s.addAlarmsAndDashboard()
 	s.addOutputs()
 	return s, nil
@@ -185,23 +239,48 @@ func NewOrdersStack(scope constructs.Construct, id string, props OrdersStackProp
 // Props returns the stack's effective props (defaults applied).
 func (s *OrdersStack) Props() OrdersStackProps { return s.props }
 
-// newTable creates an on-demand table with partition key pk (S), PITR and
-// the AWS managed encryption key; ttl names the TTL attribute ("" for none).
-// The shape matches the owning package's CreateTableInput (tested).
-func newTable(scope constructs.Construct, id, pk, ttl string, removal awscdk.RemovalPolicy) awsdynamodb.Table {
+// callerModes maps the auth mode to the api function's
+// config.EnvAPICallerMode: behind IAM authorization only an IAM principal is
+// a caller; an open demo API serves unauthenticated requests as the
+// anonymous caller (api.CallersOpenDemo).
+var callerModes = map[AuthMode]string{
+	AuthIAM:  config.APICallerModeIAMOnly,
+	AuthNone: config.APICallerModeOpenDemo,
+}
+
+// newTable creates an on-demand table with partition key pk (S), PITR, the
+// AWS managed encryption key or the stack's EncryptionKey, and deletion
+// protection unless the stack is a throw-away one (Destroy); ttl names the
+// TTL attribute ("" for none). The shape matches the owning package's
+// CreateTableInput (tested).
+func (s *OrdersStack) newTable(id, pk, ttl string) awsdynamodb.Table {
 	p := &awsdynamodb.TableProps{
 		PartitionKey: &awsdynamodb.Attribute{Name: jsii.String(pk), Type: awsdynamodb.AttributeType_STRING},
 		BillingMode:  awsdynamodb.BillingMode_PAY_PER_REQUEST,
 		PointInTimeRecoverySpecification: &awsdynamodb.PointInTimeRecoverySpecification{
 			PointInTimeRecoveryEnabled: jsii.Bool(true),
 		},
-		Encryption:    awsdynamodb.TableEncryption_AWS_MANAGED,
-		RemovalPolicy: removal,
+		Encryption:         awsdynamodb.TableEncryption_AWS_MANAGED,
+		DeletionProtection: jsii.Bool(!s.props.Destroy),
+		RemovalPolicy:      s.props.removalPolicy(),
+	}
+	if s.EncryptionKey != nil {
+		p.Encryption = awsdynamodb.TableEncryption_CUSTOMER_MANAGED
+		p.EncryptionKey = s.EncryptionKey
 	}
 	if ttl != "" {
 		p.TimeToLiveAttribute = jsii.String(ttl)
 	}
-	return awsdynamodb.NewTable(scope, jsii.String(id), p)
+	return awsdynamodb.NewTable(s.Stack, jsii.String(id), p)
+}
+
+// reserve sets fn's reserved concurrency to n (NoReservedConcurrency or 0:
+// none) on its CloudFormation resource, for functions the stack does not
+// create itself (the outbox construct's relay).
+func reserve(fn awslambda.Function, n int) {
+	if n > 0 {
+		fn.Node().DefaultChild().(awslambda.CfnFunction).SetReservedConcurrentExecutions(jsii.Number(n))
+	}
 }
 
 // eventPattern converts a routing pattern ({"source":[...],"detail-type":[...]})
@@ -266,7 +345,7 @@ func (s *OrdersStack) addAPI(removal awscdk.RemovalPolicy) {
 		DefaultAuthorizer:  auth,
 	})
 	logs := awslogs.NewLogGroup(s.Stack, jsii.String("HttpApiAccessLogs"), &awslogs.LogGroupProps{
-		Retention:     s.props.LogRetention,
+		Retention:     s.props.AccessLogRetention,
 		RemovalPolicy: removal,
 	})
 	s.Stage = awsapigatewayv2.NewHttpStage(s.Stack, jsii.String("HttpApiStage"), &awsapigatewayv2.HttpStageProps{
@@ -286,13 +365,16 @@ func (s *OrdersStack) addAPI(removal awscdk.RemovalPolicy) {
 		&awsapigatewayv2integrations.HttpLambdaIntegrationProps{
 			PayloadFormatVersion: awsapigatewayv2.PayloadFormatVersion_VERSION_2_0(),
 		})
+	var routes []constructs.IConstruct
 	for _, r := range Routes {
-		s.API.AddRoutes(&awsapigatewayv2.AddRoutesOptions{
+		for _, rt := range *s.API.AddRoutes(&awsapigatewayv2.AddRoutesOptions{
 			Path:        jsii.String(r.Path),
 			Methods:     &[]awsapigatewayv2.HttpMethod{r.Method},
 			Integration: integration,
 			Authorizer:  auth,
-		})
+		}) {
+			routes = append(routes, rt)
+		}
 	}
 	// Without a route matching a request, API Gateway answers it itself (404
 	// Not Found, or 403 when IAM authorization rejects it first) and the
@@ -306,6 +388,40 @@ func (s *OrdersStack) addAPI(removal awscdk.RemovalPolicy) {
 		Integration: integration,
 		Authorizer:  auth,
 	})
+	routes = append(routes, s.DefaultRoute)
+	s.addRouteThrottles(routes)
+	if s.props.AuthMode == AuthNone {
+		// the one check an open demo API fails; every other check stays on
+		for _, rt := range routes {
+			cdknag.NagSuppressions_AddResourceSuppressions(rt, &[]*cdknag.NagPackSuppression{{
+				Id: jsii.String("AwsSolutions-APIG4"),
+				Reason: jsii.String("Auth mode NONE was chosen explicitly for a throw-away demo stack with its own, non-default name " +
+					"(OrdersStackProps.Validate); the api function serves unauthenticated requests as the anonymous caller (API_CALLER_MODE=open-demo)."),
+			}}, jsii.Bool(true))
+		}
+	}
+}
+
+// addRouteThrottles sets OrdersStackProps.RouteThrottles as the stage's
+// route settings (CloudFormation AWS::ApiGatewayV2::Stage RouteSettings,
+// keyed by route key). The stage depends on the routes: a route setting
+// for a route that does not exist yet fails the deployment.
+func (s *OrdersStack) addRouteThrottles(routes []constructs.IConstruct) {
+	if len(s.props.RouteThrottles) == 0 {
+		return
+	}
+	settings := map[string]any{}
+	for key, th := range s.props.RouteThrottles {
+		settings[key] = map[string]any{
+			"ThrottlingRateLimit":  th.RateLimit,
+			"ThrottlingBurstLimit": th.BurstLimit,
+		}
+	}
+	cfn := s.Stage.Node().DefaultChild().(awsapigatewayv2.CfnStage)
+	cfn.AddPropertyOverride(jsii.String("RouteSettings"), settings)
+	for _, rt := range routes {
+		s.Stage.Node().AddDependency(rt)
+	}
 }
 
 func (s *OrdersStack) addAlarmsAndDashboard() {
@@ -354,6 +470,11 @@ func (s *OrdersStack) addAlarmsAndDashboard() {
 		s.Alarms = append(s.Alarms, q.Alarm)
 		dlqMetrics = append(dlqMetrics, q.Queue.MetricApproximateNumberOfMessagesVisible(nil))
 	}
+	s.addAbuseAlarms()
+	throttles := []awscloudwatch.IMetric{s.APIFunction.MetricThrottles(five), s.Outbox.Relay.MetricThrottles(five), s.Outbox.Reconciler.MetricThrottles(five)}
+	for _, name := range consumerNames {
+		throttles = append(throttles, s.Consumers[name].Function.MetricThrottles(five))
+	}
 	if t := s.Outbox.Props().AlarmTopic; t != nil {
 		// the outbox construct wired its own alarms already
 		action := awscloudwatchactions.NewSnsAction(t)
@@ -377,6 +498,7 @@ func (s *OrdersStack) addAlarmsAndDashboard() {
 		graph("API requests / 4xx / 5xx", s.API.MetricCount(five), s.API.MetricClientError(five), s.API.MetricServerError(five)),
 		graph("API latency p99 (ms)", s.API.MetricLatency(&awscloudwatch.MetricOptions{Statistic: jsii.String("p99")})),
 		graph("API function errors", s.APIFunction.MetricErrors(five)),
+		graph("Function throttles", throttles...),
 	}
 	widgets = append(widgets, s.Outbox.Widgets()...)
 	widgets = append(widgets, graph("Consumer errors", consumerMetrics...),
@@ -420,6 +542,8 @@ func (s *OrdersStack) addOutputs() {
 		out(idOf(name)+"DlqUrl", c.DLQ.Queue.QueueUrl(), "DLQ of consumer "+name+" (redrive to its queue once fixed)")
 	}
 	out("DashboardName", s.Dashboard.DashboardName(), "CloudWatch dashboard")
+	out("ReadOnlyCallerPolicyArn", s.ReadOnlyCallerPolicy.ManagedPolicyArn(), "Managed policy for API callers that only read orders (execute-api:Invoke on the GET routes)")
+	out("CommandCallerPolicyArn", s.CommandCallerPolicy.ManagedPolicyArn(), "Managed policy for API callers that create and change orders (execute-api:Invoke on the POST routes)")
 }
 
 // grant adds one IAM statement with actions on arns to g's policy.

@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsevents"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssns"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -43,6 +44,9 @@ var (
 	dropInOb  *outboxcdk.Outbox
 	dropInFn  string // logical id of the drop-in writer function
 	nagErrors []string
+	// customNagErrors are the cdk-nag findings of the custom (auth NONE,
+	// customer managed key) stack
+	customNagErrors []string
 )
 
 func TestMain(m *testing.M) {
@@ -85,10 +89,18 @@ func setup(m *testing.M) (int, error) {
 
 	// one app per stack: an app cannot change after its first synthesis
 	cst, err := NewOrdersStack(awscdk.NewApp(nil), "Custom", OrdersStackProps{
-		AssetRoot:   dir,
-		AuthMode:    AuthNone,
-		EventSource: "com.example.custom",
-		Destroy:     true,
+		AssetRoot:                 dir,
+		AuthMode:                  AuthNone,
+		EventSource:               "com.example.custom",
+		Destroy:                   true,
+		RouteThrottles:            customRouteThrottles,
+		ReservedConcurrency:       map[string]int{APIFunction: 7, outboxcdk.RelayFunction: NoReservedConcurrency, "ledger": 3},
+		API4xxRatePercent:         25,
+		AccessLogRetention:        awslogs.RetentionDays_ONE_WEEK,
+		PublisherArns:             []string{breakGlassRole},
+		RedriveRoleArns:           []string{redriveRole},
+		CustomerManagedKey:        true,
+		NotificationsTTLAttribute: "expires_at",
 		Outbox: outboxcdk.Props{
 			BatchSize:              500,
 			MaxBatchingWindow:      30 * time.Second,
@@ -104,8 +116,16 @@ func setup(m *testing.M) (int, error) {
 	if err != nil {
 		return 1, err
 	}
+	awscdk.Aspects_Of(cst.Stack).Add(cdknag.NewAwsSolutionsChecks(&cdknag.NagPackProps{}), nil)
 	if custom, err = synth(cst); err != nil {
 		return 1, err
+	}
+	cann := assertions.Annotations_FromStack(cst.Stack)
+	for _, f := range *cann.FindError(jsii.String("*"), assertions.Match_StringLikeRegexp(jsii.String("AwsSolutions-.*"))) {
+		customNagErrors = append(customNagErrors, fmt.Sprintf("%s: %v", *f.Id, f.Entry.Data))
+	}
+	for _, f := range *cann.FindWarning(jsii.String("*"), assertions.Match_StringLikeRegexp(jsii.String("AwsSolutions-.*"))) {
+		customNagErrors = append(customNagErrors, fmt.Sprintf("warning %s: %v", *f.Id, f.Entry.Data))
 	}
 
 	bare := awscdk.NewStack(awscdk.NewApp(nil), jsii.String("DropIn"), nil)
@@ -476,13 +496,18 @@ func TestEnvironmentVariables(t *testing.T) {
 			env:                      ref(def.id(s.Consumers[name].Table)),
 			config.EnvEventSource:    config.DefaultEventSource,
 			config.EnvConsumerDLQURL: ref(def.id(s.Consumers[name].DLQ.Queue)),
+			// events from another account are refused
+			config.EnvExpectedEventAccount: ref("AWS::AccountId"),
 		}
 	}
 	cases := map[string]struct {
 		id   string
 		want map[string]any
 	}{
-		"api":   {def.id(s.APIFunction), merge(outboxEnv, map[string]any{config.EnvOrdersTable: ref(def.id(s.OrdersTable))})},
+		"api": {def.id(s.APIFunction), merge(outboxEnv, map[string]any{
+			config.EnvOrdersTable:   ref(def.id(s.OrdersTable)),
+			config.EnvAPICallerMode: config.APICallerModeIAMOnly,
+		})},
 		"relay": {def.id(ob.Relay), merge(outboxEnv, publish)},
 		"reconciler": {def.id(ob.Reconciler), merge(outboxEnv, publish, map[string]any{
 			config.EnvReconcileAfterSeconds:  strconv.Itoa(int(config.DefaultReconcileAfter / time.Second)),
@@ -504,6 +529,11 @@ func TestEnvironmentVariables(t *testing.T) {
 	got = get(custom.props(t, custom.id(custom.stack.APIFunction)), "Environment", "Variables", config.EnvEventSource)
 	if got != "com.example.custom" {
 		t.Errorf("custom api %s = %v", config.EnvEventSource, got)
+	}
+	// auth mode NONE: the api serves unauthenticated requests as the anonymous caller
+	got = get(custom.props(t, custom.id(custom.stack.APIFunction)), "Environment", "Variables", config.EnvAPICallerMode)
+	if got != config.APICallerModeOpenDemo {
+		t.Errorf("custom api %s = %v, want %s", config.EnvAPICallerMode, got, config.APICallerModeOpenDemo)
 	}
 }
 
@@ -805,7 +835,20 @@ func TestStackPropsValidation(t *testing.T) {
 		{"defaults", OrdersStackProps{AssetRoot: "x"}, true},
 		{"no asset root", OrdersStackProps{}, false},
 		{"bad auth", OrdersStackProps{AssetRoot: "x", AuthMode: "COGNITO"}, false},
-		{"explicit none", OrdersStackProps{AssetRoot: "x", AuthMode: AuthNone}, true},
+		{"explicit none", OrdersStackProps{AssetRoot: "x", AuthMode: AuthNone, StackName: "Demo"}, true},
+		{"none on the default stack", OrdersStackProps{AssetRoot: "x", AuthMode: AuthNone}, false},
+		{"none named like the default", OrdersStackProps{AssetRoot: "x", AuthMode: AuthNone, StackName: DefaultStackName}, false},
+		{"route throttle", OrdersStackProps{AssetRoot: "x", RouteThrottles: map[string]Throttle{"POST /orders": {10, 20}}}, true},
+		{"unknown route throttle", OrdersStackProps{AssetRoot: "x", RouteThrottles: map[string]Throttle{"DELETE /orders": {10, 20}}}, false},
+		{"zero route throttle", OrdersStackProps{AssetRoot: "x", RouteThrottles: map[string]Throttle{"POST /orders": {0, 20}}}, false},
+		{"no reservation", OrdersStackProps{AssetRoot: "x", ReservedConcurrency: map[string]int{"api": NoReservedConcurrency}}, true},
+		{"reconciler concurrency 2", OrdersStackProps{AssetRoot: "x", ReservedConcurrency: map[string]int{"reconciler": 2}}, false},
+		{"consumer below mapping concurrency", OrdersStackProps{AssetRoot: "x", ReservedConcurrency: map[string]int{"ledger": 1}}, false},
+		{"unknown function", OrdersStackProps{AssetRoot: "x", ReservedConcurrency: map[string]int{"mailer": 3}}, false},
+		{"concurrency too high", OrdersStackProps{AssetRoot: "x", ReservedConcurrency: map[string]int{"api": 1001}}, false},
+		{"4xx rate over 100", OrdersStackProps{AssetRoot: "x", API4xxRatePercent: 101}, false},
+		{"wildcard publisher", OrdersStackProps{AssetRoot: "x", PublisherArns: []string{"arn:aws:iam::123456789012:role/*"}}, false},
+		{"not an ARN", OrdersStackProps{AssetRoot: "x", RedriveRoleArns: []string{"ops"}}, false},
 		{"event age too short", OrdersStackProps{AssetRoot: "x", ConsumerMaxEventAge: 59 * time.Second}, false},
 		{"event age too long", OrdersStackProps{AssetRoot: "x", ConsumerMaxEventAge: 25 * time.Hour}, false},
 		{"retries too many", OrdersStackProps{AssetRoot: "x", ConsumerRetryAttempts: 186}, false},

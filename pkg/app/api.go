@@ -1,6 +1,7 @@
 package app
 
 import (
+	"fmt"
 	"log/slog"
 	"net/http"
 
@@ -14,7 +15,8 @@ import (
 
 // NewAPI returns the order HTTP API (pkg/api) wired to the orders and outbox
 // tables. It needs OrdersTable and OutboxTable and returns an error naming a
-// missing setting or an invalid value.
+// missing setting or an invalid value. The caller identity mode comes from
+// Settings.APICallerMode (see CallerMode).
 func NewAPI(s Settings, ddb *dynamodb.Client, log *slog.Logger) (http.Handler, error) {
 	if err := require(config.EnvOrdersTable, s.OrdersTable, config.EnvOutboxTable, s.OutboxTable); err != nil {
 		return nil, err
@@ -27,7 +29,29 @@ func NewAPI(s Settings, ddb *dynamodb.Client, log *slog.Logger) (http.Handler, e
 	if err != nil {
 		return nil, err
 	}
-	return api.New(api.Config{Orders: repo, Logger: log})
+	callers, err := CallerMode(s.APICallerMode)
+	if err != nil {
+		return nil, err
+	}
+	return api.New(api.Config{Orders: repo, Logger: log, Callers: callers})
+}
+
+// CallerMode maps a config.EnvAPICallerMode value to the api.CallerMode:
+// "" and config.APICallerModeAuto to api.CallersAuto,
+// config.APICallerModeIAMOnly to api.CallersIAMOnly and
+// config.APICallerModeOpenDemo to api.CallersOpenDemo. Any other value is an
+// error naming the variable.
+func CallerMode(v string) (api.CallerMode, error) {
+	switch v {
+	case "", config.APICallerModeAuto:
+		return api.CallersAuto, nil
+	case config.APICallerModeIAMOnly:
+		return api.CallersIAMOnly, nil
+	case config.APICallerModeOpenDemo:
+		return api.CallersOpenDemo, nil
+	}
+	return 0, fmt.Errorf("config: %s=%q is not %q, %q or %q", config.EnvAPICallerMode, v,
+		config.APICallerModeAuto, config.APICallerModeIAMOnly, config.APICallerModeOpenDemo)
 }
 
 // NewOutboxWriter returns the outbox writer for Settings.

@@ -15,30 +15,35 @@ import (
 )
 
 // NewLedger returns the ledger consumer. It needs LedgerTable and
-// DedupTable and returns an error naming a missing setting.
+// DedupTable and returns an error naming a missing setting, or the error of
+// ledger.New (for example an ExpectedAccount that is not 12 digits).
 func NewLedger(s Settings, ddb *dynamodb.Client, log *slog.Logger) (*ledger.Ledger, error) {
 	if err := require(config.EnvLedgerTable, s.LedgerTable, config.EnvDedupTable, s.DedupTable); err != nil {
 		return nil, err
 	}
 	return ledger.New(ddb, ledger.Config{
-		Table:          s.LedgerTable,
-		Dedup:          dedup.Config{Table: s.DedupTable, Retention: s.DedupRetention},
-		ExpectedSource: s.Source,
-		Logger:         log,
+		Table:           s.LedgerTable,
+		Dedup:           dedup.Config{Table: s.DedupTable, Retention: s.DedupRetention},
+		ExpectedSource:  s.Source,
+		ExpectedAccount: s.ExpectedAccount,
+		Logger:          log,
 	})
 }
 
 // NewNotifier returns the notifier consumer. It needs NotificationsTable
-// and DedupTable and returns an error naming a missing setting.
+// and DedupTable and returns an error naming a missing setting, or the
+// error of notifier.New (for example an ExpectedAccount that is not 12
+// digits).
 func NewNotifier(s Settings, ddb *dynamodb.Client, log *slog.Logger) (*notifier.Notifier, error) {
 	if err := require(config.EnvNotificationsTable, s.NotificationsTable, config.EnvDedupTable, s.DedupTable); err != nil {
 		return nil, err
 	}
 	return notifier.New(ddb, notifier.Config{
-		Table:          s.NotificationsTable,
-		Dedup:          dedup.Config{Table: s.DedupTable, Retention: s.DedupRetention},
-		ExpectedSource: s.Source,
-		Logger:         log,
+		Table:           s.NotificationsTable,
+		Dedup:           dedup.Config{Table: s.DedupTable, Retention: s.DedupRetention},
+		ExpectedSource:  s.Source,
+		ExpectedAccount: s.ExpectedAccount,
+		Logger:          log,
 	})
 }
 

@@ -44,7 +44,20 @@ const (
 	// ResourceAll is "*", allowed only for actions that support no
 	// resource-level permissions (dynamodb:ListStreams).
 	ResourceAll Resource = "*"
+	// ResourceEncryptionKey is the customer managed KMS key of the tables
+	// and queues, when the stack is deployed with one (see
+	// FunctionPermissions.WithEncryptionKey); by default there is none.
+	ResourceEncryptionKey Resource = "encryption-key"
 )
+
+// KeyActions are the KMS actions every function's role needs on
+// ResourceEncryptionKey when the tables and queues use a customer managed
+// key: kms:GenerateDataKey and kms:Decrypt to send to and receive from an
+// SSE-KMS queue (Amazon SQS developer guide, sqs-key-management; the SQS
+// event source mapping's kms:Decrypt is among them), kms:Encrypt and
+// kms:Decrypt for table data through DynamoDB. infra/outboxcdk.KeyUseActions
+// grants exactly these (tested in infra/stack).
+var KeyActions = []string{"kms:Decrypt", "kms:Encrypt", "kms:GenerateDataKey"}
 
 // Grant is a set of IAM actions ("service:Action", no wildcards) on one
 // resource.
@@ -94,6 +107,26 @@ type FunctionPermissions struct {
 	// Platform are the grants the Lambda service uses on the function's
 	// behalf.
 	Platform []PlatformGrant
+}
+
+// WithEncryptionKey returns f with one more platform grant: KeyActions on
+// ResourceEncryptionKey (and, for the relay, kms:DescribeKey, which its
+// stream event source mapping needs on an encrypted table). It is f's complete access when the stack encrypts
+// its tables and queues with a customer managed key (the code makes no KMS
+// call; DynamoDB and SQS use the key on the function's behalf with the
+// function's credentials).
+func (f FunctionPermissions) WithEncryptionKey() FunctionPermissions {
+	f.Platform = append(slices.Clone(f.Platform), PlatformGrant{
+		Grant: Grant{ResourceEncryptionKey, slices.Clone(KeyActions)},
+		Why:   "DynamoDB and SQS use the customer managed key of the tables and queues with the function's credentials (infra: EncryptionKey / CustomerManagedKey)",
+	})
+	if f.Function == FunctionRelay {
+		f.Platform = append(f.Platform, PlatformGrant{
+			Grant: Grant{ResourceEncryptionKey, []string{"kms:DescribeKey"}},
+			Why:   "the DynamoDB Streams event source mapping reads the stream of a table encrypted with the key (CDK DynamoEventSource: table.grantStreamRead grants kms:Decrypt and kms:DescribeKey)",
+		})
+	}
+	return f
 }
 
 // Operations returns the sorted SDK operations of f.Calls.

@@ -32,6 +32,14 @@ type Settings struct {
 	// (config.EnvConsumerDLQURL): permanently failing events are sent there
 	// at once (sqsconsumer.PermanentError). Read by the ledger and notifier.
 	ConsumerDLQURL string
+	// ExpectedAccount is the AWS account id every event a consumer applies
+	// must carry (config.EnvExpectedEventAccount,
+	// dedup.ConsumerConfig.ExpectedAccount); empty checks no account.
+	ExpectedAccount string
+	// APICallerMode is config.EnvAPICallerMode: one of
+	// config.APICallerModeAuto (default), APICallerModeIAMOnly,
+	// APICallerModeOpenDemo. Read by the api.
+	APICallerMode string
 	// PendingShards is the pending index shard count (1..256).
 	PendingShards int
 	// ReconcileAfter is the age after which pending records are re-sent.
@@ -76,6 +84,8 @@ func SettingsFromEnv() (Settings, error) {
 		Source:             config.String(config.EnvEventSource, config.DefaultEventSource),
 		ParkedQueueURL:     config.String(config.EnvParkedQueueURL, ""),
 		ConsumerDLQURL:     config.String(config.EnvConsumerDLQURL, ""),
+		ExpectedAccount:    config.String(config.EnvExpectedEventAccount, ""),
+		APICallerMode:      config.String(config.EnvAPICallerMode, config.APICallerModeAuto),
 	}
 	var errs []error
 	var err error

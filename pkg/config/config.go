@@ -61,6 +61,32 @@ const (
 	// forged, unsupported version) are sent there at once with a reason,
 	// instead of burning the queue's receive count.
 	EnvConsumerDLQURL = "CONSUMER_DLQ_URL"
+	// EnvExpectedEventAccount is the 12-digit AWS account id every event a
+	// consumer applies must carry in its EventBridge "account" field (read
+	// by consumers; dedup.ConsumerConfig.ExpectedAccount). The CDK stack
+	// sets it to the stack's account; empty (locally, where the bus uses
+	// 000000000000) checks no account.
+	EnvExpectedEventAccount = "EXPECTED_EVENT_ACCOUNT"
+	// EnvAPICallerMode selects where the api function takes the caller
+	// identity from (api.Config.Callers): APICallerModeAuto (default),
+	// APICallerModeIAMOnly or APICallerModeOpenDemo. The CDK stack sets
+	// APICallerModeIAMOnly for the IAM auth mode and APICallerModeOpenDemo
+	// for the NONE auth mode.
+	EnvAPICallerMode = "API_CALLER_MODE"
+)
+
+// Values of EnvAPICallerMode (see pkg/api.CallerMode).
+const (
+	// APICallerModeAuto is api.CallersAuto: the IAM principal behind API
+	// Gateway, the X-Caller stand-in over plain HTTP.
+	APICallerModeAuto = "auto"
+	// APICallerModeIAMOnly is api.CallersIAMOnly: only an API Gateway IAM
+	// principal; anything else is 401.
+	APICallerModeIAMOnly = "iam-only"
+	// APICallerModeOpenDemo is api.CallersOpenDemo: unauthenticated API
+	// Gateway requests are served as the anonymous caller (auth mode NONE,
+	// demos only).
+	APICallerModeOpenDemo = "open-demo"
 )
 
 // Consumer delivery: EventBridge rule → one SQS queue per consumer → Lambda

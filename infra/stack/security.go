@@ -1,0 +1,204 @@
+package stack
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsevents"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
+	"github.com/aws/jsii-runtime-go"
+	"github.com/cdklabs/cdk-nag-go/cdknag/v2"
+)
+
+// Sids of the resource policy statements this file adds.
+const (
+	// QueueSendersStatementID denies sqs:SendMessage on a consumer queue to
+	// everyone but its rules and the redrive roles.
+	QueueSendersStatementID = "OnlyTheRulesSend"
+	// KeyForEventBridgeStatementID lets EventBridge use the stack's KMS key
+	// for the consumer queues and the rule DLQs.
+	KeyForEventBridgeStatementID = "EventBridgeEncryptsForThisAccount"
+)
+
+// restrictPublishers sets the bus's resource policy (the Policy property of
+// AWS::Events::EventBus, one document owned by the bus, so two copies of the
+// stack never collide on a statement id): outboxcdk's PublishOnlyStatement,
+// an explicit Deny of events:PutEvents to every principal but the relay's
+// and the reconciler's roles and OrdersStackProps.PublisherArns.
+func (s *OrdersStack) restrictPublishers() {
+	extra := make([]*string, len(s.props.PublisherArns))
+	for i, a := range s.props.PublisherArns {
+		extra[i] = jsii.String(a)
+	}
+	cfn := s.Bus.Node().DefaultChild().(awsevents.CfnEventBus)
+	// the bus's ARN from its literal (CDK-generated) name, not GetAtt Arn:
+	// the bus's own policy cannot refer to the bus
+	arn := s.Stack.FormatArn(&awscdk.ArnComponents{
+		Service:      jsii.String("events"),
+		Resource:     jsii.String("event-bus"),
+		ResourceName: cfn.Name(),
+	})
+	s.BusPolicy = awsiam.NewPolicyDocument(&awsiam.PolicyDocumentProps{
+		Statements: &[]awsiam.PolicyStatement{s.Outbox.PublishOnlyStatement(arn, extra...)},
+	})
+	cfn.SetPolicy(s.BusPolicy)
+}
+
+// restrictQueueSenders adds to each consumer queue's policy an explicit Deny
+// of sqs:SendMessage to every request whose aws:SourceArn is not one of the
+// consumer's rules (EventBridge sets it when it delivers for a rule; an IAM
+// principal's request has none) and whose aws:PrincipalArn is not one of
+// OrdersStackProps.RedriveRoleArns. The conditions of one statement must all
+// match for the Deny to apply. The CDK's SqsQueue target already allows
+// events.amazonaws.com with aws:SourceArn = the rule. Only SendMessage is
+// denied: the Lambda event source mapping polls with the function's role
+// (ReceiveMessage, DeleteMessage, ChangeMessageVisibility), and the consumer
+// sends only to its DLQ.
+func (s *OrdersStack) restrictQueueSenders() {
+	for _, name := range consumerNames {
+		c := s.Consumers[name]
+		rules := make([]*string, len(c.Rules))
+		for i, r := range c.Rules {
+			rules[i] = r.RuleArn()
+		}
+		notFrom := map[string]any{"aws:SourceArn": rules}
+		if len(s.props.RedriveRoleArns) > 0 {
+			notFrom["aws:PrincipalArn"] = s.props.RedriveRoleArns
+		}
+		c.Queue.AddToResourcePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+			Sid:        jsii.String(QueueSendersStatementID),
+			Effect:     awsiam.Effect_DENY,
+			Principals: &[]awsiam.IPrincipal{awsiam.NewAnyPrincipal()},
+			Actions:    jsii.Strings("sqs:SendMessage"),
+			Resources:  &[]*string{c.Queue.QueueArn()},
+			Conditions: &map[string]any{"ArnNotEquals": notFrom},
+		}))
+	}
+}
+
+// allowEventBridgeToUseKey lets EventBridge encrypt messages for the rule
+// DLQs (and the consumer queues) with the stack's KMS key, limited to
+// requests on behalf of this account (aws:SourceAccount). The rule ARN
+// cannot be the condition: the key would depend on the rule, the rule on the
+// queue and the queue on the key. A key imported by ARN keeps its own policy
+// (the statement is not added); its policy must allow the same.
+func (s *OrdersStack) allowEventBridgeToUseKey() {
+	if s.EncryptionKey == nil {
+		return
+	}
+	s.EncryptionKey.AddToResourcePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Sid:        jsii.String(KeyForEventBridgeStatementID),
+		Principals: &[]awsiam.IPrincipal{awsiam.NewServicePrincipal(jsii.String("events.amazonaws.com"), nil)},
+		Actions:    jsii.Strings("kms:GenerateDataKey", "kms:Decrypt"),
+		Resources:  jsii.Strings("*"),
+		Conditions: &map[string]any{"StringEquals": map[string]any{"aws:SourceAccount": awscdk.Aws_ACCOUNT_ID()}},
+	}), nil)
+}
+
+// RouteArn returns the execute-api ARN of route r on every stage of the API:
+// arn:<partition>:execute-api:<region>:<account>:<api-id>/*/<METHOD>/<path>
+// with each {parameter} of the path as * (API Gateway developer guide,
+// "Control access for invoking an API").
+func (s *OrdersStack) RouteArn(r Route) *string {
+	path := r.Path
+	for {
+		i, j := strings.IndexByte(path, '{'), strings.IndexByte(path, '}')
+		if i < 0 || j < i {
+			break
+		}
+		path = path[:i] + "*" + path[j+1:]
+	}
+	return s.API.ArnForExecuteApi(jsii.String(string(r.Method)), jsii.String(path), jsii.String("*"))
+}
+
+// addCallerPolicies creates the route-scoped managed policies for API
+// callers: ReadOnlyCallerPolicy (execute-api:Invoke on the GET routes) and
+// CommandCallerPolicy (on the POST routes). They are attached to nothing.
+func (s *OrdersStack) addCallerPolicies() {
+	policy := func(id, desc, method string) awsiam.ManagedPolicy {
+		var arns []*string
+		for _, r := range Routes {
+			if string(r.Method) == method {
+				arns = append(arns, s.RouteArn(r))
+			}
+		}
+		p := awsiam.NewManagedPolicy(s.Stack, jsii.String(id), &awsiam.ManagedPolicyProps{
+			Description: jsii.String(desc),
+			Statements: &[]awsiam.PolicyStatement{awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+				Actions:   jsii.Strings("execute-api:Invoke"),
+				Resources: &arns,
+			})},
+		})
+		cdknag.NagSuppressions_AddResourceSuppressions(p, &[]*cdknag.NagPackSuppression{{
+			Id: jsii.String("AwsSolutions-IAM5"),
+			Reason: jsii.String("execute-api ARNs of exact routes: the * segments are the stage (the API has only $default) " +
+				"and the {id} path parameter of the route, which IAM can express only as a wildcard."),
+			AppliesTo: &[]any{&cdknag.RegexAppliesTo{Regex: jsii.String("/^Resource::arn:<AWS::Partition>:execute-api:.*$/g")}},
+		}}, nil)
+		return p
+	}
+	s.ReadOnlyCallerPolicy = policy("ReadOnlyCallerPolicy", "ddb-outbox orders API: read orders (GET routes)", "GET")
+	s.CommandCallerPolicy = policy("CommandCallerPolicy", "ddb-outbox orders API: create, pay, ship and cancel orders (POST routes)", "POST")
+}
+
+// addAbuseAlarms adds the alarms that show abuse or overload: the API's 4xx
+// rate (throttled requests answer 429 and count as 4xx) and 5xx rate, each
+// as a percentage of the API's requests over five minutes, two of three
+// periods; and each function's Lambda Throttles (an invocation refused
+// because the function hit its reserved concurrency).
+func (s *OrdersStack) addAbuseAlarms() {
+	five := &awscloudwatch.MetricOptions{Period: awscdk.Duration_Minutes(jsii.Number(5)), Statistic: jsii.String("Sum")}
+	rate := func(id, what string, errs awscloudwatch.IMetric, threshold float64) awscloudwatch.Alarm {
+		expr := awscloudwatch.NewMathExpression(&awscloudwatch.MathExpressionProps{
+			Expression: jsii.String("IF(requests > 0, 100 * errors / requests, 0)"),
+			Label:      jsii.String("API " + what + " rate (%)"),
+			UsingMetrics: &map[string]awscloudwatch.IMetric{
+				"requests": s.API.MetricCount(five),
+				"errors":   errs,
+			},
+			Period: awscdk.Duration_Minutes(jsii.Number(5)),
+		})
+		return awscloudwatch.NewAlarm(s.Stack, jsii.String(id), &awscloudwatch.AlarmProps{
+			AlarmDescription:   jsii.String("More than " + trimFloat(threshold) + "% of the orders API's requests were answered " + what + "."),
+			Metric:             expr,
+			Threshold:          jsii.Number(threshold),
+			ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
+			EvaluationPeriods:  jsii.Number(3),
+			DatapointsToAlarm:  jsii.Number(2),
+			TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
+		})
+	}
+	s.API4xxRateAlarm = rate("Api4xxRateAlarm", "4xx (client errors, throttling included)", s.API.MetricClientError(five), s.props.API4xxRatePercent)
+	s.API5xxRateAlarm = rate("Api5xxRateAlarm", "5xx (server errors)", s.API.MetricServerError(five), s.props.API5xxRatePercent)
+	s.Alarms = append(s.Alarms, s.API4xxRateAlarm, s.API5xxRateAlarm)
+	fns := []struct {
+		name string
+		fn   awslambda.Function
+	}{
+		{APIFunction, s.APIFunction},
+		{"relay", s.Outbox.Relay},
+		{"reconciler", s.Outbox.Reconciler},
+	}
+	for _, name := range consumerNames {
+		fns = append(fns, struct {
+			name string
+			fn   awslambda.Function
+		}{name, s.Consumers[name].Function})
+	}
+	for _, f := range fns {
+		s.Alarms = append(s.Alarms, awscloudwatch.NewAlarm(s.Stack, jsii.String(idOf(f.name)+"ThrottlesAlarm"), &awscloudwatch.AlarmProps{
+			AlarmDescription:   jsii.String("Function " + f.name + " was throttled (it reached its reserved concurrency)."),
+			Metric:             f.fn.MetricThrottles(five),
+			Threshold:          jsii.Number(1),
+			ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+			EvaluationPeriods:  jsii.Number(1),
+			TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
+		}))
+	}
+}
+
+// trimFloat formats a percentage in its shortest form ("10", "0.5").
+func trimFloat(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
