@@ -139,6 +139,11 @@ func (s *OrdersStack) addConsumer(name, source string) error {
 	fn.AddEnvironment(jsii.String(t.env), table.TableName(), nil)
 	fn.AddEnvironment(jsii.String(config.EnvEventSource), jsii.String(source), nil)
 	fn.AddEnvironment(jsii.String(config.EnvConsumerDLQURL), dlq.Queue.QueueUrl(), nil)
+	if name == routing.ConsumerNotifier {
+		// how long a notification (customer data) is kept; 0 keeps it forever
+		fn.AddEnvironment(jsii.String(config.EnvNotificationRetentionSeconds),
+			jsii.String(fmt.Sprint(int64(max(props.NotificationRetention, 0)/time.Second))), nil)
+	}
 	// events from any other account are refused (forged_account)
 	fn.AddEnvironment(jsii.String(config.EnvExpectedEventAccount), awscdk.Aws_ACCOUNT_ID(), nil)
 	es := awslambdaeventsources.NewSqsEventSource(queue, &awslambdaeventsources.SqsEventSourceProps{

@@ -15,6 +15,7 @@ import (
 	"github.com/ddb-outbox/ddb-outbox/infra/outboxcdk"
 	"github.com/ddb-outbox/ddb-outbox/pkg/app"
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
+	"github.com/ddb-outbox/ddb-outbox/pkg/notifier"
 )
 
 // functionNames are the functions of the stack (app.Permissions order).
@@ -187,17 +188,28 @@ type OrdersStackProps struct {
 	// and SSE-SQS for queues.
 	EncryptionKey      awskms.IKey
 	CustomerManagedKey bool
-	// NotificationsTTLAttribute, when set, is the TTL attribute of the
-	// notifications table: DynamoDB deletes a notification whose attribute
-	// (epoch seconds) is in the past. Empty: no TTL (the notifier writes no
-	// TTL attribute yet; set it once it does).
+	// NotificationsTTLAttribute is the TTL attribute of the notifications
+	// table: DynamoDB deletes a notification whose attribute (epoch
+	// seconds) is in the past. Default notifier.TTLAttribute, which the
+	// notifier writes when NotificationRetention is positive.
 	NotificationsTTLAttribute string
+	// NotificationRetention is how long a notification (customer data) is
+	// kept, whole seconds (the notifier's NOTIFICATION_RETENTION_SECONDS).
+	// Default config.DefaultNotificationRetention (90 days); negative keeps
+	// notifications forever.
+	NotificationRetention time.Duration
 }
 
 // SetDefaults replaces zero fields with their defaults.
 func (p *OrdersStackProps) SetDefaults() {
 	if p.AuthMode == "" {
 		p.AuthMode = AuthIAM
+	}
+	if p.NotificationsTTLAttribute == "" {
+		p.NotificationsTTLAttribute = notifier.TTLAttribute
+	}
+	if p.NotificationRetention == 0 {
+		p.NotificationRetention = config.DefaultNotificationRetention
 	}
 	if p.ConsumerMaxEventAge == 0 {
 		p.ConsumerMaxEventAge = DefaultConsumerMaxEventAge

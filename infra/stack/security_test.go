@@ -2,15 +2,18 @@ package stack
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"sort"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/jsii-runtime-go"
 
 	"github.com/ddb-outbox/ddb-outbox/infra/outboxcdk"
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
+	"github.com/ddb-outbox/ddb-outbox/pkg/notifier"
 	"github.com/ddb-outbox/ddb-outbox/pkg/routing"
 )
 
@@ -476,15 +479,21 @@ func TestCustomerManagedKey(t *testing.T) {
 	}
 }
 
-// GIVEN NotificationsTTLAttribute in the custom stack
-// WHEN the notifications table is read
-// THEN its TTL is on that attribute (the default stack has none, see
-// TestApplicationTables).
+// GIVEN the default and the custom stack
+// WHEN the notifications table and the notifier function are read
+// THEN notifications expire: TTL on notifier.TTLAttribute, and the notifier
+// is told the retention (90 days by default, in seconds).
 func TestNotificationsTTL(t *testing.T) {
-	id := custom.id(custom.stack.Consumers[routing.ConsumerNotifier].Table)
-	want := map[string]any{"AttributeName": "expires_at", "Enabled": true}
-	if got := custom.props(t, id)["TimeToLiveSpecification"]; !jsonEqual(t, got, want) {
-		t.Errorf("notifications TTL = %v, want %v", got, want)
+	for _, s := range []*synthesized{def, custom} {
+		id := s.id(s.stack.Consumers[routing.ConsumerNotifier].Table)
+		want := map[string]any{"AttributeName": notifier.TTLAttribute, "Enabled": true}
+		if got := s.props(t, id)["TimeToLiveSpecification"]; !jsonEqual(t, got, want) {
+			t.Errorf("%s notifications TTL = %v, want %v", *s.stack.StackName(), got, want)
+		}
+	}
+	got := get(def.props(t, def.id(def.stack.Consumers[routing.ConsumerNotifier].Function)), "Environment", "Variables", config.EnvNotificationRetentionSeconds)
+	if got != fmt.Sprint(int64(config.DefaultNotificationRetention/time.Second)) {
+		t.Errorf("%s = %v, want the default retention in seconds", config.EnvNotificationRetentionSeconds, got)
 	}
 }
 

@@ -219,7 +219,7 @@ func TestApplicationTables(t *testing.T) {
 		{"orders", def.id(s.OrdersTable), "expires_at", order.CreateTableInput("t")},
 		{"dedup", def.id(s.DedupTable), "expires_at", dedup.CreateTableInput("t")},
 		{"ledger", def.id(s.Consumers[routing.ConsumerLedger].Table), "", ledger.CreateTableInput("t")},
-		{"notifications", def.id(s.Consumers[routing.ConsumerNotifier].Table), "", notifier.CreateTableInput("t")},
+		{"notifications", def.id(s.Consumers[routing.ConsumerNotifier].Table), notifier.TTLAttribute, notifier.CreateTableInput("t")},
 	}
 	for _, c := range cases {
 		p := def.props(t, c.id)

@@ -41,6 +41,7 @@ func NewNotifier(s Settings, ddb *dynamodb.Client, log *slog.Logger) (*notifier.
 	return notifier.New(ddb, notifier.Config{
 		Table:           s.NotificationsTable,
 		Dedup:           dedup.Config{Table: s.DedupTable, Retention: s.DedupRetention},
+		ItemRetention:   s.NotificationRetention,
 		ExpectedSource:  s.Source,
 		ExpectedAccount: s.ExpectedAccount,
 		Logger:          log,

@@ -54,6 +54,9 @@ type Settings struct {
 	PublishedRetention time.Duration
 	// DedupRetention is the TTL of consumer dedup markers.
 	DedupRetention time.Duration
+	// NotificationRetention is how long the notifier keeps a notification
+	// (0: forever).
+	NotificationRetention time.Duration
 	// MaxEntryBytes is the EventBridge entry size limit in bytes.
 	MaxEntryBytes int
 	// RelayRetryBudget and RelayCallTimeout tune the relay's publisher and
@@ -104,6 +107,7 @@ func SettingsFromEnv() (Settings, error) {
 		{&s.ReconcileBudget, config.EnvReconcileBudgetSeconds, config.DefaultReconcileBudget},
 		{&s.PublishedRetention, config.EnvPublishedRetentionSeconds, config.DefaultPublishedRetention},
 		{&s.DedupRetention, config.EnvDedupRetentionSeconds, config.DefaultDedupRetention},
+		{&s.NotificationRetention, config.EnvNotificationRetentionSeconds, config.DefaultNotificationRetention},
 	}
 	for _, d := range durations {
 		if *d.dst, err = config.Seconds(d.name, d.def); err != nil {

@@ -53,6 +53,10 @@ const (
 	// EnvDedupRetentionSeconds is the dedup marker TTL in seconds; it must
 	// outlive the redelivery window (default 7 days).
 	EnvDedupRetentionSeconds = "DEDUP_RETENTION_SECONDS"
+	// EnvNotificationRetentionSeconds is how long, in seconds, the notifier
+	// keeps a notification (customer data) before its TTL expires it; 0
+	// keeps notifications forever.
+	EnvNotificationRetentionSeconds = "NOTIFICATION_RETENTION_SECONDS"
 	// EnvMaxEntryBytes is the EventBridge entry size limit in bytes (default
 	// 262144, 256 KB; AWS has announced larger payloads for event buses).
 	EnvMaxEntryBytes = "MAX_ENTRY_BYTES"
@@ -135,9 +139,11 @@ const (
 	DefaultReconcileBudget    = 45 * time.Second
 	DefaultPublishedRetention = 7 * 24 * time.Hour
 	DefaultDedupRetention     = 7 * 24 * time.Hour
-	DefaultMaxEntryBytes      = 256 * 1024
-	DefaultEventSource        = "com.ddb-outbox.orders"
-	MaxPendingShards          = 256
+	// DefaultNotificationRetention is how long notifications are kept.
+	DefaultNotificationRetention = 90 * 24 * time.Hour
+	DefaultMaxEntryBytes         = 256 * 1024
+	DefaultEventSource           = "com.ddb-outbox.orders"
+	MaxPendingShards             = 256
 )
 
 // MinReconcileAfter is the shortest stale age (ReconcileAfter,

@@ -22,6 +22,11 @@ type ConsumerConfig struct {
 	// Dedup configures the dedup markers. Dedup.Table is required;
 	// Dedup.Consumer defaults to the consumer's name.
 	Dedup Config
+	// ItemRetention is how long the consumer keeps the items it writes
+	// where it supports expiry (the notifier's notifications: TTL attribute
+	// "expires_at", epoch seconds). 0 keeps them forever; the ledger never
+	// expires its entries (money).
+	ItemRetention time.Duration
 	// CallTimeout bounds one read call (GetItem, Scan page). Default
 	// DefaultCallTimeout (10 s).
 	CallTimeout time.Duration

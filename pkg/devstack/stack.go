@@ -260,6 +260,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		ReconcileBudget:          opts.ReconcileEvery / 2,
 		PublishedRetention:       7 * 24 * time.Hour,
 		DedupRetention:           7 * 24 * time.Hour,
+		NotificationRetention:    config.DefaultNotificationRetention,
 		MaxEntryBytes:            256 * 1024,
 		RelayRetryBudget:         opts.RelayRetryBudget,
 		RelayCallTimeout:         opts.RelayCallTimeout,
@@ -473,7 +474,8 @@ func (s *Stack) createTables(ctx context.Context) error {
 			return fmt.Errorf("devstack: wait for table %s: %w", aws.ToString(in.TableName), err)
 		}
 	}
-	ttl := map[string]string{st.OutboxTable: outbox.TTLAttribute, st.OrdersTable: order.AttrExpiresAt, st.DedupTable: dedup.TTLAttribute}
+	ttl := map[string]string{st.OutboxTable: outbox.TTLAttribute, st.OrdersTable: order.AttrExpiresAt, st.DedupTable: dedup.TTLAttribute,
+		st.NotificationsTable: notifier.TTLAttribute}
 	for table, attr := range ttl {
 		_, err := s.DDB.UpdateTimeToLive(ctx, &dynamodb.UpdateTimeToLiveInput{
 			TableName:               aws.String(table),

@@ -82,7 +82,13 @@ const (
 	AttrLastEventID   = "last_event_id"   // S (view items)
 	AttrLastEventType = "last_event_type" // S (view items)
 	AttrUpdatedAt     = "updated_at"      // S: RFC 3339 nanoseconds, UTC (view items)
+	AttrExpiresAt     = "expires_at"      // N: epoch seconds; notification items when Config.ItemRetention > 0
 )
+
+// TTLAttribute is the notifications table's TTL attribute: a notification
+// (customer data) expires Config.ItemRetention after it was recorded
+// (config.EnvNotificationRetentionSeconds); views never expire.
+const TTLAttribute = AttrExpiresAt
 
 // Key prefixes of notifier items.
 const (
@@ -273,6 +279,9 @@ func (n *Notifier) notificationPut(env outbox.Envelope, p payload, now time.Time
 		AttrMessage:   &types.AttributeValueMemberS{Value: render(env.EventType, p)},
 		AttrSequence:  &types.AttributeValueMemberN{Value: strconv.FormatInt(env.Sequence, 10)},
 		AttrCreatedAt: &types.AttributeValueMemberS{Value: now.Format(time.RFC3339Nano)},
+	}
+	if r := n.cfg.ItemRetention; r > 0 {
+		item[TTLAttribute] = &types.AttributeValueMemberN{Value: strconv.FormatInt(now.Add(r).Unix(), 10)}
 	}
 	return types.TransactWriteItem{Put: &types.Put{
 		TableName:                 aws.String(n.cfg.Table),
