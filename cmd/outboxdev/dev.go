@@ -60,7 +60,6 @@ ddb-outbox local stack is up.
 Try:
   curl -s -X POST %s/orders -H 'Content-Type: application/json' -H 'Idempotency-Key: first-order' \
        -d '{"customer_id":"c-1","amount_minor":1999,"currency":"EUR"}'
-
 `, s.URL, s.Endpoint, *prefix, storage, s.URL)
 	printOperatorHelp(s, *prefix, reject)
 	fmt.Print("\nCtrl-C to stop.\n")

@@ -264,162 +264,127 @@ func (f *AWSFront) serveSQS(w http.ResponseWriter, r *http.Request, op string) {
 	defer cancel()
 	body, err := io.ReadAll(io.LimitReader(r.Body, 4<<20))
 	if err != nil {
-		writeAWSError(w, "1.0", http.StatusBadRequest, "com.amazonaws.sqs#InvalidParameterValue", "InvalidParameterValue", "read body: "+err.Error())
+		writeSQSError(w, errMalformed(err))
 		return
 	}
 	if len(body) == 0 {
 		body = []byte("{}")
 	}
-	decode := func(v any) bool {
-		if err := json.Unmarshal(body, v); err != nil {
-			writeAWSError(w, "1.0", http.StatusBadRequest, "com.amazonaws.sqs#InvalidParameterValue", "InvalidParameterValue", "malformed request body: "+err.Error())
-			return false
-		}
-		return true
-	}
 	var out any
 	switch op {
 	case "SendMessage":
-		var in sqs.SendMessageInput
-		if !decode(&in) {
-			return
-		}
-		var q FrontQueue
-		var u *string
-		if q, u, err = f.queue(in.QueueUrl); err == nil {
-			in.QueueUrl = u
-			var res *sqs.SendMessageOutput
-			if res, err = q.SendMessage(ctx, &in); err == nil {
-				out = map[string]string{"MessageId": aws.ToString(res.MessageId), "MD5OfMessageBody": aws.ToString(res.MD5OfMessageBody)}
-			}
-		}
+		out, err = queueCall(f, op, body, func(in *sqs.SendMessageInput) **string { return &in.QueueUrl },
+			func(q MessageSender, in *sqs.SendMessageInput) (any, error) {
+				res, err := q.SendMessage(ctx, in)
+				if err != nil {
+					return nil, err
+				}
+				return map[string]string{"MessageId": aws.ToString(res.MessageId), "MD5OfMessageBody": aws.ToString(res.MD5OfMessageBody)}, nil
+			})
 	case "ReceiveMessage":
-		var in sqs.ReceiveMessageInput
-		if !decode(&in) {
-			return
-		}
-		q, u, err2 := f.queue(in.QueueUrl)
-		err = err2
-		if err == nil {
-			rq, ok := q.(receiver)
-			if !ok {
-				err = errUnsupported(op, aws.ToString(u))
-				break
-			}
-			in.QueueUrl = u
-			var res *sqs.ReceiveMessageOutput
-			if res, err = rq.ReceiveMessage(ctx, &in); err == nil {
+		out, err = queueCall(f, op, body, func(in *sqs.ReceiveMessageInput) **string { return &in.QueueUrl },
+			func(q receiver, in *sqs.ReceiveMessageInput) (any, error) {
+				res, err := q.ReceiveMessage(ctx, in)
+				if err != nil {
+					return nil, err
+				}
 				msgs := make([]sqsMessageJSON, 0, len(res.Messages))
 				for _, m := range res.Messages {
-					attrs := make(map[string]string, len(m.Attributes))
-					for k, v := range m.Attributes {
-						attrs[k] = v
-					}
 					msgs = append(msgs, sqsMessageJSON{
 						MessageID: aws.ToString(m.MessageId), ReceiptHandle: aws.ToString(m.ReceiptHandle),
 						MD5OfBody: aws.ToString(m.MD5OfBody), Body: aws.ToString(m.Body),
-						Attributes: attrs, MessageAttributes: m.MessageAttributes,
+						Attributes: m.Attributes, MessageAttributes: m.MessageAttributes,
 					})
 				}
-				out = map[string]any{"Messages": msgs}
-			}
-		}
+				return map[string]any{"Messages": msgs}, nil
+			})
 	case "DeleteMessage":
-		var in sqs.DeleteMessageInput
-		if !decode(&in) {
-			return
-		}
-		q, u, err2 := f.queue(in.QueueUrl)
-		err = err2
-		if err == nil {
-			dq, ok := q.(deleter)
-			if !ok {
-				err = errUnsupported(op, aws.ToString(u))
-				break
-			}
-			in.QueueUrl = u
-			if _, err = dq.DeleteMessage(ctx, &in); err == nil {
-				out = struct{}{}
-			}
-		}
+		out, err = queueCall(f, op, body, func(in *sqs.DeleteMessageInput) **string { return &in.QueueUrl },
+			func(q deleter, in *sqs.DeleteMessageInput) (any, error) {
+				_, err := q.DeleteMessage(ctx, in)
+				return struct{}{}, err
+			})
 	case "ChangeMessageVisibility":
-		var in sqs.ChangeMessageVisibilityInput
-		if !decode(&in) {
-			return
-		}
-		q, u, err2 := f.queue(in.QueueUrl)
-		err = err2
-		if err == nil {
-			vq, ok := q.(visibilityChanger)
-			if !ok {
-				err = errUnsupported(op, aws.ToString(u))
-				break
-			}
-			in.QueueUrl = u
-			if _, err = vq.ChangeMessageVisibility(ctx, &in); err == nil {
-				out = struct{}{}
-			}
-		}
-	case "GetQueueAttributes":
-		var in sqs.GetQueueAttributesInput
-		if !decode(&in) {
-			return
-		}
-		var q FrontQueue
-		var u *string
-		if q, u, err = f.queue(in.QueueUrl); err == nil {
-			var attrs map[string]string
-			if attrs, err = queueAttributes(ctx, q, u); err == nil {
-				out = map[string]any{"Attributes": selectAttributes(attrs, in.AttributeNames)}
-			}
-		}
+		out, err = queueCall(f, op, body, func(in *sqs.ChangeMessageVisibilityInput) **string { return &in.QueueUrl },
+			func(q visibilityChanger, in *sqs.ChangeMessageVisibilityInput) (any, error) {
+				_, err := q.ChangeMessageVisibility(ctx, in)
+				return struct{}{}, err
+			})
 	case "PurgeQueue":
-		var in sqs.PurgeQueueInput
-		if !decode(&in) {
-			return
-		}
-		q, u, err2 := f.queue(in.QueueUrl)
-		err = err2
-		if err == nil {
-			pq, ok := q.(purger)
-			if !ok {
-				err = errUnsupported(op, aws.ToString(u))
-				break
-			}
-			in.QueueUrl = u
-			if _, err = pq.PurgeQueue(ctx, &in); err == nil {
-				out = struct{}{}
-			}
-		}
+		out, err = queueCall(f, op, body, func(in *sqs.PurgeQueueInput) **string { return &in.QueueUrl },
+			func(q purger, in *sqs.PurgeQueueInput) (any, error) {
+				_, err := q.PurgeQueue(ctx, in)
+				return struct{}{}, err
+			})
+	case "GetQueueAttributes":
+		out, err = queueCall(f, op, body, func(in *sqs.GetQueueAttributesInput) **string { return &in.QueueUrl },
+			func(q FrontQueue, in *sqs.GetQueueAttributesInput) (any, error) {
+				attrs, err := queueAttributes(ctx, q, in.QueueUrl)
+				if err != nil {
+					return nil, err
+				}
+				return map[string]any{"Attributes": selectAttributes(attrs, in.AttributeNames)}, nil
+			})
 	case "GetQueueUrl":
 		var in sqs.GetQueueUrlInput
-		if !decode(&in) {
-			return
+		if err = json.Unmarshal(body, &in); err != nil {
+			err = errMalformed(err)
+			break
 		}
 		f.mu.RLock()
 		q, ok := f.queues[aws.ToString(in.QueueName)]
 		f.mu.RUnlock()
 		if !ok {
 			err = errNoQueue(aws.ToString(in.QueueName))
-		} else {
-			out = map[string]string{"QueueUrl": q.URL()}
+			break
 		}
+		out = map[string]string{"QueueUrl": q.URL()}
 	case "ListQueues":
 		var in sqs.ListQueuesInput
-		if !decode(&in) {
-			return
+		if err = json.Unmarshal(body, &in); err != nil {
+			err = errMalformed(err)
+			break
 		}
 		out = map[string]any{"QueueUrls": f.listQueues(aws.ToString(in.QueueNamePrefix), int(aws.ToInt32(in.MaxResults)))}
 	default:
-		writeAWSError(w, "1.0", http.StatusBadRequest, "com.amazonaws.sqs#UnsupportedOperation", "AWS.SimpleQueueService.UnsupportedOperation",
-			fmt.Sprintf("the local AWS front does not serve AmazonSQS.%s", op))
-		return
+		err = &smithy.GenericAPIError{Code: "AWS.SimpleQueueService.UnsupportedOperation", Fault: smithy.FaultClient,
+			Message: fmt.Sprintf("the local AWS front does not serve AmazonSQS.%s; it serves %s", op, strings.Join(sqsOperations, ", "))}
 	}
 	if err != nil {
 		writeSQSError(w, err)
 		return
 	}
 	writeJSON(w, "1.0", out)
+}
+
+// sqsOperations are the AmazonSQS operations an AWSFront serves.
+var sqsOperations = []string{"SendMessage", "ReceiveMessage", "DeleteMessage", "ChangeMessageVisibility",
+	"GetQueueAttributes", "GetQueueUrl", "ListQueues", "PurgeQueue"}
+
+func errMalformed(err error) error {
+	return &smithy.GenericAPIError{Code: "InvalidParameterValue", Fault: smithy.FaultClient, Message: "malformed request body: " + err.Error()}
+}
+
+// queueCall decodes an In from body, finds the queue its QueueUrl (the
+// field queueURL points to) names, rewrites that QueueUrl to the queue's
+// own URL, and runs do when the queue implements Q; otherwise it returns
+// UnsupportedOperation.
+func queueCall[Q any, In any](f *AWSFront, op string, body []byte, queueURL func(*In) **string, do func(Q, *In) (any, error)) (any, error) {
+	in := new(In)
+	if err := json.Unmarshal(body, in); err != nil {
+		return nil, errMalformed(err)
+	}
+	p := queueURL(in)
+	q, u, err := f.queue(*p)
+	if err != nil {
+		return nil, err
+	}
+	impl, ok := any(q).(Q)
+	if !ok {
+		return nil, errUnsupported(op, aws.ToString(u))
+	}
+	*p = u
+	return do(impl, in)
 }
 
 // listQueues returns the URLs of the queues whose name starts with prefix,

@@ -219,10 +219,10 @@ func (s Status) Write(w io.Writer) {
 	}
 	for _, q := range s.Queues {
 		if q.Err != nil {
-			fmt.Fprintf(w, "queue  %-16s %s  error: %v\n", q.Kind, q.Name, q.Err)
+			fmt.Fprintf(w, "queue  %-16s %-24s error: %v\n", q.Kind, q.Name, q.Err)
 			continue
 		}
-		fmt.Fprintf(w, "queue  %-16s %s  %d visible, %d in flight\n", q.Kind, q.Name, q.Visible, q.InFlight)
+		fmt.Fprintf(w, "queue  %-16s %-24s %d visible, %d in flight\n", q.Kind, q.Name, q.Visible, q.InFlight)
 	}
 }
 
