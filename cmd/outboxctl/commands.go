@@ -66,10 +66,11 @@ func runStatus(ctx context.Context, e *cmdEnv, args []string) error {
 	if err := needTable("status", *table); err != nil {
 		return err
 	}
-	c, err := e.connect(ctx)
+	ctx, c, done, err := e.open(ctx)
 	if err != nil {
 		return err
 	}
+	defer done()
 	var refs []operator.QueueRef
 	if *prefix != "" {
 		if refs, err = operator.DiscoverQueues(ctx, c.sqs, *prefix); err != nil {
@@ -139,10 +140,11 @@ func runShow(ctx context.Context, e *cmdEnv, args []string) error {
 	if *sel.event == "" && *sel.aggregate == "" {
 		return usageErr("show: -event ID or -aggregate ID is required")
 	}
-	c, err := e.connect(ctx)
+	ctx, c, done, err := e.open(ctx)
 	if err != nil {
 		return err
 	}
+	defer done()
 	views, err := sel.find(ctx, "show", c, *table)
 	if err != nil {
 		return err
@@ -177,10 +179,11 @@ func runReplay(ctx context.Context, e *cmdEnv, args []string) error {
 	if *sel.event == "" && *sel.aggregate == "" {
 		return usageErr("replay: -event ID or -aggregate ID is required")
 	}
-	c, err := e.connect(ctx)
+	ctx, c, done, err := e.open(ctx)
 	if err != nil {
 		return err
 	}
+	defer done()
 	views, err := sel.find(ctx, "replay", c, *table)
 	if err != nil {
 		return err
@@ -216,10 +219,11 @@ func runParked(ctx context.Context, e *cmdEnv, args []string) error {
 	if err := needTable("parked", *table); err != nil {
 		return err
 	}
-	c, err := e.connect(ctx)
+	ctx, c, done, err := e.open(ctx)
 	if err != nil {
 		return err
 	}
+	defer done()
 	recs, err := relay.ListParked(ctx, c.ddb, *table, *limit)
 	for _, r := range recs {
 		fmt.Fprintf(e.out, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Key.PK, r.Key.SK, r.EventID, r.EventType, r.ParkedAt, r.Reason)
@@ -251,10 +255,11 @@ func runRedrive(ctx context.Context, e *cmdEnv, args []string) error {
 	if chosen != 1 || (*pk != "") != (*sk != "") {
 		return usageErr("redrive: give -pk PK -sk SK, -event ID, or -all")
 	}
-	c, err := e.connect(ctx)
+	ctx, c, done, err := e.open(ctx)
 	if err != nil {
 		return err
 	}
+	defer done()
 	type target struct {
 		key            outbox.Key
 		eventID, etype string
@@ -318,10 +323,11 @@ func runConsumerDLQ(ctx context.Context, e *cmdEnv, args []string) error {
 	if *dlq == "" {
 		return usageErr("consumer-dlq: -dlq is required")
 	}
-	c, err := e.connect(ctx)
+	ctx, c, done, err := e.open(ctx)
 	if err != nil {
 		return err
 	}
+	defer done()
 	u, err := queueURL(ctx, c, *dlq)
 	if err != nil {
 		return err
@@ -340,10 +346,11 @@ func runConsumerRedrive(ctx context.Context, e *cmdEnv, args []string) error {
 	if *dlq == "" || *queue == "" {
 		return usageErr("consumer-redrive: -dlq and -queue are required")
 	}
-	c, err := e.connect(ctx)
+	ctx, c, done, err := e.open(ctx)
 	if err != nil {
 		return err
 	}
+	defer done()
 	du, err := queueURL(ctx, c, *dlq)
 	if err != nil {
 		return err

@@ -1,7 +1,7 @@
 // Command outboxctl is the operator CLI of the outbox. It answers, against
 // AWS or the local stack (make dev), what an outbox operator asks:
 //
-//	outboxctl [-endpoint URL] [-region R] status  -table T [-window 15m] [-queue-prefix P | -parked-queue URL -failure-queue URL -dlq URL...]
+//	outboxctl [-endpoint URL] [-region R] [-timeout 5m] status  -table T [-window 15m] [-queue-prefix P | -parked-queue URL -failure-queue URL -dlq URL...]
 //	outboxctl [-endpoint URL] show    -table T (-event ID | -aggregate ID [-from-seq N]) [-dedup-table D]
 //	outboxctl [-endpoint URL] replay  -table T (-event ID | -aggregate ID [-from-seq N]) -bus BUS
 //	outboxctl [-endpoint URL] parked  -table T [-limit 100]
@@ -34,6 +34,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 )
 
 func main() {
@@ -106,6 +107,7 @@ global flags (also accepted after the command):
                   dummy credentials, region us-east-1 unless set. AWS_ENDPOINT_URL_DYNAMODB,
                   AWS_ENDPOINT_URL_SQS, AWS_ENDPOINT_URL_EVENTBRIDGE set to a loopback address do the same per service.
   -region REGION  AWS region (default: AWS_REGION or the profile's)
+  -timeout 5m     bound on the whole command, every AWS call and retry included
 Without them: the AWS SDK's default configuration (profile, SSO, role).
 
 Run "outboxctl <command> -h" for the flags of a command.
@@ -116,7 +118,19 @@ Run "outboxctl <command> -h" for the flags of a command.
 type cmdEnv struct {
 	out, errOut io.Writer
 	target      target
-	connect     func(ctx context.Context) (clients, error)
+}
+
+// open applies -timeout to ctx (after the command's flags are parsed: it
+// may follow the command name) and connects the clients; call done when
+// the command ends.
+func (e *cmdEnv) open(ctx context.Context) (context.Context, clients, context.CancelFunc, error) {
+	ctx, cancel := context.WithTimeout(ctx, e.target.timeout)
+	c, err := e.target.connect(ctx)
+	if err != nil {
+		cancel()
+		return ctx, clients{}, nil, err
+	}
+	return ctx, c, cancel, nil
 }
 
 // run parses the global flags, then the command and its flags, and runs
@@ -144,7 +158,6 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 		usage(out)
 		return flag.ErrHelp
 	}
-	env.connect = func(ctx context.Context) (clients, error) { return env.target.connect(ctx) }
 	for _, c := range commands {
 		if c.name == rest[0] {
 			return c.run(ctx, env, rest[1:])
@@ -159,7 +172,15 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 func globalFlags(fs *flag.FlagSet, t *target) {
 	fs.StringVar(&t.endpoint, "endpoint", t.endpoint, "one endpoint for DynamoDB, SQS and EventBridge (local: dummy credentials)")
 	fs.StringVar(&t.region, "region", t.region, "AWS region (default: AWS_REGION or the profile's)")
+	if t.timeout == 0 {
+		t.timeout = DefaultTimeout
+	}
+	fs.DurationVar(&t.timeout, "timeout", t.timeout, "bound on the whole command, every AWS call and retry included")
 }
+
+// DefaultTimeout bounds one command (a Scan of a large outbox table, a
+// consumer DLQ of thousands of messages) unless -timeout says otherwise.
+const DefaultTimeout = 5 * time.Minute
 
 // newFlags returns a command's flag set with the global flags, printing
 // its help (summary, example, flags) to out on -h.

@@ -522,3 +522,16 @@ func TestConsumerDLQAndRedrive(t *testing.T) {
 func queueLine(kind, name string, visible, inFlight int) string {
 	return fmt.Sprintf("queue  %-16s %-24s %d visible, %d in flight\n", kind, name, visible, inFlight)
 }
+
+func TestTimeoutBoundsTheCommand(t *testing.T) {
+	for _, args := range [][]string{
+		{"-endpoint", "http://127.0.0.1:1", "-timeout", "1ns", "parked", "-table", "t"},
+		{"-endpoint", "http://127.0.0.1:1", "parked", "-table", "t", "-timeout", "1ns"},
+	} {
+		var out, errOut bytes.Buffer
+		err := run(context.Background(), args, &out, &errOut)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%v: err = %v, want the deadline", args, err)
+		}
+	}
+}
