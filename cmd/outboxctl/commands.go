@@ -164,17 +164,19 @@ func runShow(ctx context.Context, e *cmdEnv, args []string) error {
 func runReplay(ctx context.Context, e *cmdEnv, args []string) error {
 	fs := e.newFlags("replay")
 	table := tableFlag(fs)
+	shards := shardsFlag(fs)
 	sel := selectFlags(fs)
-	bus := fs.String("bus", os.Getenv(config.EnvEventBusName), "event bus name or ARN the relay publishes to (default $"+config.EnvEventBusName+")")
-	source := fs.String("source", config.String(config.EnvEventSource, config.DefaultEventSource), "event Source, as the relay sets it (default $"+config.EnvEventSource+" or "+config.DefaultEventSource+")")
+	direct := fs.Bool("direct", false, "PutEvents the stored envelope now through the relay's publisher, from your principal (the local stack; on AWS the bus policy admits only the relay and reconciler roles), instead of making the record pending for the reconciler")
+	bus := fs.String("bus", os.Getenv(config.EnvEventBusName), "with -direct: event bus name or ARN the relay publishes to (default $"+config.EnvEventBusName+")")
+	source := fs.String("source", config.String(config.EnvEventSource, config.DefaultEventSource), "with -direct: event Source, as the relay sets it (default $"+config.EnvEventSource+" or "+config.DefaultEventSource+")")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if err := needTable("replay", *table); err != nil {
 		return err
 	}
-	if *bus == "" {
-		return usageErr("replay: -bus is required (or $%s)", config.EnvEventBusName)
+	if *direct && *bus == "" {
+		return usageErr("replay -direct: -bus is required (or $%s)", config.EnvEventBusName)
 	}
 	if *sel.event == "" && *sel.aggregate == "" {
 		return usageErr("replay: -event ID or -aggregate ID is required")
@@ -188,24 +190,40 @@ func runReplay(ctx context.Context, e *cmdEnv, args []string) error {
 	if err != nil {
 		return err
 	}
-	pub, err := relay.NewPublisher(c.eb, relay.PublisherConfig{EventBusName: *bus, Source: *source,
-		Logger: slog.New(slog.NewTextHandler(e.errOut, &slog.HandlerOptions{Level: slog.LevelWarn}))})
-	if err != nil {
-		return err
+	var results []operator.ReplayResult
+	var summary string
+	if *direct {
+		pub, err := relay.NewPublisher(c.eb, relay.PublisherConfig{EventBusName: *bus, Source: *source,
+			Logger: slog.New(slog.NewTextHandler(e.errOut, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+		if err != nil {
+			return err
+		}
+		results, err = operator.Replay(ctx, pub, views)
+		summary = "replayed to " + *bus + " (consumers deduplicate on event_id)"
+		return printReplay(e.out, results, operator.ReplayPublished, summary, err)
 	}
-	results, err := operator.Replay(ctx, pub, views)
+	results, err = operator.Requeue(ctx, c.ddb, *table, *shards, views, time.Now())
+	summary = "requeued: PENDING again, the reconciler publishes each on its next run (consumers deduplicate on event_id)"
+	return printReplay(e.out, results, operator.ReplayRequeued, summary, err)
+}
+
+// printReplay prints one line per record (outcome, event id, type,
+// sequence, bus event id or reason) and the count of those with outcome
+// done, and returns err.
+func printReplay(w io.Writer, results []operator.ReplayResult, done, summary string, err error) error {
 	n := 0
 	for _, r := range results {
 		v := r.View
-		detail := r.BusEventID
-		if r.Outcome != operator.ReplayPublished {
-			detail = r.Reason
-		} else {
+		detail := r.Reason
+		if r.Outcome == operator.ReplayPublished {
+			detail = r.BusEventID
+		}
+		if r.Outcome == done {
 			n++
 		}
-		fmt.Fprintf(e.out, "%s\t%s\t%s\t%d\t%s\n", r.Outcome, v.EventID, v.EventType, v.Sequence, detail)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\n", r.Outcome, v.EventID, v.EventType, v.Sequence, detail)
 	}
-	fmt.Fprintf(e.out, "%d of %d event(s) replayed to %s (consumers deduplicate on event_id)\n", n, len(results), *bus)
+	fmt.Fprintf(w, "%d of %d event(s) %s\n", n, len(results), summary)
 	return err
 }
 

@@ -3,18 +3,20 @@
 //
 //	outboxctl [-endpoint URL] [-region R] [-timeout 5m] status  -table T [-window 15m] [-queue-prefix P | -parked-queue URL -failure-queue URL -dlq URL...]
 //	outboxctl [-endpoint URL] show    -table T (-event ID | -aggregate ID [-from-seq N]) [-dedup-table D]
-//	outboxctl [-endpoint URL] replay  -table T (-event ID | -aggregate ID [-from-seq N]) -bus BUS
+//	outboxctl [-endpoint URL] replay  -table T (-event ID | -aggregate ID [-from-seq N]) [-direct -bus BUS]
 //	outboxctl [-endpoint URL] parked  -table T [-limit 100]
 //	outboxctl [-endpoint URL] redrive -table T [-shards 16] (-pk PK -sk SK | -event ID | -all)
 //	outboxctl [-endpoint URL] consumer-dlq      -dlq DLQ [-limit 100]
 //	outboxctl [-endpoint URL] consumer-redrive  -dlq DLQ -queue QUEUE [-max 0]
 //
 // Every command prints one line per record or message it handled and a
-// count. status, show, replay and parked read; redrive makes parked records
+// count. status, show and parked read; redrive makes parked records
 // pending again (the reconciler publishes them on its next run once older
-// than RECONCILE_AFTER); replay sends a published event to the bus again
-// through relay.Publisher, the relay's own PutEvents path, leaving the
-// record as it is (consumers deduplicate on the event_id);
+// than RECONCILE_AFTER); replay sends a published event to the bus again,
+// by default by making its record pending for the reconciler (the role the
+// bus policy admits), with -direct at once through relay.Publisher, the
+// relay's own PutEvents path, from the caller's principal (consumers
+// deduplicate on the event_id either way);
 // consumer-redrive sends a consumer DLQ's messages back to its queue.
 // pkg/operator holds the logic; the package doc says what each costs.
 //
@@ -74,8 +76,8 @@ func init() {
 			"outboxctl -endpoint http://127.0.0.1:4580 status -table dev-outbox -queue-prefix dev-", runStatus},
 		{"show", "an event (-event ID) or an aggregate's events (-aggregate ID): status, sequence, publish time, bus event id, parked reason, consumers applied",
 			"outboxctl -endpoint http://127.0.0.1:4580 show -table dev-outbox -aggregate ORDER_ID -dedup-table dev-dedup", runShow},
-		{"replay", "publish a published event (or an aggregate's events from -from-seq) to the bus again, through the relay's PutEvents path",
-			"outboxctl -endpoint http://127.0.0.1:4580 replay -table dev-outbox -event EVENT_ID -bus dev-bus", runReplay},
+		{"replay", "send a published event (or an aggregate's events from -from-seq) again: made pending for the reconciler, or -direct through the relay's PutEvents",
+			"outboxctl -endpoint http://127.0.0.1:4580 replay -table dev-outbox -aggregate ORDER_ID -from-seq 2", runReplay},
 		{"parked", "list parked records: key, event id, type, parked at, reason",
 			"outboxctl -endpoint http://127.0.0.1:4580 parked -table dev-outbox", runParked},
 		{"redrive", "make parked records pending again (-pk/-sk, -event or -all); the reconciler publishes them",

@@ -220,7 +220,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
 		{[]string{"status"}, "status: -table is required"},
 		{[]string{"show", "-table", "t"}, "show: -event ID or -aggregate ID is required"},
-		{[]string{"replay", "-table", "t", "-event", "e"}, "replay: -bus is required"},
+		{[]string{"replay", "-table", "t", "-event", "e", "-direct"}, "replay -direct: -bus is required"},
+		{[]string{"replay", "-table", "t"}, "replay: -event ID or -aggregate ID is required"},
 		{[]string{"redrive", "-table", "t"}, "redrive: give -pk PK -sk SK, -event ID, or -all"},
 		{[]string{"redrive", "-table", "t", "-pk", "p"}, "redrive: give -pk PK -sk SK, -event ID, or -all"},
 		{[]string{"redrive", "-table", "t", "-all", "-event", "e"}, "redrive: give -pk PK -sk SK, -event ID, or -all"},
@@ -287,7 +288,7 @@ func TestStatus(t *testing.T) {
 		t.Fatalf("status: %v\n%s", err, out)
 	}
 	mustContain(t, "status", out,
-		"pending           2\n", "oldest pending    10m0s", "parked            2\n", "published (15m0s) 1\n",
+		"pending           2\n", "oldest pending    10m", "parked            2\n", "published (15m0s) 1\n",
 		queueLine("parked-records", "ctl-parked", 2, 0),
 		queueLine("stream-failures", "ctl-relay-onfailure", 0, 0),
 		queueLine("consumer-dlq", "ctl-ledger-dlq", 2, 0),
@@ -346,7 +347,7 @@ func TestShow(t *testing.T) {
 	}
 }
 
-func TestReplay(t *testing.T) {
+func TestReplayDirect(t *testing.T) {
 	w := newWorld(t)
 	received := func(n int) []events.EventBridgeEvent {
 		t.Helper()
@@ -374,7 +375,7 @@ func TestReplay(t *testing.T) {
 		return env.EventID
 	}
 
-	out, err := w.ctl(t, "replay", "-table", w.table, "-event", w.ids["o-1/1"], "-bus", "ctl-bus")
+	out, err := w.ctl(t, "replay", "-table", w.table, "-event", w.ids["o-1/1"], "-direct", "-bus", "ctl-bus")
 	if err != nil {
 		t.Fatalf("replay: %v\n%s", err, out)
 	}
@@ -386,7 +387,7 @@ func TestReplay(t *testing.T) {
 
 	// An aggregate from a sequence: the published one is replayed, the
 	// parked one is skipped (redrive is its path).
-	out, err = w.ctl(t, "replay", "-table", w.table, "-aggregate", "o-1", "-from-seq", "2", "-bus", "ctl-bus")
+	out, err = w.ctl(t, "replay", "-table", w.table, "-aggregate", "o-1", "-from-seq", "2", "-direct", "-bus", "ctl-bus")
 	if err != nil {
 		t.Fatalf("replay -aggregate: %v\n%s", err, out)
 	}
@@ -397,7 +398,7 @@ func TestReplay(t *testing.T) {
 	mustContain(t, "replay -aggregate", out, "replayed\t"+w.ids["o-1/2"], "skipped\t"+w.ids["o-1/3"]+"\tOrderShipped\t3\tparked: redrive it", "1 of 2 event(s) replayed")
 
 	// A pending record is the relay's: nothing is sent.
-	out, err = w.ctl(t, "replay", "-table", w.table, "-aggregate", "o-2", "-bus", "ctl-bus")
+	out, err = w.ctl(t, "replay", "-table", w.table, "-aggregate", "o-2", "-direct", "-bus", "ctl-bus")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -414,7 +415,7 @@ func TestReplay(t *testing.T) {
 	}
 
 	// A bus that does not exist fails the replay, and says so.
-	out, err = w.ctl(t, "replay", "-table", w.table, "-event", w.ids["o-1/1"], "-bus", "no-bus")
+	out, err = w.ctl(t, "replay", "-table", w.table, "-event", w.ids["o-1/1"], "-direct", "-bus", "no-bus")
 	if err == nil || !strings.Contains(out, "failed\t"+w.ids["o-1/1"]) {
 		t.Errorf("replay to an unknown bus: err = %v\n%s", err, out)
 	}
@@ -533,5 +534,47 @@ func TestTimeoutBoundsTheCommand(t *testing.T) {
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("%v: err = %v, want the deadline", args, err)
 		}
+	}
+}
+
+func TestReplayRequeuesForTheReconciler(t *testing.T) {
+	w := newWorld(t)
+	out, err := w.ctl(t, "replay", "-table", w.table, "-shards", strconv.Itoa(shards), "-aggregate", "o-1")
+	if err != nil {
+		t.Fatalf("replay: %v\n%s", err, out)
+	}
+	mustContain(t, "replay", out,
+		"requeued\t"+w.ids["o-1/1"]+"\tOrderPlaced\t1\tPENDING in shard "+outbox.PendingShard(w.ids["o-1/1"], shards),
+		"requeued\t"+w.ids["o-1/2"]+"\tOrderPaid\t2\t",
+		"skipped\t"+w.ids["o-1/3"]+"\tOrderShipped\t3\tparked: redrive it",
+		"2 of 3 event(s) requeued")
+	select {
+	case ev := <-w.events:
+		t.Fatalf("replay without -direct put an event on the bus: %s", ev.Detail)
+	case <-time.After(100 * time.Millisecond):
+	}
+	for _, seq := range []int64{1, 2} {
+		k := outbox.KeyFor("Order", "o-1", seq, 0)
+		got, err := w.ddb.GetItem(context.Background(), &dynamodb.GetItemInput{TableName: aws.String(w.table), Key: k.AttributeValues(), ConsistentRead: aws.Bool(true)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, ttl := got.Item[outbox.AttrExpiresAt]
+		shard, _ := got.Item[outbox.AttrPendingShard].(*types.AttributeValueMemberS)
+		replayed, _ := got.Item["replayed_at"].(*types.AttributeValueMemberS)
+		if w.status(t, k) != outbox.StatusPending || ttl || shard == nil || replayed == nil {
+			t.Errorf("seq %d after requeue: %v", seq, got.Item)
+		}
+	}
+	// The reconciler sees them: 4 pending, the oldest the 3 h old OrderPaid.
+	out, err = w.ctl(t, "status", "-table", w.table, "-shards", strconv.Itoa(shards), "-window", "0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustContain(t, "status after requeue", out, "pending           4\n", "oldest pending    3h0m")
+	// Requeueing again skips them: they are pending now.
+	out, err = w.ctl(t, "replay", "-table", w.table, "-shards", strconv.Itoa(shards), "-event", w.ids["o-1/1"])
+	if err != nil || !strings.Contains(out, "skipped\t"+w.ids["o-1/1"]+"\tOrderPlaced\t1\tstatus PENDING") || !strings.Contains(out, "0 of 1 event(s) requeued") {
+		t.Fatalf("second replay: err = %v\n%s", err, out)
 	}
 }

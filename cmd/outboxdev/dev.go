@@ -86,7 +86,7 @@ func printOperatorHelp(s *devstack.Stack, prefix string, reject []string) {
 Operate it (or set AWS_ENDPOINT_URL=%s for an AWS SDK speaking the JSON protocols):
   %s status  -table %s -queue-prefix %s-
   %s show    -table %s -aggregate ORDER_ID -dedup-table %s
-  %s replay  -table %s -event EVENT_ID -bus %s
+  %s replay  -table %s -aggregate ORDER_ID -from-seq 2     (or -direct -bus %s: PutEvents now)
   %s parked  -table %s
   %s redrive -table %s -all
   %s consumer-dlq     -dlq %s-ledger-dlq

@@ -139,6 +139,26 @@ func TestRejectTypeParksAndAWSFrontServesTheStack(t *testing.T) {
 				}
 				time.Sleep(100 * time.Millisecond)
 			}
+
+			// Replay (the default, requeue): the published OrderPaid
+			// becomes pending and the reconciler publishes it again.
+			paid := views[1]
+			if _, err := operator.Requeue(ctx, ddb, s.Settings.OutboxTable, 16, []operator.EventView{paid}, time.Now()); err != nil {
+				t.Fatal(err)
+			}
+			for {
+				again, err := operator.FindEvent(ctx, ddb, s.Settings.OutboxTable, paid.EventID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if v := again[0]; v.Status == outbox.StatusPublished && v.PublishedAt.After(paid.PublishedAt) && v.BusEventID != paid.BusEventID {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the requeued record was not published again by the reconciler: %+v", again[0])
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
 		})
 	}
 }

@@ -13,15 +13,21 @@
 //     parked reason, redrive time, and (with a dedup table) which consumers
 //     applied it. By aggregate it is a Query of the aggregate's partition;
 //     by event id a Scan (the table has no event_id index).
-//   - Replay: send a published event to the bus again, for a consumer that
-//     needs it (a lost DLQ message, a consumer added later): the stored
-//     envelope goes through relay.Publisher, the relay's own PutEvents
-//     path (same Source, DetailType, Detail and Time), and the record is
-//     left as it is. Every rule matching the event delivers it again;
-//     consumers deduplicate on the outbox event_id, so those that applied it
-//     change nothing. Only PUBLISHED records are replayed: a PENDING one is
-//     the relay's or reconciler's to publish, a PARKED one is redriven
-//     (relay.Redrive) so that its status follows.
+//   - Requeue and Replay: send a published event to the bus again, for a
+//     consumer that needs it (a lost DLQ message, a consumer added later).
+//     Requeue, the default of outboxctl replay, makes the record PENDING
+//     again (status, pending shard, replayed_at; TTL removed) and the
+//     reconciler's next run publishes it and marks it published: the
+//     normal path, by the reconciler's role, which the bus policy admits
+//     (it refuses PutEvents from any other principal). Replay sends the
+//     stored envelope directly through relay.Publisher, the relay's own
+//     PutEvents path (same Source, DetailType, Detail and Time), leaving the
+//     record as it is: immediate, for the local stack or a principal the bus
+//     admits. Either way every rule matching the event delivers it again;
+//     consumers deduplicate on the outbox event_id, so those that applied
+//     it change nothing. Only PUBLISHED records are replayed: a PENDING one
+//     is the relay's or reconciler's to publish, a PARKED one is redriven
+//     (relay.Redrive).
 //   - Queues: the dead-letter queues by kind, named by URL or found by name
 //     prefix (ListQueues) with the local stack's naming: <prefix>-parked,
 //     <prefix>-relay-onfailure, <prefix>-<consumer>-dlq.

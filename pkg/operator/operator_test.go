@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/smithy-go"
 
@@ -149,5 +151,64 @@ func TestReadStatusValidates(t *testing.T) {
 		if _, err := ReadStatus(context.Background(), nil, nil, tc.opts); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: err = %v, want %q", tc.opts, err, tc.want)
 		}
+	}
+}
+
+// updateFake answers UpdateItem: ConditionalCheckFailed for the keys in
+// fail, success otherwise, and records the keys updated.
+type updateFake struct {
+	fail    map[string]bool
+	updated []string
+}
+
+func (f *updateFake) UpdateItem(_ context.Context, in *dynamodb.UpdateItemInput, _ ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	pk := in.Key[outbox.AttrPK].(*types.AttributeValueMemberS).Value + "/" + in.Key[outbox.AttrSK].(*types.AttributeValueMemberS).Value
+	if f.fail[pk] {
+		return nil, &types.ConditionalCheckFailedException{Message: aws.String("no")}
+	}
+	f.updated = append(f.updated, pk)
+	return &dynamodb.UpdateItemOutput{}, nil
+}
+
+func TestRequeue(t *testing.T) {
+	pub := view(t, "e1", outbox.StatusPublished, true)
+	raced := view(t, "e2", outbox.StatusPublished, true)
+	raced.Key.SK = "raced"
+	tests := []struct {
+		name     string
+		views    []EventView
+		outcomes []string
+		wantErr  error
+	}{
+		{"published is requeued", []EventView{pub}, []string{ReplayRequeued}, nil},
+		{"pending and parked are skipped", []EventView{view(t, "e3", outbox.StatusPending, true), view(t, "e4", outbox.StatusParked, true)}, []string{ReplaySkipped, ReplaySkipped}, nil},
+		{"a record no longer published fails", []EventView{pub, raced}, []string{ReplayRequeued, ReplayFailed}, ErrNotPublished},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &updateFake{fail: map[string]bool{raced.Key.PK + "/raced": true}}
+			res, err := Requeue(context.Background(), f, "t", 4, tc.views, time.Now())
+			if !errors.Is(err, tc.wantErr) || (tc.wantErr == nil) != (err == nil) {
+				t.Fatalf("err = %v, want %v", err, tc.wantErr)
+			}
+			requeued := 0
+			for i, r := range res {
+				if r.Outcome != tc.outcomes[i] {
+					t.Errorf("result %d: %s (%s), want %s", i, r.Outcome, r.Reason, tc.outcomes[i])
+				}
+				if r.Outcome == ReplayRequeued {
+					requeued++
+					if r.Reason != "PENDING in shard "+outbox.PendingShard(r.View.EventID, 4) {
+						t.Errorf("result %d reason %q", i, r.Reason)
+					}
+				}
+			}
+			if len(f.updated) != requeued {
+				t.Errorf("%d updates for %d requeued", len(f.updated), requeued)
+			}
+		})
+	}
+	if _, err := Requeue(context.Background(), &updateFake{}, "t", 0, nil, time.Now()); err == nil {
+		t.Error("0 shards accepted")
 	}
 }

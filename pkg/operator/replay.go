@@ -35,7 +35,8 @@ type ReplayResult struct {
 }
 
 // Replay publishes the stored envelope of every PUBLISHED view again
-// through pub, in the order given (one Publish call: the Publisher packs
+// directly through pub (PutEvents from the caller's principal: the local
+// stack, or a role the bus policy admits; Requeue is the path on AWS), in the order given (one Publish call: the Publisher packs
 // up to 10 entries per PutEvents), and leaves the records unchanged. A
 // PENDING record is skipped (the relay or the reconciler publishes it), a
 // PARKED one too (redrive it: its status then follows the publish), and a
@@ -47,20 +48,11 @@ func Replay(ctx context.Context, pub Publisher, views []EventView) ([]ReplayResu
 	var idx []int
 	for i, v := range views {
 		results[i] = ReplayResult{View: v, Outcome: ReplaySkipped}
-		switch v.Status {
-		case outbox.StatusPublished:
-		case outbox.StatusParked:
-			results[i].Reason = "parked: redrive it (outboxctl redrive) once its cause is fixed"
-			continue
-		default:
-			results[i].Reason = fmt.Sprintf("status %s: the relay or the reconciler publishes it", v.Status)
+		if reason := replayable(v); reason != "" {
+			results[i].Reason = reason
 			continue
 		}
-		rec, err := outbox.RecordFromItem(v.item)
-		if err != nil {
-			results[i].Reason = "not a valid envelope: " + err.Error()
-			continue
-		}
+		rec, _ := outbox.RecordFromItem(v.item) // replayable decoded it
 		envs = append(envs, rec.Envelope)
 		idx = append(idx, i)
 	}
