@@ -203,7 +203,7 @@ func runReplay(ctx context.Context, e *cmdEnv, args []string) error {
 		return printReplay(e.out, results, operator.ReplayPublished, summary, err)
 	}
 	results, err = operator.Requeue(ctx, c.ddb, *table, *shards, views, time.Now())
-	summary = "requeued: PENDING again, the reconciler publishes each on its next run (consumers deduplicate on event_id)"
+	summary = "requeued: PENDING again, the reconciler publishes each on its next run once older than " + config.EnvReconcileAfterSeconds + " (created_at is kept; consumers deduplicate on event_id)"
 	return printReplay(e.out, results, operator.ReplayRequeued, summary, err)
 }
 
