@@ -1,22 +1,32 @@
-// Command outboxctl is the operator CLI of the outbox: list parked records
-// and redrive them once their cause is fixed; list a consumer's dead-letter
-// queue and redrive it to the consumer's queue.
+// Command outboxctl is the operator CLI of the outbox. It answers, against
+// AWS or the local stack (make dev), what an outbox operator asks:
 //
-//	outboxctl parked  -table OUTBOX_TABLE [-limit 100]
-//	outboxctl redrive -table OUTBOX_TABLE [-shards 16] (-pk PK -sk SK | -all)
-//	outboxctl consumer-dlq      -dlq DLQ_URL [-limit 100]
-//	outboxctl consumer-redrive  -dlq DLQ_URL -queue QUEUE_URL [-max 0]
+//	outboxctl [-endpoint URL] [-region R] [-timeout 5m] status  -table T [-window 15m] [-queue-prefix P | -parked-queue URL -failure-queue URL -dlq URL...]
+//	outboxctl [-endpoint URL] show    -table T (-event ID | -aggregate ID [-from-seq N]) [-dedup-table D]
+//	outboxctl [-endpoint URL] replay  -table T (-event ID | -aggregate ID [-from-seq N]) [-direct -bus BUS]
+//	outboxctl [-endpoint URL] parked  -table T [-limit 100]
+//	outboxctl [-endpoint URL] redrive -table T [-shards 16] (-pk PK -sk SK | -event ID | -all)
+//	outboxctl [-endpoint URL] consumer-dlq      -dlq DLQ [-limit 100]
+//	outboxctl [-endpoint URL] consumer-redrive  -dlq DLQ -queue QUEUE [-max 0]
 //
-// A consumer DLQ holds the original EventBridge event of every event the
-// consumer could not apply: moved by its queue's redrive policy after
-// maxReceiveCount receives (reason max_receive_count), or dead-lettered at
-// once with a reason (malformed or forged events). consumer-redrive sends
-// each back to the consumer's queue (the stack outputs both URLs); the
-// consumer deduplicates, so redriving twice is harmless.
+// Every command prints one line per record or message it handled and a
+// count. status, show and parked read; redrive makes parked records
+// pending again (the reconciler publishes them on its next run once older
+// than RECONCILE_AFTER); replay sends a published event to the bus again,
+// by default by making its record pending for the reconciler (the role the
+// bus policy admits), with -direct at once through relay.Publisher, the
+// relay's own PutEvents path, from the caller's principal (consumers
+// deduplicate on the event_id either way);
+// consumer-redrive sends a consumer DLQ's messages back to its queue.
+// pkg/operator holds the logic; the package doc says what each costs.
 //
-// It uses the default AWS SDK configuration (profile, region, credentials);
-// AWS_ENDPOINT_URL_DYNAMODB points it at a local server. A redriven record
-// becomes PENDING again and the reconciler publishes it on its next run.
+// -endpoint (or AWS_ENDPOINT_URL* set to a loopback address) means a local
+// endpoint: dummy credentials, region us-east-1 unless set. The local stack
+// serves DynamoDB (proxied to Dynoxide), its SQS queues and its bus on one
+// endpoint (outboxdev dev prints it). Otherwise the SDK's default chain.
+// Flags may come before or after the command; table, bus and queue flags
+// default to the variables the functions read (OUTBOX_TABLE_NAME,
+// EVENT_BUS_NAME, PARKED_QUEUE_URL, DEDUP_TABLE_NAME, PENDING_SHARDS).
 package main
 
 import (
@@ -24,117 +34,184 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"time"
-
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/sqs"
-
-	"github.com/ddb-outbox/ddb-outbox/pkg/awsclient"
-	"github.com/ddb-outbox/ddb-outbox/pkg/config"
-	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
-	"github.com/ddb-outbox/ddb-outbox/pkg/relay"
-	"github.com/ddb-outbox/ddb-outbox/pkg/sqsconsumer"
 )
 
 func main() {
-	if err := run(context.Background(), os.Args[1:]); err != nil {
+	err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr)
+	switch {
+	case err == nil:
+	case errors.Is(err, flag.ErrHelp):
+	case errors.Is(err, errUsage):
+		fmt.Fprintln(os.Stderr, "outboxctl:", err)
+		os.Exit(2)
+	default:
 		fmt.Fprintln(os.Stderr, "outboxctl:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, args []string) error {
-	if len(args) == 0 {
-		return errors.New("usage: outboxctl parked|redrive -table OUTBOX_TABLE [flags]")
-	}
-	fs := flag.NewFlagSet(args[0], flag.ExitOnError)
-	table := fs.String("table", os.Getenv(config.EnvOutboxTable), "outbox table name (default $"+config.EnvOutboxTable+")")
-	limit := fs.Int("limit", 100, "parked: list at most this many records (0: all)")
-	defShards, err := config.Int(config.EnvPendingShards, config.DefaultPendingShards)
-	if err != nil {
-		return err
-	}
-	shards := fs.Int("shards", defShards, "redrive: pending index shards; must equal the writers' "+config.EnvPendingShards+" (default $"+config.EnvPendingShards+" or 16)")
-	pk := fs.String("pk", "", "redrive: the record's pk")
-	sk := fs.String("sk", "", "redrive: the record's sk")
-	all := fs.Bool("all", false, "redrive: every parked record")
-	dlqURL := fs.String("dlq", "", "consumer-dlq, consumer-redrive: the consumer DLQ URL")
-	queueURL := fs.String("queue", "", "consumer-redrive: the consumer queue URL to send messages back to")
-	maxMsgs := fs.Int("max", 0, "consumer-redrive: move at most this many messages (0: all)")
-	_ = fs.Parse(args[1:])
-	cfg, err := awsclient.Load(ctx)
-	if err != nil {
-		return err
-	}
-	switch args[0] {
-	case "consumer-dlq", "consumer-redrive":
-		return consumerDLQ(ctx, args[0], sqs.NewFromConfig(cfg), *dlqURL, *queueURL, *limit, *maxMsgs)
-	}
-	if *table == "" {
-		return errors.New("-table is required")
-	}
-	ddb := dynamodb.NewFromConfig(cfg)
+// errUsage marks a command line outboxctl cannot run (exit status 2).
+var errUsage = errors.New("usage")
 
-	switch args[0] {
-	case "parked":
-		recs, err := relay.ListParked(ctx, ddb, *table, *limit)
-		if err != nil {
-			return err
-		}
-		for _, r := range recs {
-			fmt.Printf("%s\t%s\t%s\t%s\t%s\t%s\n", r.Key.PK, r.Key.SK, r.EventID, r.EventType, r.ParkedAt, r.Reason)
-		}
-		fmt.Fprintf(os.Stderr, "%d parked record(s)\n", len(recs))
-		return nil
-	case "redrive":
-		var keys []outbox.Key
-		switch {
-		case *all:
-			recs, err := relay.ListParked(ctx, ddb, *table, 0)
-			if err != nil {
-				return err
-			}
-			for _, r := range recs {
-				keys = append(keys, r.Key)
-			}
-		case *pk != "" && *sk != "":
-			keys = []outbox.Key{{PK: *pk, SK: *sk}}
-		default:
-			return errors.New("redrive needs -pk and -sk, or -all")
-		}
-		var errs []error
-		for _, k := range keys {
-			if err := relay.Redrive(ctx, ddb, *table, *shards, k, time.Now()); err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			fmt.Printf("redriven %s %s\n", k.PK, k.SK)
-		}
-		return errors.Join(errs...)
-	}
-	return fmt.Errorf("unknown command %q", args[0])
+func usageErr(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", errUsage, fmt.Sprintf(format, args...))
 }
 
-// consumerDLQ lists (consumer-dlq) or redrives (consumer-redrive) a
-// consumer DLQ through sqsconsumer.Peek / sqsconsumer.Redrive, printing one
-// line per message: message id, reason, error.
-func consumerDLQ(ctx context.Context, cmd string, q sqsconsumer.QueueAPI, dlq, queue string, limit, maxMsgs int) error {
-	if dlq == "" {
-		return errors.New(cmd + ": -dlq is required")
+// command is one subcommand: its one-line summary, example, and body.
+type command struct {
+	name, summary, example string
+	run                    func(ctx context.Context, c *cmdEnv, args []string) error
+}
+
+// commands are the subcommands in the order -h lists them (set in init:
+// their help refers back to this list).
+var commands []command
+
+func init() {
+	commands = []command{
+		{"status", "pending records (per shard), oldest pending age, parked, published in the last -window, DLQ depths",
+			"outboxctl -endpoint http://127.0.0.1:4580 status -table dev-outbox -queue-prefix dev-", runStatus},
+		{"show", "an event (-event ID) or an aggregate's events (-aggregate ID): status, sequence, publish time, bus event id, parked reason, consumers applied",
+			"outboxctl -endpoint http://127.0.0.1:4580 show -table dev-outbox -aggregate ORDER_ID -dedup-table dev-dedup", runShow},
+		{"replay", "send a published event (or an aggregate's events from -from-seq) again: made pending for the reconciler, or -direct through the relay's PutEvents",
+			"outboxctl -endpoint http://127.0.0.1:4580 replay -table dev-outbox -aggregate ORDER_ID -from-seq 2", runReplay},
+		{"parked", "list parked records: key, event id, type, parked at, reason",
+			"outboxctl -endpoint http://127.0.0.1:4580 parked -table dev-outbox", runParked},
+		{"redrive", "make parked records pending again (-pk/-sk, -event or -all); the reconciler publishes them",
+			"outboxctl -endpoint http://127.0.0.1:4580 redrive -table dev-outbox -all", runRedrive},
+		{"consumer-dlq", "list a consumer DLQ's messages (left in place): message id, reason, error",
+			"outboxctl -endpoint http://127.0.0.1:4580 consumer-dlq -dlq dev-ledger-dlq", runConsumerDLQ},
+		{"consumer-redrive", "move a consumer DLQ's messages back to the consumer's queue",
+			"outboxctl -endpoint http://127.0.0.1:4580 consumer-redrive -dlq dev-ledger-dlq -queue dev-ledger", runConsumerRedrive},
 	}
-	line := func(verb string) func(sqsconsumer.DeadLetter) {
-		return func(d sqsconsumer.DeadLetter) { fmt.Printf("%s\t%s\t%s\t%s\n", verb, d.MessageID, d.Reason, d.Error) }
+}
+
+// usage writes the top-level help: global flags, every command with an
+// example, credentials.
+func usage(w io.Writer) {
+	fmt.Fprint(w, `usage: outboxctl [-endpoint URL] [-region REGION] <command> [flags]
+
+commands:
+`)
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-17s %s\n", c.name, c.summary)
 	}
-	if cmd == "consumer-dlq" {
-		msgs, err := sqsconsumer.Peek(ctx, q, dlq, sqsconsumer.RedriveOptions{Max: limit, OnMessage: line("dead-lettered")})
-		fmt.Fprintf(os.Stderr, "%d message(s) on %s\n", len(msgs), dlq)
-		return err
+	fmt.Fprint(w, "\nexamples (against make dev, which prints its endpoint; on AWS drop -endpoint and use the stack outputs):\n")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %s\n", c.example)
 	}
-	if queue == "" {
-		return errors.New(cmd + ": -queue is required")
+	fmt.Fprint(w, `
+global flags (also accepted after the command):
+  -endpoint URL   one endpoint for DynamoDB, SQS and EventBridge (the local stack's AWS front);
+                  dummy credentials, region us-east-1 unless set. AWS_ENDPOINT_URL_DYNAMODB,
+                  AWS_ENDPOINT_URL_SQS, AWS_ENDPOINT_URL_EVENTBRIDGE set to a loopback address do the same per service.
+  -region REGION  AWS region (default: AWS_REGION or the profile's)
+  -timeout 5m     bound on the whole command, every AWS call and retry included
+Without them: the AWS SDK's default configuration (profile, SSO, role).
+
+Run "outboxctl <command> -h" for the flags of a command.
+`)
+}
+
+// cmdEnv is what a command runs with.
+type cmdEnv struct {
+	out, errOut io.Writer
+	target      target
+}
+
+// open applies -timeout to ctx (after the command's flags are parsed: it
+// may follow the command name) and connects the clients; call done when
+// the command ends.
+func (e *cmdEnv) open(ctx context.Context) (context.Context, clients, context.CancelFunc, error) {
+	ctx, cancel := context.WithTimeout(ctx, e.target.timeout)
+	c, err := e.target.connect(ctx)
+	if err != nil {
+		cancel()
+		return ctx, clients{}, nil, err
 	}
-	n, err := sqsconsumer.Redrive(ctx, q, dlq, q, queue, sqsconsumer.RedriveOptions{Max: maxMsgs, OnMessage: line("redriven")})
-	fmt.Fprintf(os.Stderr, "%d message(s) redriven from %s to %s\n", n, dlq, queue)
-	return err
+	return ctx, c, cancel, nil
+}
+
+// run parses the global flags, then the command and its flags, and runs
+// it. It returns flag.ErrHelp after printing help, an error wrapping
+// errUsage for a command line it cannot run, or the command's error.
+func run(ctx context.Context, args []string, out, errOut io.Writer) error {
+	env := &cmdEnv{out: out, errOut: errOut}
+	gfs := flag.NewFlagSet("outboxctl", flag.ContinueOnError)
+	gfs.SetOutput(io.Discard)
+	globalFlags(gfs, &env.target)
+	if err := gfs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			usage(out)
+			return err
+		}
+		usage(errOut)
+		return usageErr("%v", err)
+	}
+	rest := gfs.Args()
+	if len(rest) == 0 {
+		usage(errOut)
+		return usageErr("no command")
+	}
+	if rest[0] == "help" {
+		usage(out)
+		return flag.ErrHelp
+	}
+	for _, c := range commands {
+		if c.name == rest[0] {
+			return c.run(ctx, env, rest[1:])
+		}
+	}
+	usage(errOut)
+	return usageErr("unknown command %q", rest[0])
+}
+
+// globalFlags registers -endpoint and -region on fs (the top level and
+// every command, so they may come before or after the command).
+func globalFlags(fs *flag.FlagSet, t *target) {
+	fs.StringVar(&t.endpoint, "endpoint", t.endpoint, "one endpoint for DynamoDB, SQS and EventBridge (local: dummy credentials)")
+	fs.StringVar(&t.region, "region", t.region, "AWS region (default: AWS_REGION or the profile's)")
+	if t.timeout == 0 {
+		t.timeout = DefaultTimeout
+	}
+	fs.DurationVar(&t.timeout, "timeout", t.timeout, "bound on the whole command, every AWS call and retry included")
+}
+
+// DefaultTimeout bounds one command (a Scan of a large outbox table, a
+// consumer DLQ of thousands of messages) unless -timeout says otherwise.
+const DefaultTimeout = 5 * time.Minute
+
+// newFlags returns a command's flag set with the global flags, printing
+// its help (summary, example, flags) to out on -h.
+func (e *cmdEnv) newFlags(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	globalFlags(fs, &e.target)
+	fs.SetOutput(e.out)
+	fs.Usage = func() {
+		for _, c := range commands {
+			if c.name == name {
+				fmt.Fprintf(e.out, "usage: outboxctl %s [flags]\n\n%s\n\nexample:\n  %s\n\nflags:\n", name, c.summary, c.example)
+			}
+		}
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parse parses a command's flags; a parse error wraps errUsage, -h returns
+// flag.ErrHelp (after the flag package printed the help).
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageErr("%s: %v", fs.Name(), err)
+	}
+	if fs.NArg() > 0 {
+		return usageErr("%s: unexpected argument %q", fs.Name(), fs.Arg(0))
+	}
+	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/devstack"
@@ -23,7 +24,16 @@ func runDev(ctx context.Context, args []string) error {
 	data := fs.String("data", "", "keep Dynoxide's data in this file across restarts (default: in memory, lost at exit)")
 	verbose := fs.Bool("v", false, "show every component's logs and the relay's and reconciler's metric lines (default: one line per hop of each event)")
 	checkpoint := fs.String("checkpoint-file", "", "keep the stream event source mapping's checkpoints here (default: .outboxdev/<prefix>.checkpoints.json when -data or -endpoint is set)")
+	awsAddr := fs.String("aws-addr", "127.0.0.1:4580", "listen address of the local AWS endpoint (SQS queues, EventBridge PutEvents, DynamoDB proxied) for outboxctl; empty: none")
+	rejectTypes := fs.String("reject-type", "", "comma-separated detail types the local bus refuses permanently, so their outbox records are parked (e.g. OrderShipped): try outboxctl parked/redrive")
+	rejectCode := fs.String("reject-code", devstack.DefaultRejectCode, "the PutEvents entry error code of -reject-type: MalformedDetail or InvalidArgument")
 	_ = fs.Parse(args)
+	var reject []string
+	for _, t := range strings.Split(*rejectTypes, ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			reject = append(reject, t)
+		}
+	}
 	if *checkpoint == "" && (*data != "" || *endpoint != "") {
 		*checkpoint = filepath.Join(".outboxdev", *prefix+".checkpoints.json")
 	}
@@ -39,6 +49,7 @@ func runDev(ctx context.Context, args []string) error {
 		Endpoint: *endpoint, APIAddr: *addr, Prefix: *prefix,
 		ReconcileEvery: *every, ReconcileAfter: *after, Metrics: metrics,
 		DataFile: *data, CheckpointFile: *checkpoint, HopLog: true, Logger: slog.New(handler),
+		AWSAddr: *awsAddr, RejectDetailTypes: reject, RejectCode: *rejectCode,
 	})
 	if err != nil {
 		return err
@@ -65,9 +76,45 @@ Try:
        -d '{"customer_id":"c-1","amount_minor":1999,"currency":"EUR"}'
 
 Drive it from another terminal: make demo ARGS=-attach
-Ctrl-C to stop.
 `, s.URL, s.Endpoint, *prefix, storage, s.URL)
+	printOperatorHelp(s, *prefix, reject)
+	fmt.Print("\nCtrl-C to stop.\n")
 	<-ctx.Done()
 	fmt.Println("stopping")
 	return nil
+}
+
+// printOperatorHelp prints the AWS endpoint, the queue URLs and the
+// outboxctl commands that run against this stack (nothing without -aws-addr).
+func printOperatorHelp(s *devstack.Stack, prefix string, reject []string) {
+	if s.AWSURL == "" {
+		return
+	}
+	fmt.Printf(`
+  AWS        %s   (SQS queues, EventBridge PutEvents, DynamoDB proxied; any credentials)
+  bus        %s
+`, s.AWSURL, s.Settings.EventBus)
+	for _, n := range s.QueueNames() {
+		fmt.Printf("  queue      %s\n", s.Queues()[n].URL())
+	}
+	ctl := "go run ./cmd/outboxctl -endpoint " + s.AWSURL
+	fmt.Printf(`
+Operate it (or set AWS_ENDPOINT_URL=%s for an AWS SDK speaking the JSON protocols):
+  %s status  -table %s -queue-prefix %s-
+  %s show    -table %s -aggregate ORDER_ID -dedup-table %s
+  %s replay  -table %s -aggregate ORDER_ID -from-seq 2     (or -direct -bus %s: PutEvents now)
+  %s parked  -table %s
+  %s redrive -table %s -all
+  %s consumer-dlq     -dlq %s-ledger-dlq
+  %s consumer-redrive -dlq %s-ledger-dlq -queue %s-ledger
+`, s.AWSURL, ctl, s.Settings.OutboxTable, prefix, ctl, s.Settings.OutboxTable, s.Settings.DedupTable,
+		ctl, s.Settings.OutboxTable, s.Settings.EventBus, ctl, s.Settings.OutboxTable, ctl, s.Settings.OutboxTable,
+		ctl, prefix, ctl, prefix, prefix)
+	if len(reject) > 0 {
+		fmt.Printf(`
+The bus rejects %s permanently: those events are parked. To fix the cause, stop, restart
+without -reject-type (keep the data with -data FILE), then redrive; the reconciler publishes
+redriven records older than -reconcile-after.
+`, strings.Join(reject, ", "))
+	}
 }

@@ -31,7 +31,7 @@ func TestKillingMakeDevLeavesNoProcess(t *testing.T) {
 
 func killMakeDev(t *testing.T, sig syscall.Signal) {
 	root, _ := filepath.Abs(filepath.Join("..", ".."))
-	cmd := exec.Command("make", "--no-print-directory", "dev", "ARGS=-addr 127.0.0.1:0 -prefix killtest")
+	cmd := exec.Command("make", "--no-print-directory", "dev", "ARGS=-addr 127.0.0.1:0 -aws-addr 127.0.0.1:0 -prefix killtest")
 	cmd.Dir = root
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // not the test's group
 	out, err := cmd.StdoutPipe()

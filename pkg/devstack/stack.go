@@ -131,6 +131,17 @@ type Options struct {
 	// StreamRetries is the event source mapping's MaximumRetryAttempts
 	// (default 10).
 	StreamRetries int
+	// AWSAddr, when set, is the listen address of the AWS front (see
+	// startAWSFront): the stack's SQS queues, its bus (PutEvents) and its
+	// DynamoDB endpoint over the AWS JSON protocols, for outboxctl. Empty:
+	// no front.
+	AWSAddr string
+	// RejectDetailTypes makes the local bus refuse every PutEvents entry of
+	// these detail types with RejectCode (default MalformedDetail; or
+	// InvalidArgument), permanently, so their outbox records are parked:
+	// the parked/redrive flow, tried locally.
+	RejectDetailTypes []string
+	RejectCode        string
 }
 
 func (o *Options) setDefaults() {
@@ -191,6 +202,8 @@ type Stack struct {
 	Scheduler      *localrt.Scheduler
 	ParkedQueue    *localrt.MemoryQueue
 	OnFailureQueue *localrt.MemoryQueue
+	// AWSURL is the AWS front's URL (empty without Options.AWSAddr).
+	AWSURL string
 	// Consumers are the consumer delivery paths by consumer name
 	// (routing.ConsumerLedger, routing.ConsumerNotifier): queue, DLQ, SQS
 	// event source mapping.
@@ -200,9 +213,10 @@ type Stack struct {
 	Ledger     *ledger.Ledger
 	Notifier   *notifier.Notifier
 
-	log    *slog.Logger
-	server *http.Server
-	runCtx context.Context
+	log       *slog.Logger
+	server    *http.Server
+	awsServer *http.Server
+	runCtx    context.Context
 
 	pollMu      sync.Mutex
 	pollCfg     localrt.StreamPollerConfig
@@ -284,7 +298,11 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	}
 
 	// The functions, built exactly as the Lambda mains build them.
-	var eb relay.EventBridgeAPI = s.Bus
+	published, err := s.publishPath(opts)
+	if err != nil {
+		return nil, err
+	}
+	var eb relay.EventBridgeAPI = published
 	if opts.WrapEventBridge != nil {
 		eb = opts.WrapEventBridge(eb)
 	}
@@ -368,6 +386,9 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		return nil, err
 	}
 
+	if err := s.startAWSFront(opts, published); err != nil {
+		return nil, err
+	}
 	ln, err := net.Listen("tcp", opts.APIAddr)
 	if err != nil {
 		return nil, fmt.Errorf("devstack: listen on %s: %w%s", opts.APIAddr, err, portHolder(opts.APIAddr))
@@ -520,6 +541,9 @@ func (s *Stack) Close() {
 		defer cancel()
 		if s.server != nil {
 			_ = s.server.Shutdown(ctx)
+		}
+		if s.awsServer != nil {
+			_ = s.awsServer.Shutdown(ctx)
 		}
 		if s.cancel != nil {
 			s.cancel()

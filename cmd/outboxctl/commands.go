@@ -1,0 +1,403 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/ddb-outbox/ddb-outbox/pkg/config"
+	"github.com/ddb-outbox/ddb-outbox/pkg/operator"
+	"github.com/ddb-outbox/ddb-outbox/pkg/order"
+	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
+	"github.com/ddb-outbox/ddb-outbox/pkg/relay"
+	"github.com/ddb-outbox/ddb-outbox/pkg/routing"
+	"github.com/ddb-outbox/ddb-outbox/pkg/sqsconsumer"
+)
+
+// tableFlag registers -table, defaulting to OUTBOX_TABLE_NAME.
+func tableFlag(fs *flag.FlagSet) *string {
+	return fs.String("table", os.Getenv(config.EnvOutboxTable), "outbox table name (default $"+config.EnvOutboxTable+")")
+}
+
+// shardsFlag registers -shards, defaulting to PENDING_SHARDS or 16.
+func shardsFlag(fs *flag.FlagSet) *int {
+	def, err := config.Int(config.EnvPendingShards, config.DefaultPendingShards)
+	if err != nil {
+		def = config.DefaultPendingShards
+	}
+	return fs.Int("shards", def, "pending index shards; must equal the writers' "+config.EnvPendingShards+" (default $"+config.EnvPendingShards+" or 16)")
+}
+
+// listFlag is a repeatable string flag.
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, ",") }
+func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
+
+func needTable(name, table string) error {
+	if table == "" {
+		return usageErr("%s: -table is required (or $%s)", name, config.EnvOutboxTable)
+	}
+	return nil
+}
+
+func runStatus(ctx context.Context, e *cmdEnv, args []string) error {
+	fs := e.newFlags("status")
+	table := tableFlag(fs)
+	shards := shardsFlag(fs)
+	window := fs.Duration("window", 15*time.Minute, "count records published in this last window (0: skip the table scan, and the parked count)")
+	prefix := fs.String("queue-prefix", "", "report every queue whose name starts with this (ListQueues), classified by the local names: -parked, -relay-onfailure, -<consumer>-dlq")
+	parkedQ := fs.String("parked-queue", os.Getenv(config.EnvParkedQueueURL), "parked-records queue URL (default $"+config.EnvParkedQueueURL+")")
+	failureQ := fs.String("failure-queue", "", "the stream event source mapping's on-failure queue URL")
+	var dlqs listFlag
+	fs.Var(&dlqs, "dlq", "a consumer DLQ URL (repeatable)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := needTable("status", *table); err != nil {
+		return err
+	}
+	ctx, c, done, err := e.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	var refs []operator.QueueRef
+	if *prefix != "" {
+		if refs, err = operator.DiscoverQueues(ctx, c.sqs, *prefix); err != nil {
+			return err
+		}
+	}
+	if *parkedQ != "" {
+		refs = append(refs, operator.QueueRef{Kind: operator.KindParked, URL: *parkedQ})
+	}
+	if *failureQ != "" {
+		refs = append(refs, operator.QueueRef{Kind: operator.KindStreamFailure, URL: *failureQ})
+	}
+	for _, u := range dlqs {
+		refs = append(refs, operator.QueueRef{Kind: operator.KindConsumerDLQ, URL: u})
+	}
+	st, err := operator.ReadStatus(ctx, c.ddb, c.sqs, operator.StatusOptions{Table: *table, Shards: *shards, Window: *window, Queues: refs})
+	if err != nil {
+		return err
+	}
+	st.Write(e.out)
+	if len(refs) == 0 {
+		fmt.Fprintln(e.out, "queues            none given (-queue-prefix, or -parked-queue, -failure-queue, -dlq)")
+	}
+	return nil
+}
+
+// selectFlags registers -event, -aggregate, -aggregate-type and -from-seq.
+type selection struct {
+	event, aggregate, aggregateType *string
+	fromSeq                         *int64
+}
+
+func selectFlags(fs *flag.FlagSet) selection {
+	return selection{
+		event:         fs.String("event", "", "the outbox event_id (a table Scan: no event_id index)"),
+		aggregate:     fs.String("aggregate", "", "the aggregate id (an order id): its events, a Query"),
+		aggregateType: fs.String("aggregate-type", order.AggregateType, "the aggregate type of -aggregate"),
+		fromSeq:       fs.Int64("from-seq", 0, "with -aggregate: only events with sequence >= this"),
+	}
+}
+
+// find returns the selected records.
+func (s selection) find(ctx context.Context, name string, c clients, table string) ([]operator.EventView, error) {
+	switch {
+	case *s.event != "" && *s.aggregate != "":
+		return nil, usageErr("%s: give -event or -aggregate, not both", name)
+	case *s.event != "":
+		return operator.FindEvent(ctx, c.ddb, table, *s.event)
+	case *s.aggregate != "":
+		return operator.AggregateEvents(ctx, c.ddb, table, *s.aggregateType, *s.aggregate, *s.fromSeq)
+	}
+	return nil, usageErr("%s: -event ID or -aggregate ID is required", name)
+}
+
+func runShow(ctx context.Context, e *cmdEnv, args []string) error {
+	fs := e.newFlags("show")
+	table := tableFlag(fs)
+	sel := selectFlags(fs)
+	dedupTable := fs.String("dedup-table", os.Getenv(config.EnvDedupTable), "consumers' dedup table: show which consumers applied each event (default $"+config.EnvDedupTable+")")
+	consumers := fs.String("consumers", routing.ConsumerLedger+","+routing.ConsumerNotifier, "with -dedup-table: the consumers to look up, comma-separated")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := needTable("show", *table); err != nil {
+		return err
+	}
+	if *sel.event == "" && *sel.aggregate == "" {
+		return usageErr("show: -event ID or -aggregate ID is required")
+	}
+	ctx, c, done, err := e.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	views, err := sel.find(ctx, "show", c, *table)
+	if err != nil {
+		return err
+	}
+	if *dedupTable != "" {
+		if err := operator.Applied(ctx, c.ddb, *dedupTable, strings.Split(*consumers, ","), views); err != nil {
+			return err
+		}
+	}
+	for _, v := range views {
+		v.Write(e.out)
+	}
+	fmt.Fprintf(e.out, "%d record(s)\n", len(views))
+	return nil
+}
+
+func runReplay(ctx context.Context, e *cmdEnv, args []string) error {
+	fs := e.newFlags("replay")
+	table := tableFlag(fs)
+	shards := shardsFlag(fs)
+	sel := selectFlags(fs)
+	direct := fs.Bool("direct", false, "PutEvents the stored envelope now through the relay's publisher, from your principal (the local stack; on AWS the bus policy admits only the relay and reconciler roles), instead of making the record pending for the reconciler")
+	bus := fs.String("bus", os.Getenv(config.EnvEventBusName), "with -direct: event bus name or ARN the relay publishes to (default $"+config.EnvEventBusName+")")
+	source := fs.String("source", config.String(config.EnvEventSource, config.DefaultEventSource), "with -direct: event Source, as the relay sets it (default $"+config.EnvEventSource+" or "+config.DefaultEventSource+")")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := needTable("replay", *table); err != nil {
+		return err
+	}
+	if *direct && *bus == "" {
+		return usageErr("replay -direct: -bus is required (or $%s)", config.EnvEventBusName)
+	}
+	if *sel.event == "" && *sel.aggregate == "" {
+		return usageErr("replay: -event ID or -aggregate ID is required")
+	}
+	ctx, c, done, err := e.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	views, err := sel.find(ctx, "replay", c, *table)
+	if err != nil {
+		return err
+	}
+	var results []operator.ReplayResult
+	var summary string
+	if *direct {
+		pub, err := relay.NewPublisher(c.eb, relay.PublisherConfig{EventBusName: *bus, Source: *source,
+			Logger: slog.New(slog.NewTextHandler(e.errOut, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+		if err != nil {
+			return err
+		}
+		results, err = operator.Replay(ctx, pub, views)
+		summary = "replayed to " + *bus + " (consumers deduplicate on event_id)"
+		return printReplay(e.out, results, operator.ReplayPublished, summary, err)
+	}
+	results, err = operator.Requeue(ctx, c.ddb, *table, *shards, views, time.Now())
+	summary = "requeued: PENDING again, the reconciler publishes each on its next run once older than " + config.EnvReconcileAfterSeconds + " (created_at is kept; consumers deduplicate on event_id)"
+	return printReplay(e.out, results, operator.ReplayRequeued, summary, err)
+}
+
+// printReplay prints one line per record (outcome, event id, type,
+// sequence, bus event id or reason) and the count of those with outcome
+// done, and returns err.
+func printReplay(w io.Writer, results []operator.ReplayResult, done, summary string, err error) error {
+	n := 0
+	for _, r := range results {
+		v := r.View
+		detail := r.Reason
+		if r.Outcome == operator.ReplayPublished {
+			detail = r.BusEventID
+		}
+		if r.Outcome == done {
+			n++
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\n", r.Outcome, v.EventID, v.EventType, v.Sequence, detail)
+	}
+	fmt.Fprintf(w, "%d of %d event(s) %s\n", n, len(results), summary)
+	return err
+}
+
+func runParked(ctx context.Context, e *cmdEnv, args []string) error {
+	fs := e.newFlags("parked")
+	table := tableFlag(fs)
+	limit := fs.Int("limit", 100, "list at most this many records (0: all)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := needTable("parked", *table); err != nil {
+		return err
+	}
+	ctx, c, done, err := e.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	recs, err := relay.ListParked(ctx, c.ddb, *table, *limit)
+	for _, r := range recs {
+		fmt.Fprintf(e.out, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Key.PK, r.Key.SK, r.EventID, r.EventType, r.ParkedAt, r.Reason)
+	}
+	fmt.Fprintf(e.out, "%d parked record(s)\n", len(recs))
+	return err
+}
+
+func runRedrive(ctx context.Context, e *cmdEnv, args []string) error {
+	fs := e.newFlags("redrive")
+	table := tableFlag(fs)
+	shards := shardsFlag(fs)
+	pk := fs.String("pk", "", "the record's pk")
+	sk := fs.String("sk", "", "the record's sk")
+	event := fs.String("event", "", "the record's event_id (a table Scan)")
+	all := fs.Bool("all", false, "every parked record")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := needTable("redrive", *table); err != nil {
+		return err
+	}
+	chosen := 0
+	for _, set := range []bool{*pk != "" || *sk != "", *event != "", *all} {
+		if set {
+			chosen++
+		}
+	}
+	if chosen != 1 || (*pk != "") != (*sk != "") {
+		return usageErr("redrive: give -pk PK -sk SK, -event ID, or -all")
+	}
+	ctx, c, done, err := e.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	type target struct {
+		key            outbox.Key
+		eventID, etype string
+	}
+	var targets []target
+	switch {
+	case *all:
+		recs, err := relay.ListParked(ctx, c.ddb, *table, 0)
+		if err != nil {
+			return err
+		}
+		for _, r := range recs {
+			targets = append(targets, target{r.Key, r.EventID, r.EventType})
+		}
+	case *event != "":
+		views, err := operator.FindEvent(ctx, c.ddb, *table, *event)
+		if err != nil {
+			return err
+		}
+		for _, v := range views {
+			targets = append(targets, target{v.Key, v.EventID, v.EventType})
+		}
+	default:
+		targets = []target{{key: outbox.Key{PK: *pk, SK: *sk}}}
+	}
+	var errs []error
+	n := 0
+	for _, t := range targets {
+		if err := relay.Redrive(ctx, c.ddb, *table, *shards, t.key, time.Now()); err != nil {
+			errs = append(errs, err)
+			fmt.Fprintf(e.out, "failed\t%s\t%s\t%s\t%v\n", t.key.PK, t.key.SK, t.eventID, err)
+			continue
+		}
+		n++
+		fmt.Fprintf(e.out, "redriven\t%s\t%s\t%s\t%s\n", t.key.PK, t.key.SK, t.eventID, t.etype)
+	}
+	fmt.Fprintf(e.out, "%d of %d record(s) redriven: now PENDING, the reconciler publishes each on its next run once older than %s\n", n, len(targets), config.EnvReconcileAfterSeconds)
+	return errors.Join(errs...)
+}
+
+// queueURL returns u when it is a URL, else the URL of the queue named u
+// (GetQueueUrl).
+func queueURL(ctx context.Context, c clients, u string) (string, error) {
+	if u == "" || strings.Contains(u, "://") {
+		return u, nil
+	}
+	out, err := c.sqs.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(u)})
+	if err != nil {
+		return "", fmt.Errorf("queue %s: %w", u, err)
+	}
+	return aws.ToString(out.QueueUrl), nil
+}
+
+func runConsumerDLQ(ctx context.Context, e *cmdEnv, args []string) error {
+	fs := e.newFlags("consumer-dlq")
+	dlq := fs.String("dlq", "", "the consumer DLQ: URL or queue name")
+	limit := fs.Int("limit", 100, "list at most this many messages")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *dlq == "" {
+		return usageErr("consumer-dlq: -dlq is required")
+	}
+	ctx, c, done, err := e.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	u, err := queueURL(ctx, c, *dlq)
+	if err != nil {
+		return err
+	}
+	return consumerDLQ(ctx, e.out, c.sqs, u, *limit)
+}
+
+func runConsumerRedrive(ctx context.Context, e *cmdEnv, args []string) error {
+	fs := e.newFlags("consumer-redrive")
+	dlq := fs.String("dlq", "", "the consumer DLQ: URL or queue name")
+	queue := fs.String("queue", "", "the consumer queue to send the messages back to: URL or queue name")
+	maxMsgs := fs.Int("max", 0, "move at most this many messages (0: all)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *dlq == "" || *queue == "" {
+		return usageErr("consumer-redrive: -dlq and -queue are required")
+	}
+	ctx, c, done, err := e.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	du, err := queueURL(ctx, c, *dlq)
+	if err != nil {
+		return err
+	}
+	qu, err := queueURL(ctx, c, *queue)
+	if err != nil {
+		return err
+	}
+	return consumerRedrive(ctx, e.out, c.sqs, du, qu, *maxMsgs)
+}
+
+func dlqLine(w io.Writer, verb string) func(sqsconsumer.DeadLetter) {
+	return func(d sqsconsumer.DeadLetter) {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", verb, d.MessageID, d.Reason, d.Error)
+	}
+}
+
+// consumerDLQ lists the DLQ at dlq through sqsconsumer.Peek, one line per
+// message (verb, message id, reason, error), then a count.
+func consumerDLQ(ctx context.Context, w io.Writer, q sqsconsumer.QueueAPI, dlq string, limit int) error {
+	msgs, err := sqsconsumer.Peek(ctx, q, dlq, sqsconsumer.RedriveOptions{Max: limit, OnMessage: dlqLine(w, "dead-lettered")})
+	fmt.Fprintf(w, "%d message(s) on %s\n", len(msgs), dlq)
+	return err
+}
+
+// consumerRedrive moves the DLQ's messages to queue through
+// sqsconsumer.Redrive, one line per message, then a count.
+func consumerRedrive(ctx context.Context, w io.Writer, q sqsconsumer.QueueAPI, dlq, queue string, maxMsgs int) error {
+	n, err := sqsconsumer.Redrive(ctx, q, dlq, q, queue, sqsconsumer.RedriveOptions{Max: maxMsgs, OnMessage: dlqLine(w, "redriven")})
+	fmt.Fprintf(w, "%d message(s) redriven from %s to %s\n", n, dlq, queue)
+	return err
+}

@@ -1,0 +1,37 @@
+// Package operator answers the questions an operator asks of a running
+// outbox, against AWS or the local stack, through the SDK clients of the
+// store and the queues; cmd/outboxctl is its command line.
+//
+//   - ReadStatus: how far behind is the outbox? Pending records per pending
+//     index shard and the oldest one's age (Query of the sparse pending
+//     index, per shard), parked records and records published in the last
+//     window (one Scan of the outbox table: an operator tool, never a request
+//     path; it reads the whole table, about table-size / 4 KB × 0.5 read
+//     units), and the depth of the dead-letter queues (GetQueueAttributes).
+//   - FindEvent and AggregateEvents: what happened to an event, or to an
+//     order's events? Status, sequence, publish time and EventBridge id,
+//     parked reason, redrive time, and (with a dedup table) which consumers
+//     applied it. By aggregate it is a Query of the aggregate's partition;
+//     by event id a Scan (the table has no event_id index).
+//   - Requeue and Replay: send a published event to the bus again, for a
+//     consumer that needs it (a lost DLQ message, a consumer added later).
+//     Requeue, the default of outboxctl replay, makes the record PENDING
+//     again (status, pending shard, replayed_at; TTL removed) and the
+//     reconciler's next run publishes it and marks it published: the
+//     normal path, by the reconciler's role, which the bus policy admits
+//     (it refuses PutEvents from any other principal). Replay sends the
+//     stored envelope directly through relay.Publisher, the relay's own
+//     PutEvents path (same Source, DetailType, Detail and Time), leaving the
+//     record as it is: immediate, for the local stack or a principal the bus
+//     admits. Either way every rule matching the event delivers it again;
+//     consumers deduplicate on the outbox event_id, so those that applied
+//     it change nothing. Only PUBLISHED records are replayed: a PENDING one
+//     is the relay's or reconciler's to publish, a PARKED one is redriven
+//     (relay.Redrive).
+//   - Queues: the dead-letter queues by kind, named by URL or found by name
+//     prefix (ListQueues) with the local stack's naming: <prefix>-parked,
+//     <prefix>-relay-onfailure, <prefix>-<consumer>-dlq.
+//
+// Clients are the narrow interfaces below, with the SDK's exact signatures:
+// *dynamodb.Client, *sqs.Client and *eventbridge.Client satisfy them.
+package operator
