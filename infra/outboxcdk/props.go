@@ -199,8 +199,12 @@ type Props struct {
 	// AlarmTopic, when set, receives every alarm's ALARM and OK transitions.
 	AlarmTopic awssns.ITopic
 
-	// EncryptionKey, when set, encrypts the outbox table with this customer
-	// managed KMS key; otherwise the AWS managed key (aws/dynamodb) is used.
+	// EncryptionKey, when set, encrypts the outbox table and the
+	// parked-records queue with this customer managed KMS key (the two
+	// on-failure queues stay SSE-SQS: they hold metadata only) and grants
+	// KeyUseActions on it to the relay, the reconciler and every
+	// GrantWriteEvents writer; otherwise the AWS managed key (aws/dynamodb)
+	// and SSE-SQS are used.
 	EncryptionKey awskms.IKey
 	// RemovalPolicy applies to the table, queues and log groups. Default
 	// RETAIN.
