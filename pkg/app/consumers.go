@@ -8,6 +8,8 @@ import (
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/dedup"
+	"github.com/ddb-outbox/ddb-outbox/pkg/fulfilment"
+	"github.com/ddb-outbox/ddb-outbox/pkg/idempotency"
 	"github.com/ddb-outbox/ddb-outbox/pkg/ledger"
 	"github.com/ddb-outbox/ddb-outbox/pkg/notifier"
 	"github.com/ddb-outbox/ddb-outbox/pkg/sqsconsumer"
@@ -84,6 +86,29 @@ func NewConsumerHandler(s Settings, name string, h sqsconsumer.EventHandler, dlq
 		DLQ:             dlq,
 		DLQURL:          s.ConsumerDLQURL,
 		MaxMessageBytes: sqsmsg.MaxMaxBytes,
+		Logger:          log,
+	})
+}
+
+// NewFulfilment returns the fulfilment consumer: on OrderPaid it creates a
+// shipment at the provider (Idempotency-Key: the event_id), on a paid
+// order's OrderCancelled it cancels it, each effect guarded by an
+// idempotency record (pkg/idempotency) that lives as long as a dedup marker
+// (DedupRetention: it must outlast the redelivery window, days, not
+// Powertools' default hour). creds supplies the provider token (nil: none).
+// It needs ShipmentsTable, IdempotencyTable and ProviderURL and returns an
+// error naming a missing setting.
+func NewFulfilment(s Settings, ddb *dynamodb.Client, creds fulfilment.CredentialsSource, log *slog.Logger) (*fulfilment.Fulfilment, error) {
+	if err := require(config.EnvShipmentsTable, s.ShipmentsTable, config.EnvIdempotencyTable, s.IdempotencyTable,
+		config.EnvProviderURL, s.ProviderURL); err != nil {
+		return nil, err
+	}
+	return fulfilment.New(ddb, nil, fulfilment.Config{
+		Table:           s.ShipmentsTable,
+		Idempotency:     idempotency.Config{Table: s.IdempotencyTable, Expiry: s.DedupRetention},
+		Provider:        fulfilment.ProviderConfig{BaseURL: s.ProviderURL, Credentials: creds},
+		ExpectedSource:  s.Source,
+		ExpectedAccount: s.ExpectedAccount,
 		Logger:          log,
 	})
 }

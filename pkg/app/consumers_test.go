@@ -11,6 +11,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
+	"github.com/ddb-outbox/ddb-outbox/pkg/fulfilment"
+	"github.com/ddb-outbox/ddb-outbox/pkg/routing"
 	"github.com/ddb-outbox/ddb-outbox/pkg/sqsconsumer"
 )
 
@@ -70,5 +72,17 @@ func TestNewConsumerHandlerDeadLettersPermanentFailures(t *testing.T) {
 	}
 	if len(dlq.sent) != 1 || aws.ToString(dlq.sent[0].QueueUrl) != "https://sqs.example/dlq" {
 		t.Errorf("dead letters = %+v, want one to the configured URL", dlq.sent)
+	}
+}
+
+// The fulfilment consumer's own name (its idempotency namespace, its logs)
+// is the routing consumer name the stack and the local runtime use.
+func TestFulfilmentConsumerName(t *testing.T) {
+	if fulfilment.ConsumerName != routing.ConsumerFulfilment {
+		t.Fatalf("fulfilment.ConsumerName %q != routing.ConsumerFulfilment %q", fulfilment.ConsumerName, routing.ConsumerFulfilment)
+	}
+	if _, err := NewFulfilment(Settings{}, nil, nil, nil); err == nil ||
+		!strings.Contains(err.Error(), config.EnvShipmentsTable) || !strings.Contains(err.Error(), config.EnvProviderURL) {
+		t.Fatalf("NewFulfilment without settings = %v, want the missing variables named", err)
 	}
 }

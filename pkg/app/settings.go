@@ -22,6 +22,12 @@ type Settings struct {
 	DedupTable         string
 	LedgerTable        string
 	NotificationsTable string
+	// ShipmentsTable, IdempotencyTable, ProviderURL and ProviderSecretARN
+	// configure the fulfilment consumer (config.EnvShipmentsTable, …).
+	ShipmentsTable    string
+	IdempotencyTable  string
+	ProviderURL       string
+	ProviderSecretARN string
 	// EventBus is the EventBridge bus name or ARN.
 	EventBus string
 	// Source is the EventBridge Source of published events.
@@ -83,6 +89,10 @@ func SettingsFromEnv() (Settings, error) {
 		DedupTable:         config.String(config.EnvDedupTable, ""),
 		LedgerTable:        config.String(config.EnvLedgerTable, ""),
 		NotificationsTable: config.String(config.EnvNotificationsTable, ""),
+		ShipmentsTable:     config.String(config.EnvShipmentsTable, ""),
+		IdempotencyTable:   config.String(config.EnvIdempotencyTable, ""),
+		ProviderURL:        config.String(config.EnvProviderURL, ""),
+		ProviderSecretARN:  config.String(config.EnvProviderSecretARN, ""),
 		EventBus:           config.String(config.EnvEventBusName, ""),
 		Source:             config.String(config.EnvEventSource, config.DefaultEventSource),
 		ParkedQueueURL:     config.String(config.EnvParkedQueueURL, ""),

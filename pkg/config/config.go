@@ -65,6 +65,17 @@ const (
 	// forged, unsupported version) are sent there at once with a reason,
 	// instead of burning the queue's receive count.
 	EnvConsumerDLQURL = "CONSUMER_DLQ_URL"
+	// EnvShipmentsTable is the fulfilment consumer's shipments table (pk =
+	// order id; the provider's shipment id is visible there).
+	EnvShipmentsTable = "SHIPMENTS_TABLE_NAME"
+	// EnvIdempotencyTable is the table of pkg/idempotency records of
+	// consumers whose effect is outside DynamoDB (fulfilment).
+	EnvIdempotencyTable = "IDEMPOTENCY_TABLE_NAME"
+	// EnvProviderURL is the fulfilment provider's API base URL.
+	EnvProviderURL = "FULFILMENT_PROVIDER_URL"
+	// EnvProviderSecretARN is the Secrets Manager secret holding the
+	// provider's API token (on AWS); empty sends no Authorization header.
+	EnvProviderSecretARN = "FULFILMENT_PROVIDER_SECRET_ARN"
 	// EnvExpectedEventAccount is the 12-digit AWS account id every event a
 	// consumer applies must carry in its EventBridge "account" field (read
 	// by consumers; dedup.ConsumerConfig.ExpectedAccount). The CDK stack

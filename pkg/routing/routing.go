@@ -10,7 +10,14 @@ import "github.com/ddb-outbox/ddb-outbox/pkg/order"
 const (
 	ConsumerLedger   = "ledger"
 	ConsumerNotifier = "notifier"
+	// ConsumerFulfilment creates a shipment at the fulfilment provider for
+	// each paid order and cancels it when the order is cancelled (an effect
+	// outside DynamoDB: pkg/fulfilment, through pkg/idempotency).
+	ConsumerFulfilment = "fulfilment"
 )
+
+// Consumers lists every consumer, in a fixed order.
+func Consumers() []string { return []string{ConsumerLedger, ConsumerNotifier, ConsumerFulfilment} }
 
 // Rule routes events whose Source is one of the bus sources and whose
 // DetailType is in DetailTypes to one consumer. It is the subset of the
@@ -44,6 +51,11 @@ func Rules() []Rule {
 		{
 			Name:        "ledger-order-payments",
 			Consumer:    ConsumerLedger,
+			DetailTypes: []string{order.EventOrderPaid, order.EventOrderCancelled},
+		},
+		{
+			Name:        "fulfilment-order-payments",
+			Consumer:    ConsumerFulfilment,
 			DetailTypes: []string{order.EventOrderPaid, order.EventOrderCancelled},
 		},
 		{
