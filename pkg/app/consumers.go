@@ -50,6 +50,14 @@ func NewNotifier(s Settings, ddb *dynamodb.Client, log *slog.Logger) (*notifier.
 	})
 }
 
+// ConsumerQueues is what a consumer's handler calls on SQS: SendMessage to
+// its DLQ and ChangeMessageVisibility on its own queue (an *sqs.Client does
+// both).
+type ConsumerQueues interface {
+	sqsconsumer.MessageSender
+	sqsconsumer.VisibilityChanger
+}
+
 // NewConsumerHandler wraps a consumer's event handler h (ledger.Handle,
 // notifier.Handle) for the consumer delivery path: EventBridge rule → the
 // consumer's SQS queue → Lambda SQS event source mapping (BatchSize
@@ -59,7 +67,10 @@ func NewNotifier(s Settings, ddb *dynamodb.Client, log *slog.Logger) (*notifier.
 // routing.ConsumerNotifier); dlq is the SQS client that dead-letters an event
 // whose handler error wraps *sqsconsumer.PermanentError to
 // Settings.ConsumerDLQURL (config.EnvConsumerDLQURL), with the reason as a
-// message attribute. Other failures are retried by the queue and moved to the
+// message attribute. Other failures are retried by the queue — sooner than
+// its visibility timeout: the handler shortens a failed message's visibility
+// to Settings.ConsumerRetryBase doubling per receive, capped at
+// Settings.ConsumerRetryMax (sqsconsumer.RetryDelays) — and moved to the
 // same DLQ by its redrive policy after config.DefaultConsumerMaxReceiveCount
 // receives.
 //
@@ -74,18 +85,27 @@ func NewNotifier(s Settings, ddb *dynamodb.Client, log *slog.Logger) (*notifier.
 //
 // It returns an error naming CONSUMER_DLQ_URL when it is empty, an error for
 // a nil dlq, or the error of sqsconsumer.New (nil h, empty name).
-func NewConsumerHandler(s Settings, name string, h sqsconsumer.EventHandler, dlq sqsconsumer.MessageSender, log *slog.Logger) (*sqsconsumer.Handler, error) {
+func NewConsumerHandler(s Settings, name string, h sqsconsumer.EventHandler, dlq ConsumerQueues, log *slog.Logger) (*sqsconsumer.Handler, error) {
 	if err := require(config.EnvConsumerDLQURL, s.ConsumerDLQURL); err != nil {
 		return nil, err
 	}
 	if dlq == nil {
 		return nil, fmt.Errorf("app: consumer %s: nil DLQ client", name)
 	}
+	base, most := s.ConsumerRetryBase, s.ConsumerRetryMax
+	if most <= 0 {
+		most = config.ConsumerVisibilityTimeoutFactor * config.DefaultConsumerTimeout
+	}
+	if base <= 0 {
+		base = min(config.DefaultConsumerRetryBase, most)
+	}
 	return sqsconsumer.New(h, sqsconsumer.Config{
 		Name:            name,
 		DLQ:             dlq,
 		DLQURL:          s.ConsumerDLQURL,
 		MaxMessageBytes: sqsmsg.MaxMaxBytes,
+		RetryDelay:      sqsconsumer.RetryDelays(base, most),
+		Queue:           dlq,
 		Logger:          log,
 	})
 }
@@ -98,17 +118,25 @@ func NewConsumerHandler(s Settings, name string, h sqsconsumer.EventHandler, dlq
 // Powertools' default hour). creds supplies the provider token (nil: none).
 // It needs ShipmentsTable, IdempotencyTable and ProviderURL and returns an
 // error naming a missing setting.
-func NewFulfilment(s Settings, ddb *dynamodb.Client, creds fulfilment.CredentialsSource, log *slog.Logger) (*fulfilment.Fulfilment, error) {
+//
+// tune, when given, adjusts the configuration before it is used (the local
+// stack's chaos runs set Idempotency.BeforeComplete); the Lambda main passes
+// none.
+func NewFulfilment(s Settings, ddb *dynamodb.Client, creds fulfilment.CredentialsSource, log *slog.Logger, tune ...func(*fulfilment.Config)) (*fulfilment.Fulfilment, error) {
 	if err := require(config.EnvShipmentsTable, s.ShipmentsTable, config.EnvIdempotencyTable, s.IdempotencyTable,
 		config.EnvProviderURL, s.ProviderURL); err != nil {
 		return nil, err
 	}
-	return fulfilment.New(ddb, nil, fulfilment.Config{
+	cfg := fulfilment.Config{
 		Table:           s.ShipmentsTable,
 		Idempotency:     idempotency.Config{Table: s.IdempotencyTable, Expiry: s.DedupRetention},
 		Provider:        fulfilment.ProviderConfig{BaseURL: s.ProviderURL, Credentials: creds},
 		ExpectedSource:  s.Source,
 		ExpectedAccount: s.ExpectedAccount,
 		Logger:          log,
-	})
+	}
+	for _, f := range tune {
+		f(&cfg)
+	}
+	return fulfilment.New(ddb, nil, cfg)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -17,7 +18,15 @@ import (
 )
 
 // fakeDLQ records SendMessage calls.
-type fakeDLQ struct{ sent []*sqs.SendMessageInput }
+type fakeDLQ struct {
+	sent    []*sqs.SendMessageInput
+	changed []*sqs.ChangeMessageVisibilityInput
+}
+
+func (f *fakeDLQ) ChangeMessageVisibility(_ context.Context, in *sqs.ChangeMessageVisibilityInput, _ ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error) {
+	f.changed = append(f.changed, in)
+	return &sqs.ChangeMessageVisibilityOutput{}, nil
+}
 
 func (f *fakeDLQ) SendMessage(_ context.Context, in *sqs.SendMessageInput, _ ...func(*sqs.Options)) (*sqs.SendMessageOutput, error) {
 	f.sent = append(f.sent, in)
@@ -84,5 +93,36 @@ func TestFulfilmentConsumerName(t *testing.T) {
 	if _, err := NewFulfilment(Settings{}, nil, nil, nil); err == nil ||
 		!strings.Contains(err.Error(), config.EnvShipmentsTable) || !strings.Contains(err.Error(), config.EnvProviderURL) {
 		t.Fatalf("NewFulfilment without settings = %v, want the missing variables named", err)
+	}
+}
+
+// A message that failed comes back after ConsumerRetryBase doubling per
+// receive, capped at ConsumerRetryMax, not after the whole visibility
+// timeout: the handler changes its visibility on the queue its
+// eventSourceARN names.
+func TestNewConsumerHandlerShortensRetries(t *testing.T) {
+	q := &fakeDLQ{}
+	h := func(context.Context, events.EventBridgeEvent) error { return errors.New("TransactionConflict") }
+	c, err := NewConsumerHandler(Settings{ConsumerDLQURL: "u", ConsumerRetryBase: 3 * time.Second, ConsumerRetryMax: 20 * time.Second}, "ledger", h, q, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []struct {
+		receives string
+		want     int32
+	}{{"1", 3}, {"2", 6}, {"3", 12}, {"4", 20}, {"9", 20}} {
+		q.changed = nil
+		_, err := c.Handle(context.Background(), events.SQSEvent{Records: []events.SQSMessage{{
+			MessageId: "m1", ReceiptHandle: "rh", EventSourceARN: "arn:aws:sqs:eu-west-1:123456789012:ledger",
+			Attributes: map[string]string{"ApproximateReceiveCount": n.receives},
+			Body:       `{"version":"0","id":"a","detail-type":"OrderPaid","source":"s","detail":{}}`,
+		}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(q.changed) != 1 || q.changed[0].VisibilityTimeout != n.want ||
+			aws.ToString(q.changed[0].QueueUrl) != "https://sqs.eu-west-1.amazonaws.com/123456789012/ledger" || aws.ToString(q.changed[0].ReceiptHandle) != "rh" {
+			t.Errorf("receive %s: changes %+v, want one to %d s on the ledger queue", n.receives, q.changed, n.want)
+		}
 	}
 }

@@ -209,6 +209,8 @@ func Permissions() []FunctionPermissions {
 				}, Why: "dedup.Applier: the dedup marker Put, the side effect's Put and Update in one transaction"},
 				{Operation: "sqs.SendMessage", Grants: []Grant{{ResourceConsumerDLQ, []string{"sqs:SendMessage"}}},
 					Why: "sqsconsumer.Handler dead-letters a permanently failing event to the consumer's DLQ"},
+				{Operation: "sqs.ChangeMessageVisibility", Grants: []Grant{{ResourceConsumerQueue, []string{"sqs:ChangeMessageVisibility"}}},
+					Why: "sqsconsumer.Handler brings a failed message back sooner than the queue's visibility timeout (RetryDelay)"},
 			},
 			Platform: []PlatformGrant{sqsMappingGrant, logsGrant},
 		}

@@ -60,6 +60,13 @@ type Settings struct {
 	PublishedRetention time.Duration
 	// DedupRetention is the TTL of consumer dedup markers.
 	DedupRetention time.Duration
+	// ConsumerRetryBase and ConsumerRetryMax shape the delay before a
+	// failed consumer message is received again (sqsconsumer.RetryDelays).
+	// Not read from the environment; zero means config.DefaultConsumerRetryBase
+	// and the queue's visibility timeout (ConsumerVisibilityTimeoutFactor x
+	// config.DefaultConsumerTimeout), as the stack sets it.
+	ConsumerRetryBase time.Duration
+	ConsumerRetryMax  time.Duration
 	// NotificationRetention is how long the notifier keeps a notification
 	// (0: forever).
 	NotificationRetention time.Duration

@@ -118,6 +118,11 @@ const (
 	// at least six times the configuration timeout on your function",
 	// services-sqs-configure).
 	ConsumerVisibilityTimeoutFactor = 6
+	// DefaultConsumerRetryBase is the first delay before a failed consumer
+	// message is received again (doubling per receive, capped at the
+	// queue's visibility timeout: sqsconsumer.RetryDelays), instead of the
+	// whole visibility timeout.
+	DefaultConsumerRetryBase = 10 * time.Second
 	// DefaultConsumerMaxReceiveCount is the consumer queue's redrive policy
 	// maxReceiveCount: deliveries before a message moves to the DLQ.
 	DefaultConsumerMaxReceiveCount = 5

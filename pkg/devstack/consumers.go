@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/app"
 	"github.com/ddb-outbox/ddb-outbox/pkg/localrt"
@@ -64,7 +65,10 @@ func newConsumerPath(name string, h localrt.EventHandler, settings app.Settings,
 	// The handler the Lambda main builds (app.NewConsumerHandler), with
 	// this consumer's DLQ URL as CONSUMER_DLQ_URL.
 	settings.ConsumerDLQURL = dlq.URL()
-	handler, err := app.NewConsumerHandler(settings, name, sqsconsumer.EventHandler(h), dlq, log.With("fn", name))
+	// Retries come back after ConsumerRetryBase doubling, capped at the
+	// queue's visibility timeout, as on AWS.
+	settings.ConsumerRetryMax = opts.ConsumerVisibilityTimeout
+	handler, err := app.NewConsumerHandler(settings, name, sqsconsumer.EventHandler(h), consumerQueues{dlq: dlq, queue: q}, log.With("fn", name))
 	if err != nil {
 		return nil, fmt.Errorf("devstack: consumer %s: %w", name, err)
 	}
@@ -80,6 +84,20 @@ func newConsumerPath(name string, h localrt.EventHandler, settings app.Settings,
 		return nil, fmt.Errorf("devstack: consumer %s: %w", name, err)
 	}
 	return &ConsumerPath{Name: name, Queue: q, DLQ: dlq, Poller: p, Handler: handler}, nil
+}
+
+// consumerQueues is what a consumer's handler calls: SendMessage on its DLQ,
+// ChangeMessageVisibility on its queue (one SQS client does both on AWS).
+type consumerQueues struct {
+	dlq, queue *localrt.SQSQueue
+}
+
+func (c consumerQueues) SendMessage(ctx context.Context, in *sqs.SendMessageInput, opts ...func(*sqs.Options)) (*sqs.SendMessageOutput, error) {
+	return c.dlq.SendMessage(ctx, in, opts...)
+}
+
+func (c consumerQueues) ChangeMessageVisibility(ctx context.Context, in *sqs.ChangeMessageVisibilityInput, opts ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error) {
+	return c.queue.ChangeMessageVisibility(ctx, in, opts...)
 }
 
 // waitConsumers waits until every consumer queue is empty (messages that

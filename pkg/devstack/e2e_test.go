@@ -54,6 +54,15 @@ func TestEndToEnd(t *testing.T) {
 	if int64(a.Committed) != rep.Acked || a.Events != a.Committed {
 		t.Errorf("committed=%d acked=%d events=%d", a.Committed, rep.Acked, a.Events)
 	}
+	// The fulfilment provider shipped every paid order once (it honours
+	// Idempotency-Key), and cancelled the shipments of paid cancellations.
+	sa, err := s.AuditShipments(ctx)
+	if err != nil {
+		t.Fatalf("audit shipments: %v", err)
+	}
+	if sa.Expected == 0 || sa.Shipments != sa.Expected || sa.Duplicates != 0 || sa.Missing != 0 || sa.NotCancelled != 0 || len(sa.Problems) > 0 {
+		t.Errorf("shipments %+v", sa)
+	}
 	// Every outbox record is published.
 	if a.Published != a.Events || a.Pending != 0 || a.Parked != 0 {
 		t.Errorf("published=%d pending=%d parked=%d of %d", a.Published, a.Pending, a.Parked, a.Events)

@@ -32,11 +32,14 @@ import (
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/dedup"
 	"github.com/ddb-outbox/ddb-outbox/pkg/dynoxide"
+	"github.com/ddb-outbox/ddb-outbox/pkg/fulfilment"
+	"github.com/ddb-outbox/ddb-outbox/pkg/idempotency"
 	"github.com/ddb-outbox/ddb-outbox/pkg/ledger"
 	"github.com/ddb-outbox/ddb-outbox/pkg/localrt"
 	"github.com/ddb-outbox/ddb-outbox/pkg/notifier"
 	"github.com/ddb-outbox/ddb-outbox/pkg/order"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
+	"github.com/ddb-outbox/ddb-outbox/pkg/provider"
 	"github.com/ddb-outbox/ddb-outbox/pkg/reconciler"
 	"github.com/ddb-outbox/ddb-outbox/pkg/relay"
 	"github.com/ddb-outbox/ddb-outbox/pkg/routing"
@@ -84,6 +87,13 @@ type Options struct {
 	WrapEventBridge func(relay.EventBridgeAPI) relay.EventBridgeAPI
 	WrapQueue       func(relay.QueueSender) relay.QueueSender
 	WrapStream      func(localrt.StreamHandler) localrt.StreamHandler
+	// Provider configures the local fulfilment provider the fulfilment
+	// consumer calls (a real HTTP server, pkg/provider); its APIKey is also
+	// the consumer's token. Zero: a key-honouring provider without faults.
+	Provider provider.Config
+	// TuneFulfilment, when set, adjusts the fulfilment consumer's
+	// configuration (chaos sets Idempotency.BeforeComplete).
+	TuneFulfilment func(*fulfilment.Config)
 	// HopLog logs one line per hop of every event with its milliseconds
 	// since commit: stream → relay, published and marked, each consumer
 	// applied (the dev terminal's walkthrough; see hops.go).
@@ -207,7 +217,11 @@ type Stack struct {
 	// Consumers are the consumer delivery paths by consumer name
 	// (routing.ConsumerLedger, routing.ConsumerNotifier): queue, DLQ, SQS
 	// event source mapping.
-	Consumers  map[string]*ConsumerPath
+	Consumers map[string]*ConsumerPath
+	// Provider is the local fulfilment provider; Fulfilment the consumer
+	// that calls it.
+	Provider   *provider.Server
+	Fulfilment *fulfilment.Fulfilment
 	Relay      *relay.Relay
 	Reconciler *reconciler.Reconciler
 	Ledger     *ledger.Ledger
@@ -263,6 +277,8 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		DedupTable:         p + "-dedup",
 		LedgerTable:        p + "-ledger",
 		NotificationsTable: p + "-notifications",
+		ShipmentsTable:     p + "-shipments",
+		IdempotencyTable:   p + "-idempotency",
 		EventBus:           p + "-bus",
 		Source:             "com.ddb-outbox.orders",
 		ParkedQueueURL:     "https://sqs.us-east-1.amazonaws.com/000000000000/" + p + "-parked",
@@ -333,8 +349,23 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	if s.Notifier, err = app.NewNotifier(s.Settings, s.DDB, log.With("fn", routing.ConsumerNotifier)); err != nil {
 		return nil, err
 	}
+	if opts.Provider.APIKey == "" {
+		opts.Provider.APIKey = "local-provider-token"
+	}
+	s.Provider = provider.New(opts.Provider)
+	if s.Settings.ProviderURL, err = s.Provider.Start("127.0.0.1:0"); err != nil {
+		return nil, fmt.Errorf("devstack: start the fulfilment provider: %w", err)
+	}
+	var tune []func(*fulfilment.Config)
+	if opts.TuneFulfilment != nil {
+		tune = append(tune, opts.TuneFulfilment)
+	}
+	if s.Fulfilment, err = app.NewFulfilment(s.Settings, s.DDB, fulfilment.StaticCredentials(opts.Provider.APIKey), log.With("fn", routing.ConsumerFulfilment), tune...); err != nil {
+		return nil, err
+	}
 	s.Consumers = map[string]*ConsumerPath{}
-	for name, h := range map[string]localrt.EventHandler{routing.ConsumerLedger: s.Ledger.Handle, routing.ConsumerNotifier: s.Notifier.Handle} {
+	for name, h := range map[string]localrt.EventHandler{routing.ConsumerLedger: s.Ledger.Handle, routing.ConsumerNotifier: s.Notifier.Handle,
+		routing.ConsumerFulfilment: s.Fulfilment.Handle} {
 		c, err := newConsumerPath(name, h, s.Settings, opts, log)
 		if err != nil {
 			return nil, err
@@ -477,6 +508,8 @@ func (s *Stack) createTables(ctx context.Context) error {
 		dedup.CreateTableInput(st.DedupTable),
 		ledger.CreateTableInput(st.LedgerTable),
 		notifier.CreateTableInput(st.NotificationsTable),
+		fulfilment.CreateTableInput(st.ShipmentsTable),
+		idempotency.CreateTableInput(st.IdempotencyTable),
 	}
 	for _, in := range inputs {
 		created, err := ensureTable(ctx, s.DDB, in)
@@ -496,7 +529,7 @@ func (s *Stack) createTables(ctx context.Context) error {
 		}
 	}
 	ttl := map[string]string{st.OutboxTable: outbox.TTLAttribute, st.OrdersTable: order.AttrExpiresAt, st.DedupTable: dedup.TTLAttribute,
-		st.NotificationsTable: notifier.TTLAttribute}
+		st.NotificationsTable: notifier.TTLAttribute, st.IdempotencyTable: idempotency.TTLAttribute}
 	for table, attr := range ttl {
 		_, err := s.DDB.UpdateTimeToLive(ctx, &dynamodb.UpdateTimeToLiveInput{
 			TableName:               aws.String(table),
@@ -551,6 +584,9 @@ func (s *Stack) Close() {
 		s.wg.Wait()
 		if s.Bus != nil {
 			_ = s.Bus.Close(ctx)
+		}
+		if s.Provider != nil {
+			_ = s.Provider.Close(ctx)
 		}
 		if s.dynox != nil {
 			s.dynox.Stop()

@@ -32,3 +32,29 @@ func TestHandleDefaultReserveShrinksForShortFunctions(t *testing.T) {
 		t.Fatalf("resp %+v, err %v, started %v: want both handled", resp, err, started)
 	}
 }
+
+func TestRetryDelays(t *testing.T) {
+	t.Parallel()
+	d := sqsconsumer.RetryDelays(2*time.Second, 15*time.Second)
+	for n, want := range map[int]time.Duration{0: 2 * time.Second, 1: 2 * time.Second, 2: 4 * time.Second, 3: 8 * time.Second, 4: 15 * time.Second, 50: 15 * time.Second} {
+		if got := d(n, nil); got != want {
+			t.Errorf("receive %d: %s, want %s", n, got, want)
+		}
+	}
+}
+
+func TestQueueURLFromARN(t *testing.T) {
+	t.Parallel()
+	for arn, want := range map[string]string{
+		"arn:aws:sqs:us-east-1:000000000000:local-ledger": "https://sqs.us-east-1.amazonaws.com/000000000000/local-ledger",
+		"arn:aws-cn:sqs:cn-north-1:123456789012:q":        "https://sqs.cn-north-1.amazonaws.com.cn/123456789012/q",
+		"arn:aws:sns:us-east-1:000000000000:topic":        "",
+		"not-an-arn":                                      "",
+		"arn:aws:sqs:us-east-1::q":                        "",
+	} {
+		got, err := sqsconsumer.QueueURLFromARN(arn)
+		if want == "" && err == nil || want != "" && got != want {
+			t.Errorf("QueueURLFromARN(%q) = %q, %v; want %q", arn, got, err, want)
+		}
+	}
+}

@@ -149,6 +149,14 @@ type Config struct {
 	Reserve time.Duration
 	// SendTimeout bounds one dead-letter SendMessage (default 5 s).
 	SendTimeout time.Duration
+	// RetryDelay, when set with Queue, gives each message reported failed
+	// (not dead-lettered) a new visibility timeout of RetryDelay(its
+	// ApproximateReceiveCount, the error), rounded to whole seconds, through
+	// ChangeMessageVisibility on the queue named by its eventSourceARN: it
+	// comes back sooner than the queue's visibility timeout (RetryDelays is
+	// an exponential policy). Nil: the queue's visibility timeout applies.
+	RetryDelay func(receiveCount int, err error) time.Duration
+	Queue      VisibilityChanger
 	// Logger receives one line per failed or dead-lettered message
 	// (default slog.Default()).
 	Logger *slog.Logger
@@ -277,6 +285,7 @@ func (h *Handler) one(ctx context.Context, stop time.Time, hasDeadline bool, m e
 	if !permanent || h.cfg.DLQ == nil {
 		h.log.WarnContext(ctx, "sqsconsumer: event failed, left for redelivery",
 			"message_id", m.MessageId, "receive_count", ReceiveCount(m), "error", err)
+		h.retryLater(ctx, m, err)
 		return false
 	}
 	if derr := h.deadLetter(ctx, m, p); derr != nil {
