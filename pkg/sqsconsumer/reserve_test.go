@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/ddb-outbox/ddb-outbox/pkg/sqsconsumer"
 )
 
 // With the default Reserve, a function shorter than 4 × DefaultReserve (a
