@@ -51,8 +51,8 @@ func TestQueueURLFromARN(t *testing.T) {
 		"arn:aws:sqs:us-east-1:000000000000:local-ledger": "https://sqs.us-east-1.amazonaws.com/000000000000/local-ledger",
 		"arn:aws-cn:sqs:cn-north-1:123456789012:q":        "https://sqs.cn-north-1.amazonaws.com.cn/123456789012/q",
 		"arn:aws:sns:us-east-1:000000000000:topic":        "",
-		"not-an-arn":                                      "",
-		"arn:aws:sqs:us-east-1::q":                        "",
+		"not-an-arn":               "",
+		"arn:aws:sqs:us-east-1::q": "",
 	} {
 		got, err := sqsconsumer.QueueURLFromARN(arn)
 		if want == "" && err == nil || want != "" && got != want {
