@@ -514,7 +514,9 @@ func TestEnvironmentVariables(t *testing.T) {
 			config.EnvReconcileBudgetSeconds: strconv.Itoa(int(config.DefaultReconcileBudget / time.Second)),
 		})},
 		"ledger":   {def.id(s.Consumers[routing.ConsumerLedger].Function), consumer(routing.ConsumerLedger, config.EnvLedgerTable)},
-		"notifier": {def.id(s.Consumers[routing.ConsumerNotifier].Function), consumer(routing.ConsumerNotifier, config.EnvNotificationsTable)},
+		"notifier": {def.id(s.Consumers[routing.ConsumerNotifier].Function), merge(consumer(routing.ConsumerNotifier, config.EnvNotificationsTable), map[string]any{
+			config.EnvNotificationRetentionSeconds: strconv.Itoa(int(config.DefaultNotificationRetention / time.Second)),
+		})},
 	}
 	for name, c := range cases {
 		got := get(def.props(t, c.id), "Environment", "Variables")
