@@ -26,7 +26,9 @@ import (
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/devstack"
 	"github.com/ddb-outbox/ddb-outbox/pkg/faults"
+	"github.com/ddb-outbox/ddb-outbox/pkg/fulfilment"
 	"github.com/ddb-outbox/ddb-outbox/pkg/localrt"
+	"github.com/ddb-outbox/ddb-outbox/pkg/provider"
 	"github.com/ddb-outbox/ddb-outbox/pkg/relay"
 	"github.com/ddb-outbox/ddb-outbox/pkg/routing"
 	"github.com/ddb-outbox/ddb-outbox/pkg/sqsconsumer"
@@ -49,6 +51,13 @@ type Config struct {
 	Rate float64
 	// OnlyEpoch, when >= 0, runs that single epoch (to replay a failure).
 	OnlyEpoch int
+	// NaiveProvider runs the fulfilment provider in the mode that ignores
+	// Idempotency-Key: duplicates then appear, and each must trace to the
+	// one documented window (the provider acted, the consumer never wrote
+	// COMPLETED): an injected crash before COMPLETED, or a provider answer
+	// that never reached the consumer (an injected timeout after acting,
+	// or the consumer's own deadline cutting the call).
+	NaiveProvider bool
 	// DrainTimeout bounds the drain of one epoch (default 6 minutes).
 	DrainTimeout time.Duration
 	// Endpoint uses a running DynamoDB-compatible server instead of a fresh
@@ -117,6 +126,13 @@ type Report struct {
 	// received again after a failed, timed-out or partial invocation.
 	DeadLettered int
 	Redriven     int
+	// Shipments, ShipmentDuplicates and ShipmentsMissing are the fulfilment
+	// provider's audit (pkg/devstack AuditShipments; missing counts open
+	// shipments of paid cancellations too). With NaiveProvider, each
+	// duplicate is traced: to an injected crash before COMPLETED, to a
+	// provider answer lost after it acted, or untraced (a failure).
+	Shipments, ShipmentDuplicates, ShipmentsMissing                      int
+	DuplicatesFromCrashes, DuplicatesFromLateAnswers, DuplicatesUntraced int
 	// HostileWritten counts legacy changes committed with text SQS refuses
 	// (HostileReasons); each must end parked.
 	HostileWritten       int
@@ -135,13 +151,15 @@ type Report struct {
 
 // OK reports whether every promise held in every epoch.
 func (r Report) OK() bool {
-	return r.Lost == 0 && r.Ghost == 0 && r.DoubleApplied == 0 && r.Pending == 0 && r.DeadLettered == r.Redriven && len(r.FailedEpochs) == 0
+	return r.Lost == 0 && r.Ghost == 0 && r.DoubleApplied == 0 && r.Pending == 0 && r.DeadLettered == r.Redriven &&
+		r.ShipmentsMissing == 0 && r.DuplicatesUntraced == 0 && len(r.FailedEpochs) == 0
 }
 
 // Summary is the one-line result of make chaos.
 func (r Report) Summary() string {
-	return fmt.Sprintf("orders=%d committed=%d events=%d published=%d lost=%d ghost=%d double_applied=%d duplicates_absorbed=%d parked=%d dead_lettered=%d redriven=%d",
-		r.Orders, r.Committed, r.Events, r.Published, r.Lost, r.Ghost, r.DoubleApplied, r.DuplicatesAbsorbed, r.Parked, r.DeadLettered, r.Redriven)
+	return fmt.Sprintf("orders=%d committed=%d events=%d published=%d lost=%d ghost=%d double_applied=%d duplicates_absorbed=%d parked=%d dead_lettered=%d redriven=%d shipments=%d shipment_duplicates=%d shipments_missing=%d",
+		r.Orders, r.Committed, r.Events, r.Published, r.Lost, r.Ghost, r.DoubleApplied, r.DuplicatesAbsorbed, r.Parked, r.DeadLettered, r.Redriven,
+		r.Shipments, r.ShipmentDuplicates, r.ShipmentsMissing)
 }
 
 // Table renders the per-kind fault counts and pipeline counters.
@@ -181,6 +199,12 @@ func (r Report) Table() string {
 		{"bus delivery retries", r.BusRetries},
 		{"bus dead letters", r.BusDeadLettered},
 		{"legacy hostile-text changes", int64(r.HostileWritten)},
+		{"shipments", int64(r.Shipments)},
+		{"shipment duplicates", int64(r.ShipmentDuplicates)},
+		{"  from crashes before COMPLETED", int64(r.DuplicatesFromCrashes)},
+		{"  from answers lost after acting", int64(r.DuplicatesFromLateAnswers)},
+		{"  untraced", int64(r.DuplicatesUntraced)},
+		{"shipments missing", int64(r.ShipmentsMissing)},
 		{"consumer dead-lettered", int64(r.DeadLettered)},
 		{"consumer DLQ redriven", int64(r.Redriven)},
 		{"consumer timeouts", r.ConsumerTimeouts},
@@ -232,6 +256,7 @@ func runEpoch(ctx context.Context, cfg Config, epoch, orders int, rep *Report) e
 	epochStart := time.Now()
 	metrics := &emfCounter{}
 	applied := &applyCounter{n: map[string]int64{}}
+	crashes := &keySet{m: map[string]bool{}}
 	s, err := devstack.Start(ctx, devstack.Options{
 		Metrics:  metrics,
 		Endpoint: cfg.Endpoint,
@@ -252,6 +277,22 @@ func runEpoch(ctx context.Context, cfg Config, epoch, orders int, rep *Report) e
 		WrapConsumer:        inj.SQSHandler,
 		// EventBridge retries a target for up to 24 h and 185 attempts.
 		BusTargetMaxAttempts: 40,
+		// The fulfilment provider fails, throttles, resets, answers late
+		// after acting and slows down at the fault rate; the consumer dies
+		// between the provider's answer and COMPLETED.
+		Provider: provider.Config{IgnoreIdempotencyKey: cfg.NaiveProvider, HoldFor: 2 * time.Second, Faults: provider.FaultConfig{
+			Seed: uint64(seed), ServerError: cfg.Rate / 2, Throttle: cfg.Rate / 2, Reset: cfg.Rate / 2,
+			TimeoutAfterAct: cfg.Rate / 4, Latency: cfg.Rate, LatencyBy: 50 * time.Millisecond,
+		}},
+		TuneFulfilment: func(c *fulfilment.Config) {
+			c.Idempotency.BeforeComplete = func(ctx context.Context, key string) error {
+				if inj.Chance("fulfilment.before_complete", faults.CrashBeforeComplete) {
+					crashes.add(key)
+					return &faults.Error{Kind: faults.CrashBeforeComplete, Boundary: "fulfilment.before_complete", Code: "InjectedCrash"}
+				}
+				return nil
+			}
+		},
 		// Consumer delivery scaled down so that an outage reaches the DLQ in
 		// seconds: 1 s function timeout, 2 s visibility timeout (Lambda
 		// requires visibility >= function timeout; AWS advises 6x, which the
@@ -324,6 +365,37 @@ func runEpoch(ctx context.Context, cfg Config, epoch, orders int, rep *Report) e
 	}
 	rep.DeadLettered += dl.deadLettered
 	rep.Redriven += dl.redriven
+	sa, err := s.AuditShipments(dctx)
+	if err != nil {
+		return err
+	}
+	rep.Shipments += sa.Shipments
+	rep.ShipmentDuplicates += sa.Duplicates
+	rep.ShipmentsMissing += sa.Missing + sa.NotCancelled
+	if sa.Missing+sa.NotCancelled > 0 || !cfg.NaiveProvider && sa.Duplicates > 0 {
+		a.Lost += sa.Missing + sa.NotCancelled
+		a.DoubleApplied += map[bool]int{true: 0, false: sa.Duplicates}[cfg.NaiveProvider]
+		a.Problems = append(a.Problems, sa.Problems...)
+	}
+	if cfg.NaiveProvider {
+		late := map[string]bool{}
+		for _, r := range s.Provider.Requests() {
+			if r.Fault == provider.FaultTimeoutAfterAct || r.ClientGone {
+				late[r.IdempotencyKey] = true
+			}
+		}
+		for _, k := range sa.DuplicateKeys {
+			switch {
+			case crashes.has(k):
+				rep.DuplicatesFromCrashes++
+			case late[k]:
+				rep.DuplicatesFromLateAnswers++
+			default:
+				rep.DuplicatesUntraced++
+				a.Problems = append(a.Problems, "duplicate shipment with key "+k+" traces to no injected crash or late answer")
+			}
+		}
+	}
 	if dl.deadLettered != dl.redriven {
 		a.Problems = append(a.Problems, fmt.Sprintf("%d events reached a consumer DLQ but %d were redriven", dl.deadLettered, dl.redriven))
 	}

@@ -48,10 +48,42 @@ func TestChaosSmall(t *testing.T) {
 	if rep.HostileWritten == 0 || rep.Parked < rep.HostileWritten {
 		t.Errorf("hostile legacy changes %d, parked %d: every hostile change must be parked", rep.HostileWritten, rep.Parked)
 	}
+	// The fulfilment provider shipped each paid order once despite provider
+	// faults and crashes before COMPLETED (it honours Idempotency-Key).
+	if rep.Shipments == 0 || rep.ShipmentDuplicates != 0 || rep.ShipmentsMissing != 0 || rep.Faults[faults.CrashBeforeComplete] == 0 {
+		t.Errorf("shipments=%d duplicates=%d missing=%d crashes before COMPLETED=%d", rep.Shipments, rep.ShipmentDuplicates, rep.ShipmentsMissing, rep.Faults[faults.CrashBeforeComplete])
+	}
 	if rep.ConsumerTimeouts == 0 {
 		t.Error("no consumer invocation timed out: the function timeout path was not exercised")
 	}
 	if rep.DuplicatesAbsorbed == 0 {
 		t.Error("no duplicate delivery was absorbed: consumer dedup was not exercised")
+	}
+}
+
+// TestChaosNaiveProviderDuplicatesAreTraced runs a provider that ignores
+// Idempotency-Key: the crashes in the one window no library can close
+// produce duplicate shipments, and every duplicate must trace to an injected
+// crash before COMPLETED or to a provider answer lost after it acted.
+func TestChaosNaiveProviderDuplicatesAreTraced(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos audit skipped in -short mode")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	rep, err := chaos.Run(ctx, chaos.Config{Orders: 150, EpochOrders: 150, Seed: 43, Rate: 0.1, OnlyEpoch: -1, NaiveProvider: true})
+	if err != nil {
+		t.Fatalf("chaos run: %v", err)
+	}
+	t.Log(rep.Summary())
+	if rep.ShipmentDuplicates == 0 {
+		t.Fatal("no duplicate shipment: the naive provider run proved nothing")
+	}
+	if rep.DuplicatesUntraced != 0 || rep.DuplicatesFromCrashes+rep.DuplicatesFromLateAnswers != rep.ShipmentDuplicates {
+		t.Fatalf("duplicates %d: %d from crashes, %d from late answers, %d untraced", rep.ShipmentDuplicates,
+			rep.DuplicatesFromCrashes, rep.DuplicatesFromLateAnswers, rep.DuplicatesUntraced)
+	}
+	if rep.ShipmentsMissing != 0 || rep.Lost != 0 {
+		t.Fatalf("missing %d lost %d", rep.ShipmentsMissing, rep.Lost)
 	}
 }

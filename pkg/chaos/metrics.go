@@ -71,3 +71,21 @@ func (c *applyCounter) get(consumer string) int64 {
 	defer c.mu.Unlock()
 	return c.n[consumer]
 }
+
+// keySet is a concurrent set of idempotency keys.
+type keySet struct {
+	mu sync.Mutex
+	m  map[string]bool
+}
+
+func (k *keySet) add(key string) {
+	k.mu.Lock()
+	k.m[key] = true
+	k.mu.Unlock()
+}
+
+func (k *keySet) has(key string) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.m[key]
+}

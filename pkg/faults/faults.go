@@ -87,6 +87,13 @@ const (
 	// stalls the shard for a whole function timeout, so its rate defaults to
 	// Config.Rate/50.
 	RelayTimeout Kind = "relay_timeout"
+	// CrashBeforeComplete: a consumer with an effect outside DynamoDB (the
+	// fulfilment consumer) got the provider's answer and died before its
+	// idempotency record was marked COMPLETED — the one window no library
+	// can close (pkg/idempotency): the record expires and the event runs
+	// again; only the provider's own Idempotency-Key prevents a second
+	// effect. Rate defaults to Config.Rate/5.
+	CrashBeforeComplete Kind = "crash_before_complete"
 	// SlowCall: a call of SlowOperations (the relay's marking: UpdateItem,
 	// BatchExecuteStatement) is delayed by Config.MaxStall before it is
 	// sent, to push the relay against its deadline. Rate defaults to
@@ -97,7 +104,7 @@ const (
 // AllKinds lists every Kind, in the order Summary prints them.
 var AllKinds = []Kind{FailBeforeSend, ResponseLost, Throttle, Latency, EntryRetryable, EntryPermanent,
 	StatementFailed, CrashAfterHandle, CrashBeforeEffect, CrashAfterEffect, PollerRestart,
-	ConsumerOutage, ConsumerRejected, TimeoutAfterHandle, RelayTimeout, SlowCall}
+	ConsumerOutage, ConsumerRejected, TimeoutAfterHandle, RelayTimeout, SlowCall, CrashBeforeComplete}
 
 // Config configures an Injector. The zero value injects nothing.
 type Config struct {
@@ -241,7 +248,7 @@ func (in *Injector) RateOf(k Kind) float64 {
 		return in.cfg.Rate / 100
 	case ConsumerOutage, ConsumerRejected:
 		return in.cfg.Rate / 10
-	case TimeoutAfterHandle, SlowCall:
+	case TimeoutAfterHandle, SlowCall, CrashBeforeComplete:
 		return in.cfg.Rate / 5
 	case RelayTimeout:
 		return in.cfg.Rate / 50

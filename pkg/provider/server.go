@@ -163,6 +163,10 @@ type Request struct {
 	Outcome        string    `json:"outcome"`
 	Fault          Fault     `json:"fault,omitempty"`
 	ShipmentID     string    `json:"shipment_id,omitempty"`
+	// ClientGone: the client had gone (its request context was cancelled:
+	// a timeout, a dead caller) when the answer was written, so it never
+	// learned the outcome, whatever the server did.
+	ClientGone bool `json:"client_gone,omitempty"`
 }
 
 // keyed is a stored answer for an idempotency key.
@@ -394,13 +398,14 @@ func wait(ctx context.Context, d time.Duration) {
 // FaultTimeoutAfterAct).
 func (s *Server) answer(x *exchange, status int, outcome string, body []byte) {
 	x.rec.Status, x.rec.Outcome = status, outcome
-	s.record(x.rec)
 	if x.fault == FaultTimeoutAfterAct {
 		wait(x.r.Context(), s.cfg.HoldFor)
 	}
 	x.w.Header().Set("Content-Type", "application/json")
 	x.w.WriteHeader(status)
 	_, _ = x.w.Write(body)
+	x.rec.ClientGone = x.r.Context().Err() != nil
+	s.record(x.rec)
 }
 
 // idempotent runs act once per idempotency key (see the package doc).
