@@ -40,7 +40,7 @@ const (
 	ResourceIdempotencyTable Resource = "idempotency-table"
 	// ResourceProviderSecret is the Secrets Manager secret holding the
 	// fulfilment provider's API token (config.EnvProviderSecretARN).
-	ResourceProviderSecret Resource = "provider-secret"
+	ResourceProviderSecret     Resource = "provider-secret"
 	ResourceEventBus           Resource = "event-bus"
 	ResourceParkedQueue        Resource = "parked-queue"
 	ResourceStreamFailureQueue Resource = "stream-failure-queue" // the relay mapping's on-failure destination
@@ -277,7 +277,7 @@ func fulfilmentPermissions() FunctionPermissions {
 			{Operation: "dynamodb.GetItem", Grants: []Grant{
 				{ResourceIdempotencyTable, []string{"dynamodb:GetItem"}},
 				{ResourceShipmentsTable, []string{"dynamodb:GetItem"}},
-			}, Why: "idempotency.Store reads the record a failed conditional Put met (consistent read); fulfilment.Shipment reads an order's shipment before cancelling it"},
+			}, Why: "idempotency.Store reads the record a failed conditional Put met when the error carried no item (consistent read); fulfilment.Shipment reads an order's shipment before cancelling it"},
 			{Operation: "dynamodb.PutItem", Grants: []Grant{{ResourceIdempotencyTable, []string{"dynamodb:PutItem"}}},
 				Why: "idempotency.Store.Do claims the event_id with a conditional IN_PROGRESS Put"},
 			{Operation: "dynamodb.UpdateItem", Grants: []Grant{
