@@ -6,8 +6,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
 	"github.com/aws/jsii-runtime-go"
+	"github.com/cdklabs/cdk-nag-go/cdknag/v2"
+
+	"github.com/ddb-outbox/ddb-outbox/pkg/app"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/idempotency"
@@ -183,4 +187,31 @@ func TestFulfilmentPropsValidation(t *testing.T) {
 			t.Errorf("url %q secret %q: Validate() = %v, want ok=%v", c.url, c.secret, err, c.ok)
 		}
 	}
+}
+
+// GIVEN a stack with a customer managed key and no provider secret ARN (the
+// one combination the default and custom stacks do not cover)
+// WHEN it is synthesized with cdk-nag
+// THEN the secret it creates is encrypted with that key, the fulfilment role
+// still allows exactly app.Permissions with the key grant (kms:Decrypt of
+// the secret included), and cdk-nag finds nothing unsuppressed.
+func TestCreatedSecretUsesTheCustomerManagedKey(t *testing.T) {
+	st, err := NewOrdersStack(awscdk.NewApp(nil), "KeyedSecret", OrdersStackProps{AssetRoot: assetRoot, CustomerManagedKey: true, Destroy: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	awscdk.Aspects_Of(st.Stack).Add(cdknag.NewAwsSolutionsChecks(&cdknag.NagPackProps{}), nil)
+	s, err := synth(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ann := assertions.Annotations_FromStack(st.Stack)
+	for _, f := range append(*ann.FindError(jsii.String("*"), assertions.Match_StringLikeRegexp(jsii.String("AwsSolutions-.*"))),
+		*ann.FindWarning(jsii.String("*"), assertions.Match_StringLikeRegexp(jsii.String("AwsSolutions-.*")))...) {
+		t.Errorf("cdk-nag: %s: %v", *f.Id, f.Entry.Data)
+	}
+	if got := s.props(t, s.id(st.ProviderSecret))["KmsKeyId"]; !jsonEqual(t, got, getAtt(s.id(st.EncryptionKey), "Arn")) {
+		t.Errorf("secret KmsKeyId = %v, want the stack's key", got)
+	}
+	checkRoles(t, s, app.FunctionPermissions.WithEncryptionKey)
 }
