@@ -2,7 +2,7 @@
 # nothing here calls real AWS.
 SHELL := /bin/bash
 GO ?= go
-FUNCTIONS := api relay reconciler ledger notifier
+FUNCTIONS := api relay reconciler ledger notifier fulfilment
 LAMBDA_GOOS := linux
 LAMBDA_GOARCH := arm64
 DIST := dist

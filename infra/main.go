@@ -44,6 +44,12 @@ const (
 	ctxRedriveRoleArns     = "ddb-outbox:redriveRoleArns"        // comma-separated exact ARNs
 	ctxCustomerManagedKey  = "ddb-outbox:customerManagedKey"     // bool, default false
 	ctxNotificationsTTL    = "ddb-outbox:notificationsTtlAttribute"
+	// the fulfilment provider's API base URL (https); default the
+	// placeholder stack.DefaultFulfilmentProviderURL, with a synth warning
+	ctxFulfilmentProviderURL = "ddb-outbox:fulfilmentProviderUrl"
+	// complete ARN of an existing secret holding the provider token;
+	// default: the stack creates one
+	ctxFulfilmentProviderSecretArn = "ddb-outbox:fulfilmentProviderSecretArn"
 )
 
 // DefaultStackName is the CloudFormation stack name.
@@ -203,6 +209,8 @@ func fromContext(get func(string) any, cwd string) (appConfig, error) {
 	p.RedriveRoleArns = list(ctxRedriveRoleArns)
 	p.CustomerManagedKey = boolean(ctxCustomerManagedKey, false)
 	p.NotificationsTTLAttribute = str(ctxNotificationsTTL)
+	p.FulfilmentProviderURL = str(ctxFulfilmentProviderURL)
+	p.FulfilmentProviderSecretArn = str(ctxFulfilmentProviderSecretArn)
 	return cfg, errors.Join(errs...)
 }
 

@@ -63,24 +63,28 @@ func TestFromContextValues(t *testing.T) {
 func TestFromContextSecurityKeys(t *testing.T) {
 	for name, ctx := range map[string]map[string]any{
 		"cdk.json": {
-			ctxAssetRoot:           "/x",
-			ctxRouteThrottles:      map[string]any{"POST /orders": map[string]any{"rate": float64(5), "burst": float64(10)}},
-			ctxReservedConcurrency: map[string]any{"api": float64(7), "relay": float64(-1)},
-			ctxAccessLogRetention:  float64(90),
-			ctxPublisherArns:       "arn:aws:iam::123456789012:role/a, arn:aws:iam::123456789012:role/b",
-			ctxRedriveRoleArns:     "arn:aws:iam::123456789012:role/ops",
-			ctxCustomerManagedKey:  true,
-			ctxNotificationsTTL:    "expires_at",
+			ctxAssetRoot:                   "/x",
+			ctxRouteThrottles:              map[string]any{"POST /orders": map[string]any{"rate": float64(5), "burst": float64(10)}},
+			ctxReservedConcurrency:         map[string]any{"api": float64(7), "relay": float64(-1)},
+			ctxAccessLogRetention:          float64(90),
+			ctxPublisherArns:               "arn:aws:iam::123456789012:role/a, arn:aws:iam::123456789012:role/b",
+			ctxRedriveRoleArns:             "arn:aws:iam::123456789012:role/ops",
+			ctxCustomerManagedKey:          true,
+			ctxNotificationsTTL:            "expires_at",
+			ctxFulfilmentProviderURL:       "https://api.shipper.example/v1",
+			ctxFulfilmentProviderSecretArn: "arn:aws:secretsmanager:eu-west-1:123456789012:secret:shipper-AbCdEf",
 		},
 		"-c": {
-			ctxAssetRoot:           "/x",
-			ctxRouteThrottles:      `{"POST /orders":{"rate":5,"burst":10}}`,
-			ctxReservedConcurrency: `{"api":7,"relay":-1}`,
-			ctxAccessLogRetention:  "90",
-			ctxPublisherArns:       "arn:aws:iam::123456789012:role/a,arn:aws:iam::123456789012:role/b",
-			ctxRedriveRoleArns:     "arn:aws:iam::123456789012:role/ops",
-			ctxCustomerManagedKey:  "true",
-			ctxNotificationsTTL:    "expires_at",
+			ctxAssetRoot:                   "/x",
+			ctxRouteThrottles:              `{"POST /orders":{"rate":5,"burst":10}}`,
+			ctxReservedConcurrency:         `{"api":7,"relay":-1}`,
+			ctxAccessLogRetention:          "90",
+			ctxPublisherArns:               "arn:aws:iam::123456789012:role/a,arn:aws:iam::123456789012:role/b",
+			ctxRedriveRoleArns:             "arn:aws:iam::123456789012:role/ops",
+			ctxCustomerManagedKey:          "true",
+			ctxNotificationsTTL:            "expires_at",
+			ctxFulfilmentProviderURL:       "https://api.shipper.example/v1",
+			ctxFulfilmentProviderSecretArn: "arn:aws:secretsmanager:eu-west-1:123456789012:secret:shipper-AbCdEf",
 		},
 	} {
 		cfg, err := fromContext(func(k string) any { return ctx[k] }, t.TempDir())
@@ -93,8 +97,13 @@ func TestFromContextSecurityKeys(t *testing.T) {
 			p.AccessLogRetention != awslogs.RetentionDays_THREE_MONTHS ||
 			!reflect.DeepEqual(p.PublisherArns, []string{"arn:aws:iam::123456789012:role/a", "arn:aws:iam::123456789012:role/b"}) ||
 			!reflect.DeepEqual(p.RedriveRoleArns, []string{"arn:aws:iam::123456789012:role/ops"}) ||
-			!p.CustomerManagedKey || p.NotificationsTTLAttribute != "expires_at" {
+			!p.CustomerManagedKey || p.NotificationsTTLAttribute != "expires_at" ||
+			p.FulfilmentProviderURL != "https://api.shipper.example/v1" ||
+			p.FulfilmentProviderSecretArn != "arn:aws:secretsmanager:eu-west-1:123456789012:secret:shipper-AbCdEf" {
 			t.Errorf("%s: props = %+v", name, p)
+		}
+		if err := p.Validate(); err != nil {
+			t.Errorf("%s: props invalid: %v", name, err)
 		}
 	}
 	bad := map[string]any{ctxAssetRoot: "/x", ctxAccessLogRetention: "10", ctxRouteThrottles: "{not json"}

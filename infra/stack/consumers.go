@@ -21,6 +21,7 @@ import (
 	"github.com/ddb-outbox/ddb-outbox/infra/outboxcdk"
 	"github.com/ddb-outbox/ddb-outbox/pkg/app"
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
+	"github.com/ddb-outbox/ddb-outbox/pkg/fulfilment"
 	"github.com/ddb-outbox/ddb-outbox/pkg/ledger"
 	"github.com/ddb-outbox/ddb-outbox/pkg/notifier"
 	"github.com/ddb-outbox/ddb-outbox/pkg/routing"
@@ -62,7 +63,8 @@ const (
 type Consumer struct {
 	// Function is the consumer's Lambda function (timeout ConsumerTimeout).
 	Function awslambda.Function
-	// Table is the consumer's own side-effect table.
+	// Table is the consumer's own side-effect table (ledger entries,
+	// notifications, shipments).
 	Table awsdynamodb.Table
 	// Queue is the consumer's SQS queue: SSE-SQS, TLS only, visibility
 	// timeout ConsumerVisibilityTimeout, redrive to DLQ.
@@ -79,27 +81,77 @@ type Consumer struct {
 	Rules []awsevents.Rule
 }
 
-// consumerTables names each consumer's table, its partition key attribute
-// and its env var.
-var consumerTables = map[string]struct{ id, pk, env string }{
-	routing.ConsumerLedger:   {"LedgerTable", ledger.AttrPK, config.EnvLedgerTable},
-	routing.ConsumerNotifier: {"NotificationsTable", notifier.AttrPK, config.EnvNotificationsTable},
+// consumerTable is a consumer's own table: construct id, partition key
+// attribute (S, from the owning package's CreateTableInput), the
+// app.Resource its grants name, and the env var carrying its name.
+type consumerTable struct {
+	id, pk   string
+	resource app.Resource
+	env      string
 }
 
-// consumerNames are the consumers in a fixed order (deterministic template).
-var consumerNames = []string{routing.ConsumerLedger, routing.ConsumerNotifier}
+// consumerSpec is what differs between consumers; everything else (queue,
+// DLQ, mapping, alarms, rule, queue policy) is built alike by addConsumer.
+type consumerSpec struct {
+	table       consumerTable
+	description string
+	// dedup: the consumer keeps pkg/dedup markers in the shared
+	// DedupTable (config.EnvDedupTable; ledger, notifier).
+	dedup bool
+	// extra creates the consumer's other resources and env vars and
+	// returns the ARNs of the resources its grants name besides its table,
+	// its DLQ and the dedup table; nil for none.
+	extra func(s *OrdersStack, name string, fn awslambda.Function) map[app.Resource]*string
+}
+
+// consumerSpecs are the consumers the stack deploys, by routing consumer
+// name. Every name in routing.Consumers() needs one (NewOrdersStack fails
+// otherwise).
+var consumerSpecs = map[string]consumerSpec{
+	routing.ConsumerLedger: {
+		table:       consumerTable{"LedgerTable", ledger.AttrPK, app.ResourceLedgerTable, config.EnvLedgerTable},
+		description: "Event consumer ledger: applies each order event once (dedup marker + side effect in one transaction), fed by its SQS queue.",
+		dedup:       true,
+	},
+	routing.ConsumerNotifier: {
+		table:       consumerTable{"NotificationsTable", notifier.AttrPK, app.ResourceNotificationsTable, config.EnvNotificationsTable},
+		description: "Event consumer notifier: applies each order event once (dedup marker + side effect in one transaction), fed by its SQS queue.",
+		dedup:       true,
+		extra: func(s *OrdersStack, _ string, fn awslambda.Function) map[app.Resource]*string {
+			// how long a notification (customer data) is kept; 0 keeps it forever
+			fn.AddEnvironment(jsii.String(config.EnvNotificationRetentionSeconds),
+				jsii.String(fmt.Sprint(int64(max(s.props.NotificationRetention, 0)/time.Second))), nil)
+			return nil
+		},
+	},
+	routing.ConsumerFulfilment: {
+		table: consumerTable{"ShipmentsTable", fulfilment.AttrPK, app.ResourceShipmentsTable, config.EnvShipmentsTable},
+		description: "Event consumer fulfilment: creates and cancels shipments at the fulfilment provider's HTTP API, " +
+			"each effect guarded by an idempotency record, fed by its SQS queue.",
+		extra: (*OrdersStack).addFulfilmentResources,
+	},
+}
+
+// consumerNames are the consumers in a fixed order (deterministic template):
+// routing.Consumers().
+var consumerNames = routing.Consumers()
 
 // addConsumer creates consumer name: its table, queue with DLQ, function with
-// the SQS event source mapping, env and grants.
+// the SQS event source mapping, env and grants. It returns an error when the
+// stack has no consumerSpec for name, gofunc's error (a missing bootstrap),
+// or grantCode's.
 func (s *OrdersStack) addConsumer(name, source string) error {
+	spec, ok := consumerSpecs[name]
+	if !ok {
+		return fmt.Errorf("stack: routing consumer %q has no consumer definition in the stack", name)
+	}
 	st, props, removal := s.Stack, s.props, s.props.removalPolicy()
-	t := consumerTables[name]
 	cid := idOf(name)
 	ttl := ""
 	if name == routing.ConsumerNotifier {
 		ttl = props.NotificationsTTLAttribute
 	}
-	table := s.newTable(t.id, t.pk, ttl)
+	table := s.newTable(spec.table.id, spec.table.pk, ttl)
 	dlq := deadletter.New(st, cid+"ConsumerDLQ", "events consumer "+name+" failed "+
 		fmt.Sprint(config.DefaultConsumerMaxReceiveCount)+" times or could never apply", removal, s.EncryptionKey)
 	enc := awssqs.QueueEncryption_SQS_MANAGED
@@ -122,7 +174,7 @@ func (s *OrdersStack) addConsumer(name, source string) error {
 	})
 	fn, err := gofunc.New(st, cid, gofunc.Props{
 		AssetDir:      filepath.Join(props.AssetRoot, name),
-		Description:   "Event consumer " + name + ": applies each order event once (dedup marker + side effect in one transaction), fed by its SQS queue.",
+		Description:   spec.description,
 		Timeout:       ConsumerTimeout,
 		LogRetention:  props.LogRetention,
 		RemovalPolicy: removal,
@@ -135,17 +187,24 @@ func (s *OrdersStack) addConsumer(name, source string) error {
 	if s.EncryptionKey != nil {
 		s.EncryptionKey.Grant(fn, *jsii.Strings(outboxcdk.KeyUseActions...)...)
 	}
-	fn.AddEnvironment(jsii.String(config.EnvDedupTable), s.DedupTable.TableName(), nil)
-	fn.AddEnvironment(jsii.String(t.env), table.TableName(), nil)
+	arns := map[app.Resource]*string{
+		spec.table.resource:     table.TableArn(),
+		app.ResourceConsumerDLQ: dlq.Queue.QueueArn(),
+	}
+	if spec.dedup {
+		fn.AddEnvironment(jsii.String(config.EnvDedupTable), s.DedupTable.TableName(), nil)
+		arns[app.ResourceDedupTable] = s.DedupTable.TableArn()
+	}
+	fn.AddEnvironment(jsii.String(spec.table.env), table.TableName(), nil)
 	fn.AddEnvironment(jsii.String(config.EnvEventSource), jsii.String(source), nil)
 	fn.AddEnvironment(jsii.String(config.EnvConsumerDLQURL), dlq.Queue.QueueUrl(), nil)
-	if name == routing.ConsumerNotifier {
-		// how long a notification (customer data) is kept; 0 keeps it forever
-		fn.AddEnvironment(jsii.String(config.EnvNotificationRetentionSeconds),
-			jsii.String(fmt.Sprint(int64(max(props.NotificationRetention, 0)/time.Second))), nil)
-	}
 	// events from any other account are refused (forged_account)
 	fn.AddEnvironment(jsii.String(config.EnvExpectedEventAccount), awscdk.Aws_ACCOUNT_ID(), nil)
+	if spec.extra != nil {
+		for r, arn := range spec.extra(s, name, fn) {
+			arns[r] = arn
+		}
+	}
 	es := awslambdaeventsources.NewSqsEventSource(queue, &awslambdaeventsources.SqsEventSourceProps{
 		BatchSize:               jsii.Number(config.DefaultConsumerBatchSize),
 		ReportBatchItemFailures: jsii.Bool(true),
@@ -154,19 +213,7 @@ func (s *OrdersStack) addConsumer(name, source string) error {
 	fn.AddEventSource(es)
 	c := &Consumer{Function: fn, Table: table, Queue: queue, DLQ: dlq, EventSource: es}
 	s.Consumers[name] = c
-	return s.grantCode(fn, name, map[app.Resource]*string{
-		app.ResourceDedupTable:  s.DedupTable.TableArn(),
-		consumerResource(name):  table.TableArn(),
-		app.ResourceConsumerDLQ: dlq.Queue.QueueArn(),
-	})
-}
-
-// consumerResource is the app.Resource of consumer name's table.
-func consumerResource(name string) app.Resource {
-	if name == routing.ConsumerNotifier {
-		return app.ResourceNotificationsTable
-	}
-	return app.ResourceLedgerTable
+	return s.grantCode(fn, name, arns)
 }
 
 // addRule creates routing rule r: an EventBridge rule on the bus whose target

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
+	"github.com/ddb-outbox/ddb-outbox/pkg/routing"
 )
 
 // mappingOf returns the logical id of the one event source mapping whose
@@ -31,8 +32,8 @@ func mappingOf(t *testing.T, s *synthesized, fnID string) string {
 // timeout and whose redrive policy moves a message to an alarmed DLQ after
 // maxReceiveCount receives; the function dead-letters to that DLQ itself.
 func TestConsumersAreFedBySQSWithRedriveToAlarmedDLQ(t *testing.T) {
-	if len(def.stack.Consumers) != 2 {
-		t.Fatalf("%d consumers, want 2", len(def.stack.Consumers))
+	if len(def.stack.Consumers) != len(routing.Consumers()) {
+		t.Fatalf("%d consumers, want one per routing consumer %v", len(def.stack.Consumers), routing.Consumers())
 	}
 	for name, c := range def.stack.Consumers {
 		fnID := def.id(c.Function)

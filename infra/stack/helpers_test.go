@@ -18,7 +18,7 @@ import (
 // fakeAssets writes <dir>/<fn>/bootstrap placeholders so synth can package
 // assets without `make build` (the real stack points at dist/).
 func fakeAssets(dir string) error {
-	for _, fn := range []string{"api", "relay", "reconciler", "ledger", "notifier"} {
+	for _, fn := range []string{"api", "relay", "reconciler", "ledger", "notifier", "fulfilment"} {
 		if err := os.MkdirAll(filepath.Join(dir, fn), 0o755); err != nil {
 			return err
 		}

@@ -61,6 +61,9 @@ func checkRoles(t *testing.T, def *synthesized, perms func(app.FunctionPermissio
 			app.ResourceConsumerDLQ:   getAtt(def.id(c.DLQ.Queue), "Arn"),
 		}
 	}
+	fulfilment := consumer(routing.ConsumerFulfilment, app.ResourceShipmentsTable)
+	fulfilment[app.ResourceIdempotencyTable] = getAtt(def.id(s.IdempotencyTable), "Arn")
+	fulfilment[app.ResourceProviderSecret] = secretArnOf(def)
 	functions := map[string]struct {
 		fn  awslambda.Function
 		own map[app.Resource]any
@@ -70,6 +73,7 @@ func checkRoles(t *testing.T, def *synthesized, perms func(app.FunctionPermissio
 		app.FunctionReconciler: {ob.Reconciler, nil},
 		app.FunctionLedger:     {s.Consumers[routing.ConsumerLedger].Function, consumer(routing.ConsumerLedger, app.ResourceLedgerTable)},
 		app.FunctionNotifier:   {s.Consumers[routing.ConsumerNotifier].Function, consumer(routing.ConsumerNotifier, app.ResourceNotificationsTable)},
+		app.FunctionFulfilment: {s.Consumers[routing.ConsumerFulfilment].Function, fulfilment},
 	}
 	key := func(v any) string {
 		raw, err := json.Marshal(v)

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/url"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -19,7 +21,7 @@ import (
 )
 
 // functionNames are the functions of the stack (app.Permissions order).
-var functionNames = []string{APIFunction, outboxcdk.RelayFunction, outboxcdk.ReconcilerFunction, app.FunctionLedger, app.FunctionNotifier}
+var functionNames = []string{APIFunction, outboxcdk.RelayFunction, outboxcdk.ReconcilerFunction, app.FunctionLedger, app.FunctionNotifier, app.FunctionFulfilment}
 
 // AuthMode is the HTTP API's route authorization.
 type AuthMode string
@@ -61,6 +63,14 @@ const (
 	// DefaultStackName is the CloudFormation stack name of the app
 	// (infra/main.go). A stack with AuthNone must have another name.
 	DefaultStackName = "DdbOutbox"
+	// DefaultFulfilmentProviderURL is the fulfilment provider's base URL
+	// when none is given: a placeholder in the reserved .invalid TLD
+	// (RFC 6761, never resolves), so a stack synthesizes and deploys
+	// without one, every shipment call fails and the events wait in the
+	// fulfilment DLQ (alarmed) until the real URL is deployed and the DLQ
+	// redriven. The stack adds a synth warning (PlaceholderProviderURLWarning)
+	// while it is used.
+	DefaultFulfilmentProviderURL = "https://fulfilment.invalid"
 	// NoReservedConcurrency in ReservedConcurrency leaves a function
 	// without reserved concurrency (it shares the account's unreserved
 	// pool).
@@ -71,7 +81,7 @@ const (
 // ReservedConcurrency does not name it (the reconciler's is fixed,
 // outboxcdk.ReconcilerReservedConcurrency). They bound what a flood of
 // requests or events can cost and keep the rest of the account's
-// concurrency free: 51 in all, well inside the default account quota of
+// concurrency free: 56 in all, well inside the default account quota of
 // 1,000 (Lambda keeps at least 100 unreserved; an account whose quota is
 // still 10 cannot reserve any: use NoReservedConcurrency). A consumer's must
 // be at least config.DefaultConsumerMaxConcurrency, its SQS event source
@@ -84,6 +94,7 @@ var DefaultReservedConcurrency = map[string]int{
 	outboxcdk.RelayFunction:      20,
 	app.FunctionLedger:           5,
 	app.FunctionNotifier:         5,
+	app.FunctionFulfilment:       5,
 	outboxcdk.ReconcilerFunction: outboxcdk.ReconcilerReservedConcurrency,
 }
 
@@ -115,7 +126,8 @@ type OrdersStackProps struct {
 	// stack environment-agnostic (synth needs no credentials or lookups).
 	StackProps awscdk.StackProps
 	// AssetRoot is the directory holding <function>/bootstrap for api,
-	// relay, reconciler, ledger and notifier (the repository's dist/).
+	// relay, reconciler, ledger, notifier and fulfilment (the repository's
+	// dist/).
 	// Required.
 	AssetRoot string
 	// AuthMode is the HTTP API authorization. Default AuthIAM.
@@ -157,7 +169,7 @@ type OrdersStackProps struct {
 	// stage-wide ThrottleRate and ThrottleBurst. Unknown keys are an error.
 	RouteThrottles map[string]Throttle
 	// ReservedConcurrency is the reserved concurrency by function name
-	// (api, relay, ledger, notifier), 1..1000 or NoReservedConcurrency;
+	// (api, relay, ledger, notifier, fulfilment), 1..1000 or NoReservedConcurrency;
 	// unnamed functions take DefaultReservedConcurrency. The reconciler's
 	// is fixed (outboxcdk.ReconcilerReservedConcurrency) and may only be
 	// given as that value. A consumer's must be at least
@@ -198,6 +210,39 @@ type OrdersStackProps struct {
 	// Default config.DefaultNotificationRetention (90 days); negative keeps
 	// notifications forever.
 	NotificationRetention time.Duration
+	// FulfilmentProviderURL is the fulfilment provider's API base URL (the
+	// fulfilment function's FULFILMENT_PROVIDER_URL; paths /shipments...
+	// are appended): an absolute https URL with a host and no user info,
+	// query or fragment (the provider token travels in its requests).
+	// Default DefaultFulfilmentProviderURL, a placeholder that never
+	// resolves.
+	FulfilmentProviderURL string
+	// FulfilmentProviderSecretArn is the complete ARN
+	// (arn:<partition>:secretsmanager:<region>:<account>:secret:<name>-<6
+	// characters>) of an existing Secrets Manager secret whose SecretString
+	// is the provider's API token. Empty: the stack creates the secret
+	// (output ProviderSecretArn) with a generated value for the operator
+	// to replace. A secret encrypted with a customer managed key other than
+	// the stack's needs kms:Decrypt for the fulfilment role in that key's
+	// policy.
+	FulfilmentProviderSecretArn string
+}
+
+// secretCompleteArn matches a complete Secrets Manager secret ARN, the
+// random six-character suffix included (GetSecretValue's resource).
+var secretCompleteArn = regexp.MustCompile(`^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:[0-9]{12}:secret:[A-Za-z0-9/_+=.@-]+-[A-Za-z0-9]{6}$`)
+
+// validProviderURL returns nil when u is an absolute https URL with a host
+// and no user info, query or fragment.
+func validProviderURL(u string) error {
+	p, err := url.Parse(u)
+	switch {
+	case err != nil:
+		return fmt.Errorf("FulfilmentProviderURL %q: %w", u, err)
+	case p.Scheme != "https" || p.Host == "" || p.User != nil || p.RawQuery != "" || p.Fragment != "" || p.Opaque != "":
+		return fmt.Errorf("FulfilmentProviderURL %q must be an absolute https URL with a host and no user info, query or fragment", u)
+	}
+	return nil
 }
 
 // SetDefaults replaces zero fields with their defaults.
@@ -207,6 +252,9 @@ func (p *OrdersStackProps) SetDefaults() {
 	}
 	if p.NotificationsTTLAttribute == "" {
 		p.NotificationsTTLAttribute = notifier.TTLAttribute
+	}
+	if p.FulfilmentProviderURL == "" {
+		p.FulfilmentProviderURL = DefaultFulfilmentProviderURL
 	}
 	if p.NotificationRetention == 0 {
 		p.NotificationRetention = config.DefaultNotificationRetention
@@ -320,6 +368,12 @@ func (p OrdersStackProps) Validate() error {
 		if !strings.HasPrefix(a, "arn:") || strings.ContainsAny(a, "*?") {
 			errs = append(errs, fmt.Errorf("principal ARN %q must be an exact ARN (no wildcards)", a))
 		}
+	}
+	if err := validProviderURL(p.FulfilmentProviderURL); err != nil {
+		errs = append(errs, err)
+	}
+	if a := p.FulfilmentProviderSecretArn; a != "" && !secretCompleteArn.MatchString(a) {
+		errs = append(errs, fmt.Errorf("FulfilmentProviderSecretArn %q is not a complete Secrets Manager secret ARN (arn:aws:secretsmanager:<region>:<account>:secret:<name>-<6 characters>)", a))
 	}
 	if p.EncryptionKey != nil && p.CustomerManagedKey {
 		errs = append(errs, errors.New("set EncryptionKey or CustomerManagedKey, not both"))

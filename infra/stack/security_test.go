@@ -189,8 +189,8 @@ func TestReservedConcurrency(t *testing.T) {
 			}
 		}
 	}
-	check(def, map[string]any{APIFunction: 20, "relay": 20, "reconciler": 1, "ledger": 5, "notifier": 5})
-	check(custom, map[string]any{APIFunction: 7, "relay": nil, "reconciler": 1, "ledger": 3, "notifier": 5})
+	check(def, map[string]any{APIFunction: 20, "relay": 20, "reconciler": 1, "ledger": 5, "notifier": 5, "fulfilment": 5})
+	check(custom, map[string]any{APIFunction: 7, "relay": nil, "reconciler": 1, "ledger": 3, "notifier": 5, "fulfilment": 5})
 	if outboxcdk.ReconcilerReservedConcurrency != 1 {
 		t.Errorf("ReconcilerReservedConcurrency = %d, want 1", outboxcdk.ReconcilerReservedConcurrency)
 	}
@@ -402,8 +402,8 @@ func TestDeletionProtection(t *testing.T) {
 		want bool
 	}{{def, true}, {custom, false}} {
 		ids := c.s.ofType("AWS::DynamoDB::Table")
-		if len(ids) != 5 {
-			t.Errorf("%d tables", len(ids))
+		if len(ids) != 7 {
+			t.Errorf("%d tables, want 7", len(ids))
 		}
 		for _, id := range ids {
 			if got := c.s.props(t, id)["DeletionProtectionEnabled"]; got != c.want {

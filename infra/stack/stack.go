@@ -1,8 +1,9 @@
 // Package stack is the orders application stack: an HTTP API in front of the
 // api function (the declared routes plus a $default catch-all), the orders
 // table, the reusable Outbox construct (infra/outboxcdk), an EventBridge
-// custom bus with one rule per routing.Rules() entry, and the ledger and
-// notifier consumers, each fed by its own SQS queue through a Lambda SQS
+// custom bus with one rule per routing.Rules() entry, and the ledger,
+// notifier and fulfilment consumers (the last calls a provider's HTTP API
+// with a token from Secrets Manager), each fed by its own SQS queue through a Lambda SQS
 // event source mapping (rule → queue → mapping → function; the queue's
 // redrive policy and the function dead-letter to the consumer's DLQ), with
 // their tables, dead-letter queues, alarms and a dashboard.
@@ -40,6 +41,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awskms"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssecretsmanager"
 	"github.com/aws/aws-cdk-go/awscdk/v2/interfaces/interfacesawscloudwatch"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
@@ -103,8 +105,16 @@ type OrdersStack struct {
 	// dedup markers.
 	OrdersTable awsdynamodb.Table
 	DedupTable  awsdynamodb.Table
-	// Consumers by name (routing.ConsumerLedger, routing.ConsumerNotifier).
+	// Consumers by name (routing.Consumers(): ledger, notifier,
+	// fulfilment).
 	Consumers map[string]*Consumer
+	// IdempotencyTable holds the fulfilment consumer's pkg/idempotency
+	// records (TTL on idempotency.TTLAttribute).
+	IdempotencyTable awsdynamodb.Table
+	// ProviderSecret is the Secrets Manager secret holding the fulfilment
+	// provider's API token: OrdersStackProps.FulfilmentProviderSecretArn
+	// imported, or a secret created in the stack for the operator to fill.
+	ProviderSecret awssecretsmanager.ISecret
 	// Rules by routing rule name, and their targets' DLQs.
 	Rules    map[string]awsevents.Rule
 	RuleDLQs map[string]*deadletter.Queue
@@ -535,6 +545,9 @@ func (s *OrdersStack) addOutputs() {
 	out("DedupTableName", s.DedupTable.TableName(), "Consumers' dedup marker table")
 	out("LedgerTableName", s.Consumers[routing.ConsumerLedger].Table.TableName(), "Ledger consumer table")
 	out("NotificationsTableName", s.Consumers[routing.ConsumerNotifier].Table.TableName(), "Notifier consumer table")
+	out("ShipmentsTableName", s.Consumers[routing.ConsumerFulfilment].Table.TableName(), "Fulfilment consumer's shipments table (pk = order id)")
+	out("IdempotencyTableName", s.IdempotencyTable.TableName(), "Fulfilment consumer's idempotency records")
+	out("ProviderSecretArn", s.ProviderSecret.SecretArn(), "Secrets Manager secret holding the fulfilment provider's API token (SecretString = the token)")
 	out("ParkedQueueUrl", s.Outbox.ParkedQueue.Queue.QueueUrl(), "DLQ of parked outbox records")
 	for _, name := range consumerNames {
 		c := s.Consumers[name]

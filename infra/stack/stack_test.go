@@ -27,6 +27,8 @@ import (
 	"github.com/ddb-outbox/ddb-outbox/infra/outboxcdk"
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/dedup"
+	"github.com/ddb-outbox/ddb-outbox/pkg/fulfilment"
+	"github.com/ddb-outbox/ddb-outbox/pkg/idempotency"
 	"github.com/ddb-outbox/ddb-outbox/pkg/ledger"
 	"github.com/ddb-outbox/ddb-outbox/pkg/notifier"
 	"github.com/ddb-outbox/ddb-outbox/pkg/order"
@@ -89,18 +91,20 @@ func setup(m *testing.M) (int, error) {
 
 	// one app per stack: an app cannot change after its first synthesis
 	cst, err := NewOrdersStack(awscdk.NewApp(nil), "Custom", OrdersStackProps{
-		AssetRoot:                 dir,
-		AuthMode:                  AuthNone,
-		EventSource:               "com.example.custom",
-		Destroy:                   true,
-		RouteThrottles:            customRouteThrottles,
-		ReservedConcurrency:       map[string]int{APIFunction: 7, outboxcdk.RelayFunction: NoReservedConcurrency, "ledger": 3},
-		API4xxRatePercent:         25,
-		AccessLogRetention:        awslogs.RetentionDays_ONE_WEEK,
-		PublisherArns:             []string{breakGlassRole},
-		RedriveRoleArns:           []string{redriveRole},
-		CustomerManagedKey:        true,
-		NotificationsTTLAttribute: "expires_at",
+		AssetRoot:                   dir,
+		AuthMode:                    AuthNone,
+		EventSource:                 "com.example.custom",
+		Destroy:                     true,
+		RouteThrottles:              customRouteThrottles,
+		ReservedConcurrency:         map[string]int{APIFunction: 7, outboxcdk.RelayFunction: NoReservedConcurrency, "ledger": 3},
+		API4xxRatePercent:           25,
+		AccessLogRetention:          awslogs.RetentionDays_ONE_WEEK,
+		PublisherArns:               []string{breakGlassRole},
+		RedriveRoleArns:             []string{redriveRole},
+		CustomerManagedKey:          true,
+		NotificationsTTLAttribute:   "expires_at",
+		FulfilmentProviderURL:       customProviderURL,
+		FulfilmentProviderSecretArn: customProviderSecret,
 		Outbox: outboxcdk.Props{
 			BatchSize:              500,
 			MaxBatchingWindow:      30 * time.Second,
@@ -220,6 +224,8 @@ func TestApplicationTables(t *testing.T) {
 		{"dedup", def.id(s.DedupTable), "expires_at", dedup.CreateTableInput("t")},
 		{"ledger", def.id(s.Consumers[routing.ConsumerLedger].Table), "", ledger.CreateTableInput("t")},
 		{"notifications", def.id(s.Consumers[routing.ConsumerNotifier].Table), notifier.TTLAttribute, notifier.CreateTableInput("t")},
+		{"shipments", def.id(s.Consumers[routing.ConsumerFulfilment].Table), "", fulfilment.CreateTableInput("t")},
+		{"idempotency", def.id(s.IdempotencyTable), idempotency.TTLAttribute, idempotency.CreateTableInput("t")},
 	}
 	for _, c := range cases {
 		p := def.props(t, c.id)
@@ -235,8 +241,8 @@ func TestApplicationTables(t *testing.T) {
 			t.Errorf("%s TTL attribute = %v, want %q", c.name, ttl, c.ttl)
 		}
 	}
-	if n := len(def.ofType("AWS::DynamoDB::Table")); n != 5 {
-		t.Errorf("%d tables, want 5", n)
+	if n := len(def.ofType("AWS::DynamoDB::Table")); n != 7 {
+		t.Errorf("%d tables, want 7", n)
 	}
 }
 
@@ -438,8 +444,8 @@ func TestReconcilerSchedule(t *testing.T) {
 
 func TestFunctionsAreGoOnArm(t *testing.T) {
 	ids := def.ofType("AWS::Lambda::Function")
-	if len(ids) != 5 {
-		t.Errorf("%d functions, want 5", len(ids))
+	if len(ids) != 6 {
+		t.Errorf("%d functions, want 6", len(ids))
 	}
 	for _, id := range ids {
 		p := def.props(t, id)
@@ -492,7 +498,6 @@ func TestEnvironmentVariables(t *testing.T) {
 	}
 	consumer := func(name, env string) map[string]any {
 		return map[string]any{
-			config.EnvDedupTable:     ref(def.id(s.DedupTable)),
 			env:                      ref(def.id(s.Consumers[name].Table)),
 			config.EnvEventSource:    config.DefaultEventSource,
 			config.EnvConsumerDLQURL: ref(def.id(s.Consumers[name].DLQ.Queue)),
@@ -513,9 +518,18 @@ func TestEnvironmentVariables(t *testing.T) {
 			config.EnvReconcileAfterSeconds:  strconv.Itoa(int(config.DefaultReconcileAfter / time.Second)),
 			config.EnvReconcileBudgetSeconds: strconv.Itoa(int(config.DefaultReconcileBudget / time.Second)),
 		})},
-		"ledger":   {def.id(s.Consumers[routing.ConsumerLedger].Function), consumer(routing.ConsumerLedger, config.EnvLedgerTable)},
+		"ledger": {def.id(s.Consumers[routing.ConsumerLedger].Function), merge(consumer(routing.ConsumerLedger, config.EnvLedgerTable), map[string]any{
+			config.EnvDedupTable: ref(def.id(s.DedupTable)),
+		})},
 		"notifier": {def.id(s.Consumers[routing.ConsumerNotifier].Function), merge(consumer(routing.ConsumerNotifier, config.EnvNotificationsTable), map[string]any{
+			config.EnvDedupTable:                   ref(def.id(s.DedupTable)),
 			config.EnvNotificationRetentionSeconds: strconv.Itoa(int(config.DefaultNotificationRetention / time.Second)),
+		})},
+		// no dedup table: its idempotency records live in their own table
+		"fulfilment": {def.id(s.Consumers[routing.ConsumerFulfilment].Function), merge(consumer(routing.ConsumerFulfilment, config.EnvShipmentsTable), map[string]any{
+			config.EnvIdempotencyTable:  ref(def.id(s.IdempotencyTable)),
+			config.EnvProviderURL:       DefaultFulfilmentProviderURL,
+			config.EnvProviderSecretARN: ref(def.id(s.ProviderSecret)),
 		})},
 	}
 	for name, c := range cases {
@@ -793,7 +807,8 @@ func TestAlarms(t *testing.T) {
 func TestOutputs(t *testing.T) {
 	outs, _ := def.json["Outputs"].(map[string]any)
 	for _, k := range []string{"ApiUrl", "EventBusName", "OrdersTableName", "OutboxTableName", "DedupTableName", "LedgerTableName", "NotificationsTableName",
-		"LedgerQueueUrl", "LedgerDlqUrl", "NotifierQueueUrl", "NotifierDlqUrl"} {
+		"LedgerQueueUrl", "LedgerDlqUrl", "NotifierQueueUrl", "NotifierDlqUrl",
+		"ShipmentsTableName", "IdempotencyTableName", "FulfilmentQueueUrl", "FulfilmentDlqUrl", "ProviderSecretArn"} {
 		if _, ok := outs[k]; !ok {
 			t.Errorf("missing output %s", k)
 		}

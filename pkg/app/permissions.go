@@ -15,6 +15,7 @@ const (
 	FunctionReconciler = "reconciler"
 	FunctionLedger     = routing.ConsumerLedger
 	FunctionNotifier   = routing.ConsumerNotifier
+	FunctionFulfilment = routing.ConsumerFulfilment
 )
 
 // Resource names, by its part in the application, an AWS resource a
@@ -32,6 +33,14 @@ const (
 	ResourceDedupTable         Resource = "dedup-table"
 	ResourceLedgerTable        Resource = "ledger-table"
 	ResourceNotificationsTable Resource = "notifications-table"
+	// ResourceShipmentsTable is the fulfilment consumer's shipments table
+	// (fulfilment.CreateTableInput); ResourceIdempotencyTable its
+	// pkg/idempotency records' table (idempotency.CreateTableInput).
+	ResourceShipmentsTable   Resource = "shipments-table"
+	ResourceIdempotencyTable Resource = "idempotency-table"
+	// ResourceProviderSecret is the Secrets Manager secret holding the
+	// fulfilment provider's API token (config.EnvProviderSecretARN).
+	ResourceProviderSecret     Resource = "provider-secret"
 	ResourceEventBus           Resource = "event-bus"
 	ResourceParkedQueue        Resource = "parked-queue"
 	ResourceStreamFailureQueue Resource = "stream-failure-queue" // the relay mapping's on-failure destination
@@ -183,7 +192,7 @@ var (
 )
 
 // Permissions returns the IAM access of every function: api, relay,
-// reconciler, ledger and notifier. The CDK stack grants the api's and the
+// reconciler, ledger, notifier and fulfilment. The CDK stack grants the api's and the
 // consumers' code access from it; its template test compares every role with
 // it (no action more, none missing), and TestPermissionsMatchSDKCalls
 // compares each Calls list with the SDK operations reachable from the
@@ -255,6 +264,36 @@ func Permissions() []FunctionPermissions {
 		},
 		consumer(FunctionLedger, ResourceLedgerTable),
 		consumer(FunctionNotifier, ResourceNotificationsTable),
+		fulfilmentPermissions(),
+	}
+}
+
+// fulfilmentPermissions is the fulfilment consumer's access. Its effect is an
+// HTTP call, so it keeps pkg/idempotency records (single-item conditional
+// writes, no transaction) instead of dedup markers, and records the
+// provider's shipment id in its shipments table.
+func fulfilmentPermissions() FunctionPermissions {
+	return FunctionPermissions{
+		Function: FunctionFulfilment,
+		Calls: []Call{
+			{Operation: "dynamodb.GetItem", Grants: []Grant{
+				{ResourceIdempotencyTable, []string{"dynamodb:GetItem"}},
+				{ResourceShipmentsTable, []string{"dynamodb:GetItem"}},
+			}, Why: "idempotency.Store reads the record a failed conditional Put met when the error carried no item (consistent read); fulfilment.Shipment reads an order's shipment before cancelling it"},
+			{Operation: "dynamodb.PutItem", Grants: []Grant{{ResourceIdempotencyTable, []string{"dynamodb:PutItem"}}},
+				Why: "idempotency.Store.Do claims the event_id with a conditional IN_PROGRESS Put"},
+			{Operation: "dynamodb.UpdateItem", Grants: []Grant{
+				{ResourceIdempotencyTable, []string{"dynamodb:UpdateItem"}},
+				{ResourceShipmentsTable, []string{"dynamodb:UpdateItem"}},
+			}, Why: "idempotency.Store.Do completes its record with the result; fulfilment records a created or cancelled shipment (conditional Update)"},
+			{Operation: "dynamodb.DeleteItem", Grants: []Grant{{ResourceIdempotencyTable, []string{"dynamodb:DeleteItem"}}},
+				Why: "idempotency.Store.Do deletes its IN_PROGRESS record when the effect failed, so a redelivery runs it again"},
+			{Operation: "sqs.SendMessage", Grants: []Grant{{ResourceConsumerDLQ, []string{"sqs:SendMessage"}}},
+				Why: "sqsconsumer.Handler dead-letters a permanently failing event to the consumer's DLQ"},
+			{Operation: "secretsmanager.GetSecretValue", Grants: []Grant{{ResourceProviderSecret, []string{"secretsmanager:GetSecretValue"}}},
+				Why: "app.SecretToken reads the provider's API token (cached by fulfilment.CachedCredentials for app.ProviderCredentialsTTL)"},
+		},
+		Platform: []PlatformGrant{sqsMappingGrant, logsGrant},
 	}
 }
 
