@@ -290,6 +290,8 @@ func fulfilmentPermissions() FunctionPermissions {
 				Why: "idempotency.Store.Do deletes its IN_PROGRESS record when the effect failed, so a redelivery runs it again"},
 			{Operation: "sqs.SendMessage", Grants: []Grant{{ResourceConsumerDLQ, []string{"sqs:SendMessage"}}},
 				Why: "sqsconsumer.Handler dead-letters a permanently failing event to the consumer's DLQ"},
+			{Operation: "sqs.ChangeMessageVisibility", Grants: []Grant{{ResourceConsumerQueue, []string{"sqs:ChangeMessageVisibility"}}},
+				Why: "sqsconsumer.Handler brings a failed message back sooner than the queue's visibility timeout (RetryDelay)"},
 			{Operation: "secretsmanager.GetSecretValue", Grants: []Grant{{ResourceProviderSecret, []string{"secretsmanager:GetSecretValue"}}},
 				Why: "app.SecretToken reads the provider's API token (cached by fulfilment.CachedCredentials for app.ProviderCredentialsTTL)"},
 		},

@@ -71,7 +71,7 @@ func TestChaosNaiveProviderDuplicatesAreTraced(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	rep, err := chaos.Run(ctx, chaos.Config{Orders: 150, EpochOrders: 150, Seed: 43, Rate: 0.1, OnlyEpoch: -1, NaiveProvider: true})
+	rep, err := chaos.Run(ctx, chaos.Config{Orders: 150, EpochOrders: 150, Seed: 43, Rate: 0.05, OnlyEpoch: -1, NaiveProvider: true})
 	if err != nil {
 		t.Fatalf("chaos run: %v", err)
 	}
