@@ -131,8 +131,8 @@ type Report struct {
 	// shipments of paid cancellations too). With NaiveProvider, each
 	// duplicate is traced: to an injected crash before COMPLETED, to a
 	// provider answer lost after it acted, or untraced (a failure).
-	Shipments, ShipmentDuplicates, ShipmentsMissing                      int
-	DuplicatesFromCrashes, DuplicatesFromLateAnswers, DuplicatesUntraced int
+	Shipments, ShipmentDuplicates, ShipmentsMissing                                                      int
+	DuplicatesFromCrashes, DuplicatesFromLateAnswers, DuplicatesFromFailedCompletion, DuplicatesUntraced int
 	// HostileWritten counts legacy changes committed with text SQS refuses
 	// (HostileReasons); each must end parked.
 	HostileWritten       int
@@ -203,6 +203,7 @@ func (r Report) Table() string {
 		{"shipment duplicates", int64(r.ShipmentDuplicates)},
 		{"  from crashes before COMPLETED", int64(r.DuplicatesFromCrashes)},
 		{"  from answers lost after acting", int64(r.DuplicatesFromLateAnswers)},
+		{"  from answered, not completed", int64(r.DuplicatesFromFailedCompletion)},
 		{"  untraced", int64(r.DuplicatesUntraced)},
 		{"shipments missing", int64(r.ShipmentsMissing)},
 		{"consumer dead-lettered", int64(r.DeadLettered)},
@@ -378,10 +379,15 @@ func runEpoch(ctx context.Context, cfg Config, epoch, orders int, rep *Report) e
 		a.Problems = append(a.Problems, sa.Problems...)
 	}
 	if cfg.NaiveProvider {
-		late := map[string]bool{}
+		late, answered := map[string]bool{}, map[string]bool{}
 		for _, r := range s.Provider.Requests() {
+			if r.Method != "POST" || r.Path != "/shipments" || r.Outcome != provider.OutcomeCreated {
+				continue
+			}
 			if r.Fault == provider.FaultTimeoutAfterAct || r.ClientGone {
 				late[r.IdempotencyKey] = true
+			} else {
+				answered[r.IdempotencyKey] = true
 			}
 		}
 		for _, k := range sa.DuplicateKeys {
@@ -390,6 +396,11 @@ func runEpoch(ctx context.Context, cfg Config, epoch, orders int, rep *Report) e
 				rep.DuplicatesFromCrashes++
 			case late[k]:
 				rep.DuplicatesFromLateAnswers++
+			case answered[k]:
+				// The provider's answer reached the consumer, which still
+				// did not write COMPLETED (its deadline, or a step after the
+				// provider call failed): the same window, not injected.
+				rep.DuplicatesFromFailedCompletion++
 			default:
 				rep.DuplicatesUntraced++
 				a.Problems = append(a.Problems, "duplicate shipment with key "+k+" traces to no injected crash or late answer")
@@ -477,12 +488,14 @@ func drainRedriveAndAudit(ctx context.Context, s *devstack.Stack, inj *faults.In
 	}
 	inj.EndOutages()
 	for _, p := range s.Consumers {
-		c.deadLettered += int(p.DLQ.Sent())
 		n, err := sqsconsumer.Redrive(ctx, p.DLQ, p.DLQ.URL(), p.Queue, p.Queue.URL(), sqsconsumer.RedriveOptions{})
 		c.redriven += n
 		if err != nil {
 			return devstack.Audit{}, c, err
 		}
+		// read after the redrive: a message dead-lettered while it ran was
+		// redriven too
+		c.deadLettered += int(p.DLQ.Sent())
 	}
 	a, err := drainAndAudit(ctx, s)
 	return a, c, err

@@ -26,8 +26,8 @@ type ShipmentAudit struct {
 	Duplicates    int
 	DuplicateKeys []string
 	// Missing counts owed shipments the provider never created;
-	// NotCancelled shipments whose order's paid cancellation was delivered
-	// but that are still open.
+	// NotCancelled orders whose paid cancellation was delivered but none of
+	// whose shipments is cancelled.
 	Missing      int
 	NotCancelled int
 	Problems     []string
@@ -107,14 +107,17 @@ func (s *Stack) AuditShipments(ctx context.Context) (ShipmentAudit, error) {
 			a.problem("ghost shipment: order %s has %d shipment(s) and no OrderPaid", id, len(sh))
 		}
 		if _, c := cancelled[id]; c {
-			open := 0
+			done := 0
 			for _, x := range sh {
-				if x.Status != provider.StatusCancelled {
-					open++
+				if x.Status == provider.StatusCancelled {
+					done++
 				}
 			}
-			if open > 0 {
-				a.NotCancelled += open
+			// The consumer cancels the shipment it recorded; a duplicate
+			// (only possible with a provider ignoring Idempotency-Key) stays
+			// open and is counted as a duplicate, not here.
+			if done == 0 {
+				a.NotCancelled++
 				a.problem("shipment of cancelled order %s still open", id)
 			}
 		}
