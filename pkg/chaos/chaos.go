@@ -133,6 +133,11 @@ type Report struct {
 	// provider answer lost after it acted, or untraced (a failure).
 	Shipments, ShipmentDuplicates, ShipmentsMissing                                                      int
 	DuplicatesFromCrashes, DuplicatesFromLateAnswers, DuplicatesFromFailedCompletion, DuplicatesUntraced int
+	// AppliedOutOfOrder counts events an ordered consumer applied after a
+	// later event of the same order (devstack AuditOrder);
+	// SequenceGapsDeadLettered the events dead-lettered with reason
+	// sequence_gap (and redriven by the audit).
+	AppliedOutOfOrder, SequenceGapsDeadLettered int
 	// HostileWritten counts legacy changes committed with text SQS refuses
 	// (HostileReasons); each must end parked.
 	HostileWritten       int
@@ -157,9 +162,9 @@ func (r Report) OK() bool {
 
 // Summary is the one-line result of make chaos.
 func (r Report) Summary() string {
-	return fmt.Sprintf("orders=%d committed=%d events=%d published=%d lost=%d ghost=%d double_applied=%d duplicates_absorbed=%d parked=%d dead_lettered=%d redriven=%d shipments=%d shipment_duplicates=%d shipments_missing=%d",
+	return fmt.Sprintf("orders=%d committed=%d events=%d published=%d lost=%d ghost=%d double_applied=%d duplicates_absorbed=%d parked=%d dead_lettered=%d redriven=%d shipments=%d shipment_duplicates=%d shipments_missing=%d applied_out_of_order=%d sequence_gaps_dead_lettered=%d",
 		r.Orders, r.Committed, r.Events, r.Published, r.Lost, r.Ghost, r.DoubleApplied, r.DuplicatesAbsorbed, r.Parked, r.DeadLettered, r.Redriven,
-		r.Shipments, r.ShipmentDuplicates, r.ShipmentsMissing)
+		r.Shipments, r.ShipmentDuplicates, r.ShipmentsMissing, r.AppliedOutOfOrder, r.SequenceGapsDeadLettered)
 }
 
 // Table renders the per-kind fault counts and pipeline counters.
@@ -199,6 +204,8 @@ func (r Report) Table() string {
 		{"bus delivery retries", r.BusRetries},
 		{"bus dead letters", r.BusDeadLettered},
 		{"legacy hostile-text changes", int64(r.HostileWritten)},
+		{"applied out of order", int64(r.AppliedOutOfOrder)},
+		{"sequence gaps dead-lettered", int64(r.SequenceGapsDeadLettered)},
 		{"shipments", int64(r.Shipments)},
 		{"shipment duplicates", int64(r.ShipmentDuplicates)},
 		{"  from crashes before COMPLETED", int64(r.DuplicatesFromCrashes)},
@@ -275,7 +282,10 @@ func runEpoch(ctx context.Context, cfg Config, epoch, orders int, rep *Report) e
 		WrapQueue:           func(q relay.QueueSender) relay.QueueSender { return inj.Queue(q) },
 		WrapStream:          func(h localrt.StreamHandler) localrt.StreamHandler { return inj.StreamHandler(h) },
 		ConsumerInterceptor: applied.wrap(inj.Interceptor()),
-		WrapConsumer:        inj.SQSHandler,
+		// The bus delivers some events late, so later events of an order
+		// overtake them (EventBridge does not order deliveries).
+		WrapQueueTarget: inj.Reorder,
+		WrapConsumer:    inj.SQSHandler,
 		// EventBridge retries a target for up to 24 h and 185 attempts.
 		BusTargetMaxAttempts: 40,
 		// The fulfilment provider fails, throttles, resets, answers late
@@ -366,6 +376,13 @@ func runEpoch(ctx context.Context, cfg Config, epoch, orders int, rep *Report) e
 	}
 	rep.DeadLettered += dl.deadLettered
 	rep.Redriven += dl.redriven
+	rep.SequenceGapsDeadLettered += len(dl.gaps)
+	oa, err := s.AuditOrder(dctx)
+	if err != nil {
+		return err
+	}
+	rep.AppliedOutOfOrder += oa.Total()
+	a.Problems = append(a.Problems, oa.Problems...)
 	sa, err := s.AuditShipments(dctx)
 	if err != nil {
 		return err
@@ -465,6 +482,10 @@ func runEpoch(ctx context.Context, cfg Config, epoch, orders int, rep *Report) e
 	return nil
 }
 
+// ReasonSequenceGap is the dead-letter reason of an event an ordered
+// consumer held until its earlier events' gap timed out.
+const ReasonSequenceGap = "sequence_gap"
+
 // Consumer delivery settings of a chaos run (see runEpoch).
 const (
 	ConsumerFunctionTimeout   = time.Second
@@ -475,7 +496,12 @@ const (
 	RelayFunctionTimeout      = 6 * time.Second
 )
 
-type dlqCounts struct{ deadLettered, redriven int }
+type dlqCounts struct {
+	deadLettered, redriven int
+	// gaps are the events dead-lettered with reason sequence_gap (an
+	// ordered consumer waited too long for an earlier event).
+	gaps []sqsconsumer.DeadLetter
+}
 
 // drainRedriveAndAudit drains, then does what an operator does after a
 // consumer outage: ends the outage (the consumer is fixed), redrives every
@@ -488,7 +514,13 @@ func drainRedriveAndAudit(ctx context.Context, s *devstack.Stack, inj *faults.In
 	}
 	inj.EndOutages()
 	for _, p := range s.Consumers {
-		n, err := sqsconsumer.Redrive(ctx, p.DLQ, p.DLQ.URL(), p.Queue, p.Queue.URL(), sqsconsumer.RedriveOptions{})
+		n, err := sqsconsumer.Redrive(ctx, p.DLQ, p.DLQ.URL(), p.Queue, p.Queue.URL(), sqsconsumer.RedriveOptions{
+			OnMessage: func(d sqsconsumer.DeadLetter) {
+				if d.Reason == ReasonSequenceGap {
+					c.gaps = append(c.gaps, d)
+				}
+			},
+		})
 		c.redriven += n
 		if err != nil {
 			return devstack.Audit{}, c, err

@@ -94,6 +94,9 @@ type Options struct {
 	// TuneFulfilment, when set, adjusts the fulfilment consumer's
 	// configuration (chaos sets Idempotency.BeforeComplete).
 	TuneFulfilment func(*fulfilment.Config)
+	// WrapQueueTarget, when set, wraps the bus's delivery to each
+	// consumer's queue (fault injection: late deliveries reorder events).
+	WrapQueueTarget func(consumer string, q localrt.MessageSender) localrt.MessageSender
 	// HopLog logs one line per hop of every event with its milliseconds
 	// since commit: stream → relay, published and marked, each consumer
 	// applied (the dev terminal's walkthrough; see hops.go).
@@ -371,7 +374,11 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 			return nil, err
 		}
 		s.Consumers[name] = c
-		s.Bus.SubscribeQueue(name, c.Queue, c.Queue.URL())
+		var target localrt.MessageSender = c.Queue
+		if opts.WrapQueueTarget != nil {
+			target = opts.WrapQueueTarget(name, target)
+		}
+		s.Bus.SubscribeQueue(name, target, c.Queue.URL())
 	}
 
 	var streamHandler localrt.StreamHandler = s.Relay.Handle

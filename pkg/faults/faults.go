@@ -94,6 +94,11 @@ const (
 	// again; only the provider's own Idempotency-Key prevents a second
 	// effect. Rate defaults to Config.Rate/5.
 	CrashBeforeComplete Kind = "crash_before_complete"
+	// Reorder: the bus delivers an event to a consumer's queue late (100 to
+	// 600 ms), so later events of the same aggregate overtake it, as
+	// EventBridge, which does not order deliveries, can. Rate defaults to
+	// Config.Rate.
+	Reorder Kind = "reorder"
 	// SlowCall: a call of SlowOperations (the relay's marking: UpdateItem,
 	// BatchExecuteStatement) is delayed by Config.MaxStall before it is
 	// sent, to push the relay against its deadline. Rate defaults to
@@ -104,7 +109,7 @@ const (
 // AllKinds lists every Kind, in the order Summary prints them.
 var AllKinds = []Kind{FailBeforeSend, ResponseLost, Throttle, Latency, EntryRetryable, EntryPermanent,
 	StatementFailed, CrashAfterHandle, CrashBeforeEffect, CrashAfterEffect, PollerRestart,
-	ConsumerOutage, ConsumerRejected, TimeoutAfterHandle, RelayTimeout, SlowCall, CrashBeforeComplete}
+	ConsumerOutage, ConsumerRejected, TimeoutAfterHandle, RelayTimeout, SlowCall, CrashBeforeComplete, Reorder}
 
 // Config configures an Injector. The zero value injects nothing.
 type Config struct {

@@ -356,3 +356,26 @@ func (in *Injector) Interceptor() localrt.Interceptor {
 		return in.EventHandler(consumer, next)(ctx, ev)
 	}
 }
+
+// Reorder wraps the bus's delivery to a consumer's queue (an EventBridge rule
+// with an SQS target): with Reorder, SendMessage waits 100 to 600 ms first,
+// so events sent after it reach the queue before it.
+func (in *Injector) Reorder(consumer string, next localrt.MessageSender) localrt.MessageSender {
+	return reorderSender{in: in, boundary: "bus.target." + consumer, next: next}
+}
+
+type reorderSender struct {
+	in       *Injector
+	boundary string
+	next     localrt.MessageSender
+}
+
+func (r reorderSender) SendMessage(ctx context.Context, params *sqs.SendMessageInput, optFns ...func(*sqs.Options)) (*sqs.SendMessageOutput, error) {
+	if r.in.Chance(r.boundary, Reorder) {
+		delay := 100*time.Millisecond + time.Duration(r.in.pick(r.boundary, 500))*time.Millisecond
+		if err := r.in.wait(ctx, delay); err != nil {
+			return nil, err
+		}
+	}
+	return r.next.SendMessage(ctx, params, optFns...)
+}
