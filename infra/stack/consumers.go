@@ -190,6 +190,8 @@ func (s *OrdersStack) addConsumer(name, source string) error {
 	arns := map[app.Resource]*string{
 		spec.table.resource:     table.TableArn(),
 		app.ResourceConsumerDLQ: dlq.Queue.QueueArn(),
+		// ChangeMessageVisibility (sqsconsumer's RetryDelay) on its own queue
+		app.ResourceConsumerQueue: queue.QueueArn(),
 	}
 	if spec.dedup {
 		fn.AddEnvironment(jsii.String(config.EnvDedupTable), s.DedupTable.TableName(), nil)
