@@ -29,12 +29,14 @@ import (
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/devstack"
 	"github.com/ddb-outbox/ddb-outbox/pkg/dynoxide"
+	"github.com/ddb-outbox/ddb-outbox/pkg/faults"
 	"github.com/ddb-outbox/ddb-outbox/pkg/localrt"
 	"github.com/ddb-outbox/ddb-outbox/pkg/relay"
 )
 
 // benchFlags are the knobs of `outboxdev bench`.
 type benchFlags struct {
+	reorder     float64
 	orders      int
 	loads       []string
 	concurrency int
@@ -68,6 +70,7 @@ func runBench(ctx context.Context, args []string) error {
 	fs.BoolVar(&f.profile, "cpuprofile", true, "write a CPU profile of the highest load level (results/bench-<ts>.cpu.pprof)")
 	fs.BoolVar(&f.skipLambda, "skip-lambda", false, "skip the Lambda binary sizes and init times")
 	fs.BoolVar(&f.verbose, "v", false, "show every component's logs")
+	fs.Float64Var(&f.reorder, "reorder", 0.2, "share of bus deliveries made late (100-600 ms) in the extra ordering-cost level at the first load; 0 skips that level")
 	_ = fs.Parse(args)
 	f.loads = strings.Split(*loads, ",")
 
@@ -95,6 +98,7 @@ func runBench(ctx context.Context, args []string) error {
 		{"lambda binaries", b.lambdas},
 		{"pipeline", b.pipeline},
 		{"full batches", b.fullBatches},
+		{"ordering cost", b.orderingCost},
 		{"naive relay", b.naive},
 		{"raw store rate and dual write", b.store},
 		{"write path", b.writePath},
@@ -130,6 +134,10 @@ type benchRun struct {
 	log *slog.Logger
 	ts  string
 	rep benchReport
+	// reorder, when set, makes a share (reorderRate) of the bus's deliveries
+	// late during a level (the ordering-cost level).
+	reorder     *faults.Injector
+	reorderRate float64
 }
 
 func progress(format string, args ...any) {
@@ -159,14 +167,19 @@ func writeCalls(t callcount.Table) int64 {
 
 // levelRun is one pipeline run on a fresh Dynoxide.
 type levelRun struct {
-	Label         string             `json:"label"`
-	OfferedPerSec float64            `json:"offered_orders_per_second"` // 0 = closed loop
-	Concurrency   int                `json:"concurrency,omitempty"`
-	WindowMs      float64            `json:"max_batching_window_ms"` // event source mapping MaximumBatchingWindowInSeconds
-	NaiveRelay    bool               `json:"naive_relay,omitempty"`
-	Load          bench.LoadResult   `json:"load"`
-	OrdersPerSec  float64            `json:"orders_per_second"`
-	Apply         bench.ApplyStats   `json:"apply"`
+	Label         string           `json:"label"`
+	OfferedPerSec float64          `json:"offered_orders_per_second"` // 0 = closed loop
+	Concurrency   int              `json:"concurrency,omitempty"`
+	WindowMs      float64          `json:"max_batching_window_ms"` // event source mapping MaximumBatchingWindowInSeconds
+	NaiveRelay    bool             `json:"naive_relay,omitempty"`
+	Load          bench.LoadResult `json:"load"`
+	OrdersPerSec  float64          `json:"orders_per_second"`
+	Apply         bench.ApplyStats `json:"apply"`
+	// Consumers is commit → applied per consumer (ordered: ledger,
+	// notifier; unordered: fulfilment).
+	Consumers map[string]bench.Percentiles `json:"consumers"`
+	// ReorderRate is the share of bus deliveries made late (0: none).
+	ReorderRate   float64            `json:"reorder_rate,omitempty"`
 	EventsPerSec  float64            `json:"events_applied_per_second"`
 	WindowSeconds float64            `json:"window_seconds"`
 	WriteCalls    int64              `json:"write_calls"`
@@ -232,6 +245,9 @@ func (b *benchRun) runLevel(ctx context.Context, label string, rate float64, ord
 			return callcount.CountingPutEvents(relayC, eb)
 		},
 		ConsumerInterceptor: rec.Interceptor(),
+	}
+	if b.reorder != nil {
+		opts.WrapQueueTarget = b.reorder.Reorder
 	}
 	var naiveHandler localrt.StreamHandler
 	opts.WrapStream = func(h localrt.StreamHandler) localrt.StreamHandler {
@@ -317,6 +333,8 @@ func (b *benchRun) runLevel(ctx context.Context, label string, rate float64, ord
 		return nil, fmt.Errorf("%s: %w", label, err)
 	}
 	lr.Apply = rec.Stats()
+	lr.Consumers = rec.ByConsumer()
+	lr.ReorderRate = b.reorderRate
 	end := loadEnd
 	if lr.Apply.LastApplied.After(end) {
 		end = lr.Apply.LastApplied
@@ -385,6 +403,35 @@ func (b *benchRun) pipeline(ctx context.Context) error {
 		}
 		b.rep.Levels = append(b.rep.Levels, lr)
 	}
+	return nil
+}
+
+// orderingCost runs the first load level again with a share of the bus's
+// deliveries made late, so later events of an order overtake earlier ones:
+// the ordered consumers (ledger, notifier) hold them until the gap closes,
+// the unordered one (fulfilment) does not. Kept apart from Levels.
+func (b *benchRun) orderingCost(ctx context.Context) error {
+	if b.f.reorder <= 0 || len(b.f.loads) == 0 {
+		return nil
+	}
+	l := strings.TrimSpace(b.f.loads[0])
+	rate, err := strconv.ParseFloat(l, 64)
+	if err != nil {
+		rate = 0
+	}
+	inj, err := faults.New(faults.Config{Seed: 1, Rates: map[faults.Kind]float64{faults.Reorder: b.f.reorder}})
+	if err != nil {
+		return err
+	}
+	b.reorder, b.reorderRate = inj, b.f.reorder
+	defer func() { b.reorder, b.reorderRate = nil, 0 }()
+	label := fmt.Sprintf("%s/s, %.0f %% of deliveries late", l, b.f.reorder*100)
+	progress("ordering cost %s: %d orders on a fresh Dynoxide", label, b.f.orders)
+	lr, err := b.runLevel(ctx, label, rate, b.f.orders, false, 0, "")
+	if err != nil {
+		return err
+	}
+	b.rep.Reordered = lr
 	return nil
 }
 

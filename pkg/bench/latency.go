@@ -171,3 +171,23 @@ func NewBatchStats(sizes []int, fullAt int) BatchStats {
 	st.Min, st.Max = sizes[0], sizes[len(sizes)-1]
 	return st
 }
+
+// ByConsumer returns, per consumer, commit (occurred_at) → that consumer's
+// first successful apply, over the events it applied: an ordered consumer
+// (which holds an event until the ones before it are applied) beside an
+// unordered one at the same load.
+func (r *ApplyRecorder) ByConsumer() map[string]Percentiles {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	lat := map[string][]time.Duration{}
+	for _, a := range r.events {
+		for c, t := range a.consumers {
+			lat[c] = append(lat[c], t.Sub(a.committed))
+		}
+	}
+	out := make(map[string]Percentiles, len(lat))
+	for c, d := range lat {
+		out[c] = NewPercentiles(d)
+	}
+	return out
+}
