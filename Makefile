@@ -26,10 +26,9 @@ deps: node_modules/.package-lock.json ## install the pinned Node tools (Dynoxide
 # their direct parent: killing make (any signal) makes the kernel SIGTERM
 # outboxdev (PR_SET_PDEATHSIG), which stops the stack and Dynoxide.
 OUTBOXDEV := bin/outboxdev
-FIRST_RUN_NOTE := @echo "building bin/outboxdev (the first run downloads Go modules and compiles for about two minutes, using about 1.5 GB of Go caches)"
 
 $(OUTBOXDEV): FORCE
-	$(FIRST_RUN_NOTE)
+	@test -x $@ || echo "building bin/outboxdev (the first run downloads Go modules and compiles for about two minutes, using about 1.5 GB of Go caches)"
 	@$(GO) build -o $@ ./cmd/outboxdev
 
 FORCE:
@@ -37,7 +36,7 @@ FORCE:
 dev: deps $(OUTBOXDEV) ## run the whole stack locally: Dynoxide, tables, API on :8080, relay, consumers, reconciler (ARGS='-data dev.db' keeps data)
 	exec $(OUTBOXDEV) dev $(ARGS)
 
-demo: deps $(OUTBOXDEV) ## drive a few hundred orders through a fresh local stack, audit, print the summary (ARGS='-orders N')
+demo: deps $(OUTBOXDEV) ## drive a few hundred orders through a fresh local stack (ARGS=-attach: the one make dev runs), audit, print the summary
 	exec $(OUTBOXDEV) demo $(ARGS)
 
 test: deps ## run every test (unit, integration against Dynoxide, end to end, CDK synth)

@@ -61,7 +61,7 @@ func hopStream(log *slog.Logger, next localrt.StreamHandler) localrt.StreamHandl
 			if r.sn == first {
 				break // this record and the later ones come again
 			}
-			log.Info("hop: published and marked", "event_id", r.id, "event_type", r.typ, "aggregate_id", r.agg,
+			log.Info("hop: relay done (published and marked, or parked)", "event_id", r.id, "event_type", r.typ, "aggregate_id", r.agg,
 				"sequence", r.seq, "ms_since_commit", sinceMillis(r.at))
 		}
 		return resp, nil
@@ -100,7 +100,7 @@ func hopConsumer(log *slog.Logger, consumer string, next localrt.EventHandler) l
 			OccurredAt  time.Time `json:"occurred_at"`
 		}
 		_ = json.Unmarshal(ev.Detail, &env)
-		log.Info("hop: "+consumer+" applied", "event_id", env.EventID, "event_type", env.EventType,
+		log.Info("hop: "+consumer+" done (applied, or a duplicate absorbed)", "event_id", env.EventID, "event_type", env.EventType,
 			"aggregate_id", env.AggregateID, "sequence", env.Sequence, "ms_since_commit", sinceMillis(env.OccurredAt))
 		return nil
 	}

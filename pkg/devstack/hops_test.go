@@ -49,7 +49,7 @@ func TestHopLogShowsEveryHop(t *testing.T) {
 		t.Fatalf("no order acknowledged: %s", rep)
 	}
 	out := buf.String()
-	for _, hop := range []string{`msg="hop: stream → relay"`, `msg="hop: published and marked"`, `msg="hop: notifier applied"`} {
+	for _, hop := range []string{`msg="hop: stream → relay"`, `msg="hop: relay done (published and marked, or parked)"`, `msg="hop: notifier done (applied, or a duplicate absorbed)"`} {
 		n := strings.Count(out, hop)
 		if n == 0 {
 			t.Errorf("no %s line", hop)

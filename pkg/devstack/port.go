@@ -31,7 +31,7 @@ func portHolder(addr string) string {
 	if pid == "" {
 		return ""
 	}
-	return fmt.Sprintf(" (port %d is held by pid %s: %s; stop it, or choose another -addr)", port, pid, cmd)
+	return fmt.Sprintf(" (port %d is held by pid %s: %s; stop it, or choose another address)", port, pid, cmd)
 }
 
 // listeningInode returns the inode of the socket listening on port.

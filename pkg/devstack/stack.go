@@ -18,6 +18,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -260,6 +261,11 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		}
 	}()
 	if s.Endpoint == "" {
+		if opts.DataFile != "" {
+			if err := os.MkdirAll(filepath.Dir(opts.DataFile), 0o755); err != nil {
+				return nil, fmt.Errorf("devstack: data file directory: %w", err)
+			}
+		}
 		if s.dynox, err = dynoxide.StartWith(ctx, dynoxide.Options{DBPath: opts.DataFile}); err != nil {
 			return nil, err
 		}

@@ -2,6 +2,7 @@ package sqsconsumer
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 
@@ -74,8 +75,14 @@ func toDeadLetter(m sqstypes.Message) DeadLetter {
 // from the DLQ. A message whose send fails is left on the DLQ (its
 // visibility is reset so the next run sees it) and the error returned;
 // nothing is deleted before its copy is sent. It returns the number moved.
+//
+// Each body is moved once per run: a message whose body this run already
+// moved (the consumer refused it again at once, before its cause was fixed)
+// is left on the DLQ and the run ends, so a redrive never loops between the
+// queue and its DLQ.
 func Redrive(ctx context.Context, dlq QueueAPI, dlqURL string, target MessageSender, targetURL string, opts RedriveOptions) (int, error) {
 	moved := 0
+	seen := map[[32]byte]bool{}
 	for opts.Max == 0 || moved < opts.Max {
 		n := int32(10)
 		if opts.Max > 0 {
@@ -93,7 +100,15 @@ func Redrive(ctx context.Context, dlq QueueAPI, dlqURL string, target MessageSen
 			return moved, nil
 		}
 		var errs []error
+		again := 0
 		for _, m := range out.Messages {
+			sum := sha256.Sum256([]byte(aws.ToString(m.Body)))
+			if seen[sum] {
+				again++
+				_, _ = dlq.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{QueueUrl: aws.String(dlqURL), ReceiptHandle: m.ReceiptHandle, VisibilityTimeout: 0})
+				continue
+			}
+			seen[sum] = true
 			if _, err := target.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(targetURL), MessageBody: m.Body}); err != nil {
 				errs = append(errs, fmt.Errorf("redrive message %s: send to %s: %w", aws.ToString(m.MessageId), targetURL, err))
 				_, _ = dlq.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{QueueUrl: aws.String(dlqURL), ReceiptHandle: m.ReceiptHandle, VisibilityTimeout: 0})
@@ -110,6 +125,9 @@ func Redrive(ctx context.Context, dlq QueueAPI, dlqURL string, target MessageSen
 		}
 		if err := errors.Join(errs...); err != nil {
 			return moved, err
+		}
+		if again > 0 {
+			return moved, nil // back already: the cause is not fixed
 		}
 	}
 	return moved, nil
