@@ -7,6 +7,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/ddb-outbox/ddb-outbox/pkg/jsonstrict"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
 )
 
@@ -32,6 +33,12 @@ func DecodeEnvelope(ev events.EventBridgeEvent) (outbox.Envelope, error) {
 	detail := bytes.TrimSpace(ev.Detail)
 	if len(detail) == 0 || detail[0] != '{' {
 		return env, fmt.Errorf("%w: event %s (%s): detail is not a JSON object", ErrMalformedEvent, ev.ID, ev.DetailType)
+	}
+	if err := jsonstrict.Check(detail); err != nil {
+		return env, fmt.Errorf("%w: event %s (%s): %w", ErrMalformedEvent, ev.ID, ev.DetailType, err)
+	}
+	if err := jsonstrict.CheckFields(detail, &env); err != nil {
+		return env, fmt.Errorf("%w: event %s (%s): %w", ErrMalformedEvent, ev.ID, ev.DetailType, err)
 	}
 	if err := json.Unmarshal(detail, &env); err != nil {
 		return env, fmt.Errorf("%w: event %s (%s): decode detail: %v", ErrMalformedEvent, ev.ID, ev.DetailType, err)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/ddb-outbox/ddb-outbox/pkg/jsonstrict"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
 )
 
@@ -163,6 +164,14 @@ func CheckEvent(env outbox.Envelope) (any, error) {
 	decode := func(dst any) error {
 		if b := bytes.TrimSpace(env.Payload); len(b) == 0 || b[0] != '{' {
 			return errors.New("payload is not a JSON object")
+		}
+		// The producer never emits duplicate or differently-cased keys;
+		// encoding/json would read them differently from other readers.
+		if err := jsonstrict.Check(env.Payload); err != nil {
+			return err
+		}
+		if err := jsonstrict.CheckFields(env.Payload, dst); err != nil {
+			return err
 		}
 		return json.Unmarshal(env.Payload, dst)
 	}

@@ -101,6 +101,22 @@ func TestCheckEventRefuses(t *testing.T) {
 		{"valid OrderPaid", paid, ""},
 		{"unknown type", func(t *testing.T) outbox.Envelope { return base(t, "OrderLost", 2, map[string]any{}) }, order.ReasonUnknownEventType},
 		{"version 2", func(t *testing.T) outbox.Envelope { e := paid(t); e.EventVersion = 2; return e }, order.ReasonUnsupportedVersion},
+		// ambiguous JSON: encoding/json would book 300, other readers 100
+		{"duplicate amount, other case", func(t *testing.T) outbox.Envelope {
+			e := paid(t)
+			e.Payload = raw(`{"order_id":"o-1","amount_minor":100,"AMOUNT_MINOR":300,"currency":"EUR"}`)
+			return e
+		}, order.ReasonInvalidPayload},
+		{"duplicate amount", func(t *testing.T) outbox.Envelope {
+			e := paid(t)
+			e.Payload = raw(`{"order_id":"o-1","amount_minor":100,"amount_minor":200,"currency":"EUR"}`)
+			return e
+		}, order.ReasonInvalidPayload},
+		{"amount under another case", func(t *testing.T) outbox.Envelope {
+			e := paid(t)
+			e.Payload = raw(`{"order_id":"o-1","Amount_Minor":200,"currency":"EUR"}`)
+			return e
+		}, order.ReasonInvalidPayload},
 		{"aggregate Whatever", func(t *testing.T) outbox.Envelope { e := paid(t); e.AggregateType = "Whatever"; return e }, order.ReasonForeignAggregate},
 		{"event id upper case", func(t *testing.T) outbox.Envelope {
 			e := paid(t)

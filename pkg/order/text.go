@@ -81,9 +81,15 @@ func ValidateReason(reason string) error {
 
 // CheckText returns an error wrapping ErrInvalidText (and so ErrValidation)
 // naming the first forbidden code point of s and its byte offset, or nil.
-// Forbidden: invalid UTF-8, U+FFFD, general categories Cc, Cf, Zl and Zp, and
-// noncharacters (see IsNoncharacter).
+// Text that reaches customers must be plain, displayable, one-line text.
+// Forbidden: invalid UTF-8, U+FFFD, every code point that is not graphic
+// (general categories Cc, Cf, Co private use, Cs, Cn unassigned, Zl, Zp),
+// noncharacters (see IsNoncharacter), blank "filler" letters that render
+// as nothing (U+115F, U+1160, U+3164, U+FFA0, U+2800), more than
+// MaxCombiningMarks combining marks on one character, and a non-empty text
+// with no visible character at all.
 func CheckText(s string) error {
+	marks, visible := 0, false
 	for i, r := range s {
 		if forbiddenRune(r) {
 			if r == utf8.RuneError {
@@ -91,16 +97,37 @@ func CheckText(s string) error {
 			}
 			return fmt.Errorf("%w: U+%04X at byte %d", ErrInvalidText, r, i)
 		}
+		if unicode.Is(unicode.M, r) {
+			if marks++; marks > MaxCombiningMarks {
+				return fmt.Errorf("%w: more than %d combining marks on one character at byte %d", ErrInvalidText, MaxCombiningMarks, i)
+			}
+			continue
+		}
+		marks = 0
+		if !unicode.IsSpace(r) {
+			visible = true
+		}
+	}
+	if s != "" && !visible {
+		return fmt.Errorf("%w: no visible character", ErrInvalidText)
 	}
 	return nil
 }
+
+// MaxCombiningMarks bounds the combining marks (general category M) on one
+// character: enough for any real script's accents, not for "Zalgo" text
+// that overflows the lines around it.
+const MaxCombiningMarks = 4
 
 // IsForbiddenRune reports whether CheckText refuses r.
 func IsForbiddenRune(r rune) bool { return forbiddenRune(r) }
 
 func forbiddenRune(r rune) bool {
-	return r == utf8.RuneError || unicode.Is(unicode.Cc, r) || unicode.Is(unicode.Cf, r) ||
-		unicode.Is(unicode.Zl, r) || unicode.Is(unicode.Zp, r) || IsNoncharacter(r)
+	switch r {
+	case utf8.RuneError, 0x115F, 0x1160, 0x3164, 0xFFA0, 0x2800:
+		return true
+	}
+	return !unicode.IsGraphic(r) || IsNoncharacter(r)
 }
 
 // IsNoncharacter reports whether r is one of the 66 Unicode noncharacters:

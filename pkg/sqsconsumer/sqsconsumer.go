@@ -56,6 +56,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/ddb-outbox/ddb-outbox/pkg/jsonstrict"
 	"github.com/ddb-outbox/ddb-outbox/pkg/sqsmsg"
 )
 
@@ -272,7 +273,13 @@ func (h *Handler) one(ctx context.Context, stop time.Time, hasDeadline bool, m e
 		defer cancel()
 	}
 	var ev events.EventBridgeEvent
-	err := json.Unmarshal([]byte(m.Body), &ev)
+	err := jsonstrict.Check([]byte(m.Body))
+	if err == nil {
+		err = jsonstrict.CheckFields([]byte(m.Body), &ev)
+	}
+	if err == nil {
+		err = json.Unmarshal([]byte(m.Body), &ev)
+	}
 	if err != nil {
 		err = Permanent(ReasonMalformedEvent, fmt.Errorf("message body is not an EventBridge event: %w", err))
 	} else {
