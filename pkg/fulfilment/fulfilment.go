@@ -182,7 +182,7 @@ func New(ddb idempotency.API, shipper Shipper, cfg Config) (*Fulfilment, error) 
 	}
 	return &Fulfilment{
 		ddb: ddb, cfg: cfg, store: store, ship: shipper, log: cfg.Logger,
-		origin: dedup.ConsumerConfig{ExpectedSource: cfg.ExpectedSource, ExpectedAccount: cfg.ExpectedAccount},
+		origin: dedup.ConsumerConfig{ExpectedSource: cfg.ExpectedSource, ExpectedAccount: cfg.ExpectedAccount, Dedup: dedup.Config{Consumer: ConsumerName}},
 	}, nil
 }
 
