@@ -141,3 +141,51 @@ func TestHandlePoisonWithoutUsableKeysIsNotAcknowledged(t *testing.T) {
 		})
 	}
 }
+
+// shortAnswerBus answers every PutEvents with keep result entries (nil
+// output when keep < 0), whatever the request held.
+type shortAnswerBus struct {
+	*fakeEventBridge
+	keep int
+}
+
+func (b shortAnswerBus) PutEvents(ctx context.Context, in *eventbridge.PutEventsInput, opts ...func(*eventbridge.Options)) (*eventbridge.PutEventsOutput, error) {
+	out, err := b.fakeEventBridge.PutEvents(ctx, in, opts...)
+	if err != nil || b.keep < 0 {
+		return nil, err
+	}
+	out.Entries = out.Entries[:min(b.keep, len(out.Entries))]
+	return out, nil
+}
+
+// TestPublisherResultCountMismatchIsRetryable: a PutEvents answer whose
+// result entries do not match the request's one for one (fewer, or no
+// output at all) cannot say which entry was accepted: every entry of the
+// request is a retryable failure (CodeNoResult), none is taken as
+// published.
+func TestPublisherResultCountMismatchIsRetryable(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		keep    int
+		wantMsg string
+	}{
+		{"one result for two entries", 1, "returned 1 result entries for 2 request entries"},
+		{"no result entries", 0, "returned 0 result entries for 2 request entries"},
+		{"nil output", -1, "returned 0 result entries for 2 request entries"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			envs := []outbox.Envelope{envelope(t, "a", 1, 10), envelope(t, "b", 1, 10)}
+			bus := shortAnswerBus{fakeEventBridge: &fakeEventBridge{}, keep: tt.keep}
+			res := newPublisher(t, bus, func(c *relay.PublisherConfig) { c.MaxAttempts = 2 }).Publish(context.Background(), envs)
+			for i, r := range res {
+				if r.Status != relay.RetryableFailure || r.ErrorCode != relay.CodeNoResult || r.EventID != "" || r.Attempts != 2 ||
+					!strings.Contains(r.ErrorMessage, tt.wantMsg) {
+					t.Errorf("entry %d: %+v, want RetryableFailure %s %q after 2 attempts", i, r, relay.CodeNoResult, tt.wantMsg)
+				}
+			}
+		})
+	}
+}
