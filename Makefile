@@ -10,7 +10,7 @@ DIST := dist
 export CDK_DISABLE_VERSION_CHECK := true
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: help deps dev demo test test-unit test-infra build synth chaos bench fuzz clean FORCE
+.PHONY: help deps dev demo test test-unit test-infra build synth chaos bench fuzz mutation clean FORCE
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -73,6 +73,28 @@ fuzz: deps ## run each fuzz target for FUZZTIME (default 30s): API requests, str
 	$(GO) test -run '^$$' -fuzz '^FuzzAPIRequest$$' -fuzztime $(FUZZTIME) ./pkg/api
 	$(GO) test -run '^$$' -fuzz '^FuzzStreamRecord$$' -fuzztime $(FUZZTIME) ./pkg/relay
 	$(GO) test -run '^$$' -fuzz '^FuzzImageRoundTrip$$' -fuzztime $(FUZZTIME) ./pkg/streamimage
+
+# Mutation testing with gremlins (a Go tool pinned in go.mod: `go tool
+# gremlins`). Slow (each mutant reruns a package's tests, Dynoxide ones
+# included), so not part of `make test`. One JSON report per package under
+# results/mutation/. MUTATION_PKGS= picks packages, MUTATION_WORKERS= the
+# mutants run in parallel (each test run gets one CPU; the timeout of a
+# mutant's run is MUTATION_TIMEOUT_COEFF times the unmutated run's: with 3,
+# a package whose tests take a second timed out on the recompile alone).
+# gremlins skips mutants it counts as not covered, and a `case` expression
+# of a switch is never in a Go coverage block: read those as untested.
+MUTATION_PKGS ?= outbox relay reconciler dedup order streamimage
+MUTATION_WORKERS ?= 2
+MUTATION_TIMEOUT_COEFF ?= 10
+MUTATION_OUT := results/mutation
+
+mutation: deps ## mutation testing of the promise-critical packages, slow (MUTATION_PKGS='relay outbox', MUTATION_WORKERS=2)
+	@mkdir -p $(MUTATION_OUT)
+	@for p in $(MUTATION_PKGS); do \
+		echo "== mutation testing pkg/$$p"; \
+		$(GO) tool gremlins unleash ./pkg/$$p --workers $(MUTATION_WORKERS) --test-cpu 1 \
+			--timeout-coefficient $(MUTATION_TIMEOUT_COEFF) -o $(MUTATION_OUT)/$$p.json || exit 1; \
+	done
 
 clean: ## remove build outputs, cdk.out, results and bin/
 	rm -rf $(DIST) cdk.out results bin
