@@ -169,7 +169,7 @@ func TestLedgerCancellationOutcomes(t *testing.T) {
 			t.Run(sh.name+"/"+strings.Join(parts, ","), func(t *testing.T) {
 				t.Parallel()
 				client := &cancelClient{codes: c}
-				l, err := ledger.New(client, ledger.Config{Table: "ledger", Logger: quiet, Dedup: dedup.Config{Table: "dedup",
+				l, err := ledger.New(client, ledger.Config{Ordering: dedup.Unordered, Table: "ledger", Logger: quiet, Dedup: dedup.Config{Table: "dedup",
 					MaxAttempts: consumerAttempts, BaseBackoff: time.Nanosecond, MaxBackoff: time.Nanosecond}})
 				if err != nil {
 					t.Fatal(err)

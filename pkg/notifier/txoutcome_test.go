@@ -161,7 +161,7 @@ func TestNotifierCancellationOutcomes(t *testing.T) {
 		t.Run(strings.Join(parts, ","), func(t *testing.T) {
 			t.Parallel()
 			client := &cancelClient{codes: c}
-			n, err := notifier.New(client, notifier.Config{Table: "notifications", Logger: quiet, Dedup: dedup.Config{Table: "dedup",
+			n, err := notifier.New(client, notifier.Config{Ordering: dedup.Unordered, Table: "notifications", Logger: quiet, Dedup: dedup.Config{Table: "dedup",
 				MaxAttempts: consumerAttempts, BaseBackoff: time.Nanosecond, MaxBackoff: time.Nanosecond}})
 			if err != nil {
 				t.Fatal(err)

@@ -49,9 +49,19 @@ func (r Rule) Pattern(source string) map[string]any {
 func Rules() []Rule {
 	return []Rule{
 		{
+			// Every order event, not only payments and cancellations: the
+			// ledger is an ordered consumer (promise I4, docs/ORDERING.md)
+			// and must see each sequence of an order to advance past the
+			// ones it does not book (OrderPlaced, OrderShipped, an unpaid
+			// cancellation). Filtered to its two types it could neither
+			// wait for "last + 1" (sequence 1 never comes) nor accept any
+			// later sequence (a refund would be booked before its payment).
+			// The name is kept from when the rule matched payments only:
+			// it is the CloudFormation logical id of the rule and of its
+			// DLQ, so renaming it would replace both on deploy.
 			Name:        "ledger-order-payments",
 			Consumer:    ConsumerLedger,
-			DetailTypes: []string{order.EventOrderPaid, order.EventOrderCancelled},
+			DetailTypes: append([]string(nil), order.EventTypes...),
 		},
 		{
 			Name:        "fulfilment-order-payments",
