@@ -233,7 +233,10 @@ func (a *Applier) Marker(env outbox.Envelope, now time.Time) types.TransactWrite
 //   - env.Sequence > last+1: (false, err) with a *GapError (ErrSequenceGap)
 //     naming the missing range; nothing was written, deliver it again later;
 //   - env.Sequence == last+1: the item moved after the transaction read it;
-//     the transaction is sent again like a conflict (bounded by MaxAttempts).
+//     the gate's failure counts as a conflict: the transaction is sent again
+//     (bounded by MaxAttempts) unless another reason repeating cannot fix
+//     (ValidationError, ItemCollectionSizeLimitExceeded, an effect's
+//     condition) is there, which is returned at once as a *outbox.TxError.
 //
 // A failed read is returned as an error (redeliver).
 func (a *Applier) Apply(ctx context.Context, env outbox.Envelope, effects []types.TransactWriteItem) (bool, error) {
@@ -286,7 +289,12 @@ func (a *Applier) Apply(ctx context.Context, env outbox.Envelope, effects []type
 			case outcome == gateEarly:
 				return false, gap
 			}
-			last = te // gateMoved: send it again
+			// gateMoved: the gate's failure was a race, like a conflict.
+			// Another reason repeating cannot fix decides at once.
+			if te.Invalid() || te.CollectionFull() || effectConditionFailed(te, gate) {
+				return false, fmt.Errorf("dedup: apply event %s: %w", env.EventID, te)
+			}
+			last = te
 			continue
 		}
 		if !te.Retryable() {
@@ -389,6 +397,17 @@ func FailedEffect(err error) (int, bool) {
 		}
 	}
 	return -1, false
+}
+
+// effectConditionFailed reports whether an action between the marker and
+// end (exclusive) failed its condition.
+func effectConditionFailed(te *outbox.TxError, end int) bool {
+	for i := 1; i < end && i < len(te.Reasons); i++ {
+		if te.ConditionFailed(i) {
+			return true
+		}
+	}
+	return false
 }
 
 // EffectConditionFailed reports whether err carries a *outbox.TxError in

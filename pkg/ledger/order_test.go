@@ -181,6 +181,9 @@ func TestLedgerOrderedDuplicates(t *testing.T) {
 			if err := f.ledger.Handle(ctx, delivery(t, e)); err != nil {
 				t.Fatalf("%s: duplicate of sequence %d: %v", name, e.Sequence, err)
 			}
+			if name == "marker expired" && f.markerExists(t, e.EventID) {
+				t.Fatalf("duplicate of sequence %d was applied again (it wrote a marker)", e.Sequence)
+			}
 		}
 		mustBalance(t, f.ledger, "EUR", 300)
 		if n, err := f.ledger.EntryCount(ctx); err != nil || n != 1 {
