@@ -30,6 +30,11 @@ type Rule struct {
 	Consumer string
 	// DetailTypes are the event types the consumer receives.
 	DetailTypes []string
+	// Ordered says the consumer applies an aggregate's events in sequence
+	// order (dedup.Ordered, promise I4): it must then receive every event
+	// type of the aggregate, including those it does not act on, or it
+	// would wait forever for a sequence it never sees (docs/ORDERING.md).
+	Ordered bool
 }
 
 // Pattern returns the rule's EventBridge event pattern for events of source,
@@ -62,8 +67,12 @@ func Rules() []Rule {
 			Name:        "ledger-order-payments",
 			Consumer:    ConsumerLedger,
 			DetailTypes: append([]string(nil), order.EventTypes...),
+			Ordered:     true,
 		},
 		{
+			// Unordered: each effect is keyed by the order and guarded by
+			// its idempotency record and the shipment's own state
+			// (docs/ORDERING.md).
 			Name:        "fulfilment-order-payments",
 			Consumer:    ConsumerFulfilment,
 			DetailTypes: []string{order.EventOrderPaid, order.EventOrderCancelled},
@@ -72,6 +81,7 @@ func Rules() []Rule {
 			Name:        "notifier-order-events",
 			Consumer:    ConsumerNotifier,
 			DetailTypes: append([]string(nil), order.EventTypes...),
+			Ordered:     true,
 		},
 	}
 }
