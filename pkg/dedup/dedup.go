@@ -385,7 +385,9 @@ func EffectIndex(i int) int { return i + 1 }
 
 // FailedEffect returns the index into the effects passed to Apply of the
 // first effect whose condition failed, if err carries a *outbox.TxError with
-// such a failure.
+// such a failure. For an ordered Applier the gate is the action after the
+// effects: an index equal to len(effects) is the gate (Apply only returns
+// that after a moved gate outlasted MaxAttempts).
 func FailedEffect(err error) (int, bool) {
 	te, ok := outbox.AsTxError(err)
 	if !ok {
@@ -419,6 +421,8 @@ func EffectConditionFailed(err error, i int) bool {
 
 // CreateTableInput returns the dedup table definition used by the local
 // runtime and tests: partition key AttrPK (S), on-demand billing, no stream.
+// It holds the markers and the ordered consumers' ordering items
+// (SequenceKey).
 // The CDK construct declares the same shape plus TTL on TTLAttribute.
 func CreateTableInput(name string) *dynamodb.CreateTableInput {
 	return &dynamodb.CreateTableInput{
