@@ -215,7 +215,10 @@ func (s *OrdersStack) addConsumer(name, source string) error {
 	fn.AddEventSource(es)
 	c := &Consumer{Function: fn, Table: table, Queue: queue, DLQ: dlq, EventSource: es}
 	s.Consumers[name] = c
-	return s.grantCode(fn, name, arns)
+	// sqs:ChangeMessageVisibility on the queue (sqsconsumer's RetryDelay)
+	// is part of the event source mapping's grant (SqsEventSource:
+	// grantConsumeMessages, app's sqsMappingGrant): not granted twice.
+	return s.grantCode(fn, name, arns, app.ResourceConsumerQueue)
 }
 
 // addRule creates routing rule r: an EventBridge rule on the bus whose target

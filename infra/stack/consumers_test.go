@@ -164,3 +164,31 @@ func sortedActions(a []string) []string {
 	sort.Strings(out)
 	return slices.Compact(out)
 }
+
+// GIVEN the default stack
+// WHEN the ordered consumers' EventBridge rules are read from the template
+// THEN the ledger's and the notifier's rules match every order event type
+// (an ordered consumer advances its sequence past the events it does not
+// act on, docs/ORDERING.md), and the unordered fulfilment consumer's rule
+// still matches payments and cancellations only.
+func TestOrderedConsumerRulesMatchEveryOrderEvent(t *testing.T) {
+	all := []string{"OrderCancelled", "OrderPaid", "OrderPlaced", "OrderShipped"}
+	want := map[string][]string{
+		routing.ConsumerLedger:     all,
+		routing.ConsumerNotifier:   all,
+		routing.ConsumerFulfilment: {"OrderCancelled", "OrderPaid"},
+	}
+	for _, r := range routing.Rules() {
+		p := def.props(t, def.id(def.stack.Rules[r.Name]))
+		raw, _ := get(p, "EventPattern", "detail-type").([]any)
+		var got []string
+		for _, v := range raw {
+			s, _ := v.(string)
+			got = append(got, s)
+		}
+		sort.Strings(got)
+		if !slices.Equal(got, want[r.Consumer]) {
+			t.Errorf("rule %s (consumer %s) matches %v, want %v", r.Name, r.Consumer, got, want[r.Consumer])
+		}
+	}
+}

@@ -213,9 +213,11 @@ func Permissions() []FunctionPermissions {
 			Function: name,
 			Calls: []Call{
 				{Operation: "dynamodb.TransactWriteItems", Grants: []Grant{
-					{ResourceDedupTable, []string{"dynamodb:PutItem"}},
+					{ResourceDedupTable, []string{"dynamodb:PutItem", "dynamodb:UpdateItem"}},
 					{table, []string{"dynamodb:PutItem", "dynamodb:UpdateItem"}},
-				}, Why: "dedup.Applier: the dedup marker Put, the side effect's Put and Update in one transaction"},
+				}, Why: "dedup.Applier: the dedup marker Put, the side effect's Put and Update and the ordering gate's Update (last_sequence) in one transaction"},
+				{Operation: "dynamodb.GetItem", Grants: []Grant{{ResourceDedupTable, []string{"dynamodb:GetItem"}}},
+					Why: "dedup.Applier.LastSequence reads the ordering item when the gate's condition failed, to tell a duplicate from an early event (docs/ORDERING.md)"},
 				{Operation: "sqs.SendMessage", Grants: []Grant{{ResourceConsumerDLQ, []string{"sqs:SendMessage"}}},
 					Why: "sqsconsumer.Handler dead-letters a permanently failing event to the consumer's DLQ"},
 				{Operation: "sqs.ChangeMessageVisibility", Grants: []Grant{{ResourceConsumerQueue, []string{"sqs:ChangeMessageVisibility"}}},

@@ -126,6 +126,17 @@ const (
 	// DefaultConsumerMaxReceiveCount is the consumer queue's redrive policy
 	// maxReceiveCount: deliveries before a message moves to the DLQ.
 	DefaultConsumerMaxReceiveCount = 5
+	// DefaultConsumerGapMaxReceives bounds how long an ordered consumer
+	// holds an event whose predecessors have not been applied (a sequence
+	// gap, promise I4): on this receive (ApproximateReceiveCount) the event
+	// is dead-lettered with reason sequence_gap instead of being left for
+	// redelivery. It equals DefaultConsumerMaxReceiveCount, the last receive
+	// the queue's redrive policy allows, so the held event gets the queue's
+	// whole retry window (with DefaultConsumerRetryBase 10 s doubling per
+	// receive: about 10+20+40+80 = 150 s) and still reaches the DLQ with a
+	// reason. Set it to the queue's maxReceiveCount when that differs
+	// (dedup.ConsumerConfig.GapMaxReceives; docs/ORDERING.md).
+	DefaultConsumerGapMaxReceives = DefaultConsumerMaxReceiveCount
 	// DefaultConsumerBatchSize is the SQS event source mapping's BatchSize
 	// (AWS default 10).
 	DefaultConsumerBatchSize = 10

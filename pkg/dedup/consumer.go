@@ -41,7 +41,38 @@ type ConsumerConfig struct {
 	// "account" must equal: the account of the relay's bus. Empty: the
 	// account is not checked (the local runtime uses "000000000000").
 	ExpectedAccount string
+	// Ordering selects whether the consumer applies an aggregate's events
+	// in sequence order (promise I4; docs/ORDERING.md): OrderingDefault
+	// takes the consumer's own default (the ledger and the notifier are
+	// ordered), Ordered or Unordered override it. Ordered sets
+	// Dedup.Ordered: the dedup transaction carries the ordering gate.
+	Ordering Ordering
+	// GapMaxReceives is the receive (SQS ApproximateReceiveCount, read with
+	// sqsconsumer.MessageFromContext) on which an ordered consumer gives up
+	// holding an event that waits for earlier sequences and dead-letters it
+	// with ReasonSequenceGap (Hold). It must not exceed the consumer
+	// queue's maxReceiveCount, or the redrive policy moves the event first,
+	// without the reason. Default config.DefaultConsumerGapMaxReceives (5,
+	// the stack's maxReceiveCount).
+	GapMaxReceives int
 }
+
+// Ordering is a consumer's ordered-apply mode (ConsumerConfig.Ordering).
+type Ordering string
+
+// Ordering modes.
+const (
+	// OrderingDefault takes the consumer's default mode.
+	OrderingDefault Ordering = ""
+	// Unordered applies every event once, in arrival order (promise I3
+	// only): an event whose predecessor has not arrived is applied anyway.
+	Unordered Ordering = "unordered"
+	// Ordered applies an aggregate's events once each and in sequence order
+	// (I3 and I4): an early event is held until its predecessors are
+	// applied, and dead-lettered with ReasonSequenceGap when the gap does
+	// not close within GapMaxReceives receives.
+	Ordered Ordering = "ordered"
+)
 
 // Errors returned by CheckOrigin. Retrying cannot fix them: consumers
 // dead-letter the event (reasons ReasonForeignSource, ReasonForeignAccount).
@@ -124,10 +155,15 @@ type Consumer struct {
 
 // NewConsumer applies the defaults (Dedup.Consumer = name; Dedup.MaxAttempts
 // = maxAttempts when unset and maxAttempts > 0; ExpectedSource =
-// config.DefaultEventSource), validates cfg and builds the Applier. Errors
-// name the consumer: a nil client, an empty Table, a negative CallTimeout,
-// an ExpectedAccount that is not 12 digits, or an invalid Dedup config.
-func NewConsumer(name string, client TransactWriter, cfg ConsumerConfig, maxAttempts int) (Consumer, error) {
+// config.DefaultEventSource; Ordering = ordering when unset, or Ordered
+// when Dedup.Ordered is set; GapMaxReceives =
+// config.DefaultConsumerGapMaxReceives), sets Dedup.Ordered from Ordering,
+// validates cfg and builds the Applier. Errors name the consumer: a nil
+// client, an empty Table, a negative CallTimeout, an ExpectedAccount that
+// is not 12 digits, an unknown Ordering, a GapMaxReceives below 1, or an
+// invalid Dedup config (an ordered consumer's client must implement
+// ItemGetter).
+func NewConsumer(name string, client TransactWriter, cfg ConsumerConfig, maxAttempts int, ordering Ordering) (Consumer, error) {
 	if client == nil {
 		return Consumer{}, fmt.Errorf("%s: nil client", name)
 	}
@@ -146,7 +182,24 @@ func NewConsumer(name string, client TransactWriter, cfg ConsumerConfig, maxAtte
 	if cfg.ExpectedSource == "" {
 		cfg.ExpectedSource = config.DefaultEventSource
 	}
+	if cfg.Ordering == OrderingDefault {
+		cfg.Ordering = ordering
+		if cfg.Dedup.Ordered {
+			cfg.Ordering = Ordered
+		}
+	}
+	if cfg.Ordering == OrderingDefault {
+		cfg.Ordering = Unordered
+	}
+	cfg.Dedup.Ordered = cfg.Ordering == Ordered
+	if cfg.GapMaxReceives == 0 {
+		cfg.GapMaxReceives = config.DefaultConsumerGapMaxReceives
+	}
 	switch {
+	case cfg.Ordering != Ordered && cfg.Ordering != Unordered:
+		return Consumer{}, fmt.Errorf("%s: Config.Ordering %q is neither %q nor %q", name, cfg.Ordering, Ordered, Unordered)
+	case cfg.GapMaxReceives < 1:
+		return Consumer{}, fmt.Errorf("%s: Config.GapMaxReceives %d must be >= 1", name, cfg.GapMaxReceives)
 	case cfg.Table == "":
 		return Consumer{}, errors.New(name + ": Config.Table is required")
 	case cfg.CallTimeout < 0:
@@ -199,4 +252,40 @@ func (c ConsumerConfig) Accept(ctx context.Context, log *slog.Logger, ev events.
 		log = log.With("actor", env.Actor)
 	}
 	return env, log, nil
+}
+
+// Hold is an ordered consumer's answer to an Apply error wrapping a
+// *GapError (errors.Is(err, ErrSequenceGap)): the event is early, nothing
+// was written. Below GapMaxReceives receives of the SQS message being
+// handled (sqsconsumer.MessageFromContext; a call without one counts as
+// below) it logs the hold at INFO and returns err, so the message is
+// reported failed and comes back (sqsconsumer's RetryDelay: seconds). On
+// receive GapMaxReceives or later it logs at ERROR and returns
+// sqsconsumer.Permanent(ReasonSequenceGap, "waiting for sequences A..B of
+// <aggregate>"): the event is dead-lettered with the missing range, never
+// applied early and never dropped. Redriving the DLQ (the missing event and
+// the held ones) lets them through in order. Any other err is returned
+// unchanged.
+func (c ConsumerConfig) Hold(ctx context.Context, log *slog.Logger, err error) error {
+	gap, ok := AsGapError(err)
+	if !ok {
+		return err
+	}
+	from, to := gap.Missing()
+	receives := 0
+	if m, ok := sqsconsumer.MessageFromContext(ctx); ok {
+		receives = sqsconsumer.ReceiveCount(m)
+	}
+	max := c.GapMaxReceives
+	if max < 1 {
+		max = config.DefaultConsumerGapMaxReceives
+	}
+	if receives >= max {
+		return Refuse(ctx, log, c.Dedup.Consumer, ReasonSequenceGap,
+			fmt.Errorf("waiting for sequences %d..%d of %s %s after %d receives: %w", from, to, gap.AggregateType, gap.AggregateID, receives, err),
+			"missing_from", from, "missing_to", to, "receive_count", receives)
+	}
+	log.InfoContext(ctx, c.Dedup.Consumer+": event held until earlier sequences are applied",
+		"missing_from", from, "missing_to", to, "receive_count", receives, "gap_max_receives", max)
+	return fmt.Errorf("%s: hold: %w", c.Dedup.Consumer, err)
 }

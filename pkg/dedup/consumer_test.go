@@ -63,7 +63,7 @@ func TestNewConsumerExpectedAccount(t *testing.T) {
 		account string
 		ok      bool
 	}{{"", true}, {"123456789012", true}, {"12345678901", false}, {"12345678901x", false}, {"1234567890123", false}} {
-		c, err := dedup.NewConsumer("ledger", &fakeTx{}, dedup.ConsumerConfig{Table: "t", Dedup: dedup.Config{Table: "d"}, ExpectedAccount: tt.account}, 0)
+		c, err := dedup.NewConsumer("ledger", &fakeTx{}, dedup.ConsumerConfig{Table: "t", Dedup: dedup.Config{Table: "d"}, ExpectedAccount: tt.account}, 0, dedup.Unordered)
 		if (err == nil) != tt.ok {
 			t.Errorf("ExpectedAccount %q: err = %v, want ok=%v", tt.account, err, tt.ok)
 		}

@@ -81,6 +81,12 @@ type Config struct {
 	CallTimeout time.Duration
 	// Now returns the current time; default time.Now. For tests.
 	Now func() time.Time
+	// Ordered makes Apply an ordered apply (promise I4): the transaction
+	// gets one more action, the ordering gate (Gate), after the effects,
+	// and an event that is not next for its aggregate is refused with a
+	// *GapError (nothing written) or acknowledged as a duplicate. The
+	// client passed to NewApplier must then also implement ItemGetter.
+	Ordered bool
 }
 
 func (c *Config) setDefaults() {
@@ -129,11 +135,13 @@ func (c Config) Validate() error {
 // It is safe for concurrent use.
 type Applier struct {
 	client TransactWriter
+	getter ItemGetter // ordered appliers only
 	cfg    Config
 	cond   expression.Expression
 }
 
-// NewApplier returns an Applier, or an error if cfg does not validate.
+// NewApplier returns an Applier, or an error if cfg does not validate or
+// cfg.Ordered is set and client does not implement ItemGetter.
 func NewApplier(client TransactWriter, cfg Config) (*Applier, error) {
 	if client == nil {
 		return nil, errors.New("dedup: nil TransactWriter")
@@ -147,7 +155,15 @@ func NewApplier(client TransactWriter, cfg Config) (*Applier, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dedup: build marker condition: %w", err)
 	}
-	return &Applier{client: client, cfg: cfg, cond: cond}, nil
+	a := &Applier{client: client, cfg: cfg, cond: cond}
+	if cfg.Ordered {
+		g, ok := client.(ItemGetter)
+		if !ok {
+			return nil, errors.New("dedup: Config.Ordered needs a client with GetItem (ItemGetter)")
+		}
+		a.getter = g
+	}
+	return a, nil
 }
 
 // Config returns the applier's effective configuration.
@@ -207,6 +223,22 @@ func (a *Applier) Marker(env outbox.Envelope, now time.Time) types.TransactWrite
 //     throttling or unnamed reasons that outlasted MaxAttempts. Nothing was
 //     written.
 //   - (false, err) with the SDK's error otherwise, or the context's error.
+//
+// Ordered (Config.Ordered): the ordering gate (Gate) is the last action,
+// 1+len(effects). When its condition fails, the ordering item is read
+// (LastSequence, strongly consistent) and decides, after the marker's
+// condition and before everything else:
+//   - env.Sequence <= last: (false, nil), a duplicate (applied before, even
+//     if its marker has expired);
+//   - env.Sequence > last+1: (false, err) with a *GapError (ErrSequenceGap)
+//     naming the missing range; nothing was written, deliver it again later;
+//   - env.Sequence == last+1: the item moved after the transaction read it;
+//     the gate's failure counts as a conflict: the transaction is sent again
+//     (bounded by MaxAttempts) unless another reason repeating cannot fix
+//     (ValidationError, ItemCollectionSizeLimitExceeded, an effect's
+//     condition) is there, which is returned at once as a *outbox.TxError.
+//
+// A failed read is returned as an error (redeliver).
 func (a *Applier) Apply(ctx context.Context, env outbox.Envelope, effects []types.TransactWriteItem) (bool, error) {
 	if err := env.Validate(); err != nil {
 		return false, err
@@ -214,6 +246,15 @@ func (a *Applier) Apply(ctx context.Context, env outbox.Envelope, effects []type
 	items := make([]types.TransactWriteItem, 0, 1+len(effects))
 	items = append(items, a.Marker(env, a.cfg.Now()))
 	items = append(items, effects...)
+	gate := -1
+	if a.cfg.Ordered {
+		g, err := a.Gate(env, a.cfg.Now())
+		if err != nil {
+			return false, err
+		}
+		gate = len(items)
+		items = append(items, g)
+	}
 	if err := outbox.CheckTransaction(items); err != nil {
 		return false, fmt.Errorf("dedup: event %s: %w", env.EventID, err)
 	}
@@ -237,6 +278,24 @@ func (a *Applier) Apply(ctx context.Context, env outbox.Envelope, effects []type
 		}
 		if te.ConditionFailed(MarkerIndex) {
 			return false, nil // already applied
+		}
+		if gate >= 0 && te.ConditionFailed(gate) {
+			outcome, gap, err := a.judgeGate(ctx, env)
+			switch {
+			case err != nil:
+				return false, fmt.Errorf("dedup: apply event %s: ordering gate failed: %w", env.EventID, err)
+			case outcome == gateDuplicate:
+				return false, nil
+			case outcome == gateEarly:
+				return false, gap
+			}
+			// gateMoved: the gate's failure was a race, like a conflict.
+			// Another reason repeating cannot fix decides at once.
+			if te.Invalid() || te.CollectionFull() || effectConditionFailed(te, gate) {
+				return false, fmt.Errorf("dedup: apply event %s: %w", env.EventID, te)
+			}
+			last = te
+			continue
 		}
 		if !te.Retryable() {
 			return false, fmt.Errorf("dedup: apply event %s: %w", env.EventID, te)
@@ -326,7 +385,9 @@ func EffectIndex(i int) int { return i + 1 }
 
 // FailedEffect returns the index into the effects passed to Apply of the
 // first effect whose condition failed, if err carries a *outbox.TxError with
-// such a failure.
+// such a failure. For an ordered Applier the gate is the action after the
+// effects: an index equal to len(effects) is the gate (Apply only returns
+// that after a moved gate outlasted MaxAttempts).
 func FailedEffect(err error) (int, bool) {
 	te, ok := outbox.AsTxError(err)
 	if !ok {
@@ -340,6 +401,17 @@ func FailedEffect(err error) (int, bool) {
 	return -1, false
 }
 
+// effectConditionFailed reports whether an action between the marker and
+// end (exclusive) failed its condition.
+func effectConditionFailed(te *outbox.TxError, end int) bool {
+	for i := 1; i < end && i < len(te.Reasons); i++ {
+		if te.ConditionFailed(i) {
+			return true
+		}
+	}
+	return false
+}
+
 // EffectConditionFailed reports whether err carries a *outbox.TxError in
 // which effects[i] of the Apply call failed its condition.
 func EffectConditionFailed(err error, i int) bool {
@@ -349,6 +421,8 @@ func EffectConditionFailed(err error, i int) bool {
 
 // CreateTableInput returns the dedup table definition used by the local
 // runtime and tests: partition key AttrPK (S), on-demand billing, no stream.
+// It holds the markers and the ordered consumers' ordering items
+// (SequenceKey).
 // The CDK construct declares the same shape plus TTL on TTLAttribute.
 func CreateTableInput(name string) *dynamodb.CreateTableInput {
 	return &dynamodb.CreateTableInput{

@@ -27,6 +27,15 @@
 //     after the marker expired is caught by the effect's own
 //     attribute_not_exists condition (the ledger's entry Put, the
 //     notifier's notification Put).
+//   - Ordered appliers (Config.Ordered; ConsumerConfig.Ordering, promise
+//     I4) add one action after the effects: the ordering gate, an Update of
+//     "<consumer>#SEQ#<aggregate_type>#<aggregate_id>" (AttrLastSequence)
+//     guarded by last_sequence = sequence-1 (attribute_not_exists for
+//     sequence 1). An event that is not next writes nothing: a duplicate
+//     (sequence <= last) is acknowledged, an early one (sequence > last+1)
+//     is returned as a *GapError and held by ConsumerConfig.Hold until the
+//     gap closes or GapMaxReceives receives dead-letter it as
+//     ReasonSequenceGap (docs/ORDERING.md). Ordering items never expire.
 //
 // # Example
 //

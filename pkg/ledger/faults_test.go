@@ -195,7 +195,7 @@ func TestFaultResponseLostTransactWriteItemsAppliesOnce(t *testing.T) {
 					o.Backoff = retry.BackoffDelayerFunc(func(int, error) (time.Duration, error) { return time.Millisecond, nil })
 				})
 			}
-			l, err := ledger.New(dynamodb.NewFromConfig(cfg), ledger.Config{Table: f.table, Logger: quiet,
+			l, err := ledger.New(dynamodb.NewFromConfig(cfg), ledger.Config{Ordering: dedup.Unordered, Table: f.table, Logger: quiet,
 				Dedup: dedup.Config{Table: f.dedup, BaseBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond}})
 			if err != nil {
 				t.Fatal(err)
@@ -450,7 +450,7 @@ func TestFaultChaosSmoke(t *testing.T) {
 		})
 	}
 	faulty := dynamodb.NewFromConfig(cfg)
-	l, err := ledger.New(faulty, ledger.Config{Table: s.f.table, Logger: quiet,
+	l, err := ledger.New(faulty, ledger.Config{Ordering: dedup.Unordered, Table: s.f.table, Logger: quiet,
 		Dedup: dedup.Config{Table: s.f.dedup, BaseBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)

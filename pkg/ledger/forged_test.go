@@ -28,7 +28,7 @@ func newAccountFixture(t *testing.T, env *ddbtest.Env) fixture {
 	lt, dt := ddbtest.Name("ledger"), ddbtest.Name("dedup")
 	env.CreateTable(t, ledger.CreateTableInput(lt))
 	env.CreateTable(t, dedup.CreateTableInput(dt))
-	l, err := ledger.New(env.DDB, ledger.Config{Table: lt, Dedup: dedup.Config{Table: dt, BaseBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond},
+	l, err := ledger.New(env.DDB, ledger.Config{Ordering: dedup.Unordered, Table: lt, Dedup: dedup.Config{Table: dt, BaseBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond},
 		Logger: quiet, ExpectedAccount: "123456789012"})
 	if err != nil {
 		t.Fatal(err)

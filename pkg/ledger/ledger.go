@@ -9,8 +9,23 @@
 //     balance shrinks by refund_minor.
 //   - OrderCancelled with was_paid=false: no money moves; only the dedup
 //     marker is written, so the event is acknowledged and recorded as seen.
-//   - Any other detail-type: ignored with a log line and acknowledged (the
-//     EventBridge rule should not route it here; see pkg/routing).
+//   - OrderPlaced, OrderShipped and any other detail-type: no money moves.
+//     Ordered (the default), the event is checked like the others and only
+//     its dedup marker and the order's ordering gate are written, so the
+//     ledger's sequence for the order advances past it (the routing rule
+//     sends the ledger every order event for that: pkg/routing). Unordered,
+//     it is ignored with a log line and acknowledged.
+//
+// # Order (promise I4)
+//
+// By default the ledger is an ordered consumer (dedup.Ordered): it keeps
+// the last applied sequence of each order ("ledger#SEQ#Order#<id>" in the
+// dedup table) in the same transaction as the booking, so a refund
+// (OrderCancelled with was_paid, sequence 3) is never booked before its
+// payment (OrderPaid, sequence 2): an early event is held and redelivered
+// (dedup.ErrSequenceGap), and dead-lettered as sequence_gap when the gap
+// does not close within Config.GapMaxReceives receives
+// (dedup.ConsumerConfig.Hold; docs/ORDERING.md).
 //
 // # Exactly once
 //
@@ -160,7 +175,8 @@ type Client interface {
 }
 
 // Config configures a Ledger: dedup.ConsumerConfig. Dedup.Consumer defaults to
-// routing.ConsumerLedger and Dedup.MaxAttempts to DefaultMaxAttempts.
+// routing.ConsumerLedger, Dedup.MaxAttempts to DefaultMaxAttempts and
+// Ordering to dedup.Ordered (a refund is never booked before its payment).
 type Config = dedup.ConsumerConfig
 
 // Ledger books order payments and refunds. It is safe for concurrent use.
@@ -174,7 +190,7 @@ type Ledger struct {
 // New returns a Ledger, or an error if cfg does not validate (see
 // dedup.NewConsumer).
 func New(client Client, cfg Config) (*Ledger, error) {
-	c, err := dedup.NewConsumer(routing.ConsumerLedger, client, cfg, DefaultMaxAttempts)
+	c, err := dedup.NewConsumer(routing.ConsumerLedger, client, cfg, DefaultMaxAttempts, dedup.Ordered)
 	if err != nil {
 		return nil, err
 	}
@@ -197,18 +213,30 @@ func (l *Ledger) Handle(ctx context.Context, ev events.EventBridgeEvent) error {
 	}
 	log = log.With("idempotency_key", dedup.MarkerKey(l.cfg.Dedup.Consumer, env.EventID))
 
+	ordered := l.cfg.Ordering == dedup.Ordered
 	var b *booking
 	switch env.EventType {
 	case order.EventOrderPaid, order.EventOrderCancelled:
 		b, err = bookingFor(env)
-		if err != nil {
-			ce, _ := order.AsContractError(err)
-			log.ErrorContext(ctx, "ledger: event refused", "reason", ce.Reason, "error", err)
-			return sqsconsumer.Permanent(ce.Reason, err)
+	case order.EventOrderPlaced, order.EventOrderShipped:
+		if !ordered {
+			log.InfoContext(ctx, "ledger: ignoring event type")
+			return nil
 		}
+		// Moves no money, but holds a sequence of the order: checked like
+		// the others and recorded, so the ordering gate advances past it.
+		_, err = bookingFor(env)
 	default:
-		log.InfoContext(ctx, "ledger: ignoring event type")
-		return nil
+		if !ordered {
+			log.InfoContext(ctx, "ledger: ignoring event type")
+			return nil
+		}
+		log.InfoContext(ctx, "ledger: event type not booked; advancing the order's sequence past it")
+	}
+	if err != nil {
+		ce, _ := order.AsContractError(err)
+		log.ErrorContext(ctx, "ledger: event refused", "reason", ce.Reason, "error", err)
+		return sqsconsumer.Permanent(ce.Reason, err)
 	}
 
 	now := time.Now().UTC()
@@ -221,6 +249,10 @@ func (l *Ledger) Handle(ctx context.Context, ev events.EventBridgeEvent) error {
 	}
 	applied, err := l.applier.Apply(ctx, env, effects)
 	switch {
+	case errors.Is(err, dedup.ErrSequenceGap):
+		// An earlier event of the order is not booked yet: nothing was
+		// written; hold it (redelivered), or dead-letter it past the bound.
+		return l.cfg.Hold(ctx, log, err)
 	case err != nil && b != nil && dedup.EffectConditionFailed(err, effectEntry):
 		// The entry exists though the marker did not: the marker expired and
 		// the event came back. The money moved the first time.

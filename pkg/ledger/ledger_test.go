@@ -69,7 +69,7 @@ func newFixture(t *testing.T) fixture {
 	lt, dt := ddbtest.Name("ledger"), ddbtest.Name("dedup")
 	env.CreateTable(t, ledger.CreateTableInput(lt))
 	env.CreateTable(t, dedup.CreateTableInput(dt))
-	l, err := ledger.New(env.DDB, ledger.Config{Table: lt, Dedup: dedup.Config{Table: dt, MaxAttempts: 10,
+	l, err := ledger.New(env.DDB, ledger.Config{Ordering: dedup.Unordered, Table: lt, Dedup: dedup.Config{Table: dt, MaxAttempts: 10,
 		BaseBackoff: 5 * time.Millisecond, MaxBackoff: 100 * time.Millisecond}, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
@@ -328,7 +328,7 @@ func (c *conflictClient) TransactWriteItems(_ context.Context, in *dynamodb.Tran
 func TestLedgerGivesUpOnPersistentConflict(t *testing.T) {
 	t.Parallel()
 	c := &conflictClient{}
-	l, err := ledger.New(c, ledger.Config{Table: "l", Dedup: dedup.Config{Table: "d", MaxAttempts: 4,
+	l, err := ledger.New(c, ledger.Config{Ordering: dedup.Unordered, Table: "l", Dedup: dedup.Config{Table: "d", MaxAttempts: 4,
 		BaseBackoff: time.Millisecond, MaxBackoff: time.Millisecond}, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
@@ -349,10 +349,10 @@ func TestConfigDefaults(t *testing.T) {
 	if _, err := ledger.New(&conflictClient{}, ledger.Config{Dedup: dedup.Config{Table: "d"}}); err == nil {
 		t.Fatal("missing Table accepted")
 	}
-	if _, err := ledger.New(&conflictClient{}, ledger.Config{Table: "l"}); err == nil {
+	if _, err := ledger.New(&conflictClient{}, ledger.Config{Ordering: dedup.Unordered, Table: "l"}); err == nil {
 		t.Fatal("missing Dedup.Table accepted")
 	}
-	if _, err := ledger.New(&conflictClient{}, ledger.Config{Table: "l", Dedup: dedup.Config{Table: "d"}}); err != nil {
+	if _, err := ledger.New(&conflictClient{}, ledger.Config{Ordering: dedup.Unordered, Table: "l", Dedup: dedup.Config{Table: "d"}}); err != nil {
 		t.Fatal(err)
 	}
 }

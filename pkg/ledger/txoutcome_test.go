@@ -2,6 +2,8 @@ package ledger_test
 
 import (
 	"context"
+	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -23,6 +25,7 @@ const (
 	roleMarker  = "marker"  // action 0: the dedup marker Put
 	roleEntry   = "entry"   // action 1: the entry Put
 	roleBalance = "balance" // action 2: the balance Update
+	roleGate    = "gate"    // last action when ordered: the ordering gate Update
 )
 
 // cancelClient cancels every TransactWriteItems whose actions have a code
@@ -34,10 +37,24 @@ type cancelClient struct {
 	codes   map[string]string
 	calls   int
 	commits int
+	// last is the ordering item's last_sequence GetItem returns (0: no item).
+	last int64
+}
+
+// GetItem answers the ordered ledger's read of its ordering item.
+func (c *cancelClient) GetItem(_ context.Context, in *dynamodb.GetItemInput, _ ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	if c.last == 0 {
+		return &dynamodb.GetItemOutput{}, nil
+	}
+	return &dynamodb.GetItemOutput{Item: map[string]types.AttributeValue{"pk": in.Key["pk"],
+		dedup.AttrLastSequence: &types.AttributeValueMemberN{Value: strconv.FormatInt(c.last, 10)}}}, nil
 }
 
 func ledgerRole(it types.TransactWriteItem) string {
 	if it.Update != nil {
+		if pk, _ := it.Update.Key["pk"].(*types.AttributeValueMemberS); pk != nil && strings.Contains(pk.Value, dedup.SequenceInfix) {
+			return roleGate
+		}
 		return roleBalance
 	}
 	pk, _ := it.Put.Item["pk"].(*types.AttributeValueMemberS)
@@ -78,6 +95,9 @@ var (
 	applied      = consumerOutcome{kind: "applied"}
 	duplicate    = consumerOutcome{kind: "duplicate"}
 	retryOutcome = consumerOutcome{kind: "retry"}
+	// held: an ordered consumer's event is early (dedup.ErrSequenceGap);
+	// nothing written, redelivered (dead-lettered past GapMaxReceives).
+	held = consumerOutcome{kind: "held"}
 )
 
 func permanent(reason string) consumerOutcome {
@@ -169,7 +189,7 @@ func TestLedgerCancellationOutcomes(t *testing.T) {
 			t.Run(sh.name+"/"+strings.Join(parts, ","), func(t *testing.T) {
 				t.Parallel()
 				client := &cancelClient{codes: c}
-				l, err := ledger.New(client, ledger.Config{Table: "ledger", Logger: quiet, Dedup: dedup.Config{Table: "dedup",
+				l, err := ledger.New(client, ledger.Config{Ordering: dedup.Unordered, Table: "ledger", Logger: quiet, Dedup: dedup.Config{Table: "dedup",
 					MaxAttempts: consumerAttempts, BaseBackoff: time.Nanosecond, MaxBackoff: time.Nanosecond}})
 				if err != nil {
 					t.Fatal(err)
@@ -200,10 +220,104 @@ func observe(err error, commits int) consumerOutcome {
 		return permanent(p.Reason)
 	}
 	switch {
+	case errors.Is(err, dedup.ErrSequenceGap):
+		return held
 	case err != nil:
 		return retryOutcome
 	case commits > 0:
 		return applied
 	}
 	return duplicate
+}
+
+// Ordering item states GetItem reports when the gate's condition failed,
+// for an event of sequence 2.
+const (
+	gateBehind = "behind" // last_sequence 2: the event was applied before
+	gateEarly  = "early"  // no item: sequence 1 is missing
+	gateMoved  = "moved"  // last_sequence 1: the item moved after the transaction; re-sent
+)
+
+var gateLast = map[string]int64{gateBehind: 2, gateEarly: 0, gateMoved: 1}
+
+// orderedLedgerRules is the outcome precedence of an ordered ledger
+// delivery: the marker first, then the ordering gate (decided by reading
+// the ordering item), then ledgerRules.
+func orderedLedgerRules(state string) []consumerRule {
+	gate := is(roleGate, outbox.ReasonConditionalCheckFailed)
+	rules := []consumerRule{
+		{"committed", allNone, applied},
+		{"marker exists", is(roleMarker, outbox.ReasonConditionalCheckFailed), duplicate},
+	}
+	switch state {
+	case gateBehind:
+		rules = append(rules, consumerRule{"gate: sequence <= last", gate, duplicate})
+	case gateEarly:
+		rules = append(rules, consumerRule{"gate: sequence > last+1", gate, held})
+	case gateMoved:
+		// The gate's failure counts as a conflict: the other reasons
+		// decide as in ledgerRules, else re-sent until the retries end.
+		return append(append(rules, ledgerRules[1:]...), consumerRule{"gate moved: a conflict", gate, retryOutcome})
+	}
+	return append(rules, ledgerRules[1:]...)
+}
+
+// TestLedgerOrderedCancellationOutcomes: the ordered ledger's transactions
+// carry one more action, the ordering gate. Every combination of the seven
+// cancellation reason codes at every action (a payment: marker, entry,
+// balance, gate; an unpaid cancellation: marker, gate), and when the gate's
+// condition failed each state of the ordering item, maps to the one outcome
+// orderedLedgerRules names.
+func TestLedgerOrderedCancellationOutcomes(t *testing.T) {
+	t.Parallel()
+	shapes := []struct {
+		name  string
+		roles []string
+		env   func(t *testing.T) outbox.Envelope
+	}{
+		{"OrderPaid", []string{roleMarker, roleEntry, roleBalance, roleGate}, func(t *testing.T) outbox.Envelope {
+			return envelope(t, "o-1", 2, order.EventOrderPaid, order.Paid{OrderID: "o-1", AmountMinor: 100, Currency: "EUR"})
+		}},
+		{"unpaid OrderCancelled", []string{roleMarker, roleGate}, func(t *testing.T) outbox.Envelope {
+			return envelope(t, "o-1", 2, order.EventOrderCancelled, order.Cancelled{OrderID: "o-1", Currency: "EUR"})
+		}},
+	}
+	for _, sh := range shapes {
+		for _, c := range combos(sh.roles...) {
+			states := []string{""}
+			if c[roleGate] == outbox.ReasonConditionalCheckFailed {
+				states = []string{gateBehind, gateEarly, gateMoved}
+			}
+			for _, state := range states {
+				var parts []string
+				for _, r := range sh.roles {
+					parts = append(parts, r+"="+c[r])
+				}
+				t.Run(sh.name+"/"+strings.Join(parts, ",")+"/"+state, func(t *testing.T) {
+					t.Parallel()
+					client := &cancelClient{codes: c, last: gateLast[state]}
+					l, err := ledger.New(client, ledger.Config{Table: "ledger", Logger: quiet, Dedup: dedup.Config{Table: "dedup",
+						MaxAttempts: consumerAttempts, BaseBackoff: time.Nanosecond, MaxBackoff: time.Nanosecond}})
+					if err != nil {
+						t.Fatal(err)
+					}
+					err = l.Handle(context.Background(), delivery(t, sh.env(t)))
+					rule, want := "", consumerOutcome{}
+					for _, r := range orderedLedgerRules(state) {
+						if r.when(c) {
+							rule, want = r.name, r.want
+							break
+						}
+					}
+					got := observe(err, client.commits)
+					if got != want {
+						t.Fatalf("rule %q: got %+v (err %v), want %+v", rule, got, err, want)
+					}
+					if want == retryOutcome && client.calls != consumerAttempts {
+						t.Fatalf("rule %q: %d attempts, want %d", rule, client.calls, consumerAttempts)
+					}
+				})
+			}
+		}
+	}
 }

@@ -18,7 +18,16 @@
 // transaction is re-run without the view update, so the marker and the
 // notification are still recorded once and the view stays where it is.
 //
-// Unknown detail-types are ignored with a log line. Errors follow the same
+// Ordered (the default, dedup.Ordered; promise I4): the transaction also
+// carries the ordering gate "notifier#SEQ#Order#<id>" (last action), so an
+// order's notifications are recorded in sequence order: an early event is
+// held and redelivered (dedup.ErrSequenceGap) and dead-lettered as
+// sequence_gap when the gap does not close within Config.GapMaxReceives
+// receives (dedup.ConsumerConfig.Hold; docs/ORDERING.md). Unordered, the
+// view condition alone keeps the view from going backwards.
+//
+// Unknown detail-types are ignored with a log line (ordered: recorded as
+// seen, marker and gate only, so later events are not held behind them). Errors follow the same
 // policy as pkg/ledger: an event from another source or account, a
 // malformed event, an event the order domain cannot emit
 // (order.CheckEvent: e.g. a sequence the state machine never produces,
@@ -139,7 +148,8 @@ type Client interface {
 }
 
 // Config configures a Notifier: dedup.ConsumerConfig. Dedup.Consumer defaults to
-// routing.ConsumerNotifier.
+// routing.ConsumerNotifier and Ordering to dedup.Ordered (a customer never
+// reads "shipped" before "paid").
 type Config = dedup.ConsumerConfig
 
 // Notifier records notifications and the order view. It is safe for
@@ -154,7 +164,7 @@ type Notifier struct {
 // New returns a Notifier, or an error if cfg does not validate (see
 // dedup.NewConsumer).
 func New(client Client, cfg Config) (*Notifier, error) {
-	c, err := dedup.NewConsumer(routing.ConsumerNotifier, client, cfg, 0)
+	c, err := dedup.NewConsumer(routing.ConsumerNotifier, client, cfg, 0, dedup.Ordered)
 	if err != nil {
 		return nil, err
 	}
@@ -204,6 +214,19 @@ func (n *Notifier) Handle(ctx context.Context, ev events.EventBridgeEvent) error
 	}
 	log = log.With("idempotency_key", dedup.MarkerKey(n.cfg.Dedup.Consumer, env.EventID))
 	status, known := statusOf[env.EventType]
+	if !known && n.cfg.Ordering == dedup.Ordered {
+		// It holds a sequence of the aggregate: record it as seen so the
+		// ordering gate advances past it.
+		_, err := n.applier.Apply(ctx, env, nil)
+		if errors.Is(err, dedup.ErrSequenceGap) {
+			return n.cfg.Hold(ctx, log, err)
+		}
+		if err != nil {
+			return fmt.Errorf("notifier: advance past %s %s: %w", env.EventType, env.EventID, err)
+		}
+		log.InfoContext(ctx, "notifier: event type not notified; advanced the sequence past it")
+		return nil
+	}
 	if !known {
 		log.InfoContext(ctx, "notifier: ignoring event type")
 		return nil
@@ -231,6 +254,11 @@ func (n *Notifier) Handle(ctx context.Context, ev events.EventBridgeEvent) error
 		return err
 	}
 	applied, err := n.applier.Apply(ctx, env, []types.TransactWriteItem{note, view})
+	if errors.Is(err, dedup.ErrSequenceGap) {
+		// An earlier event of the order is not recorded yet: nothing was
+		// written; hold it (redelivered), or dead-letter it past the bound.
+		return n.cfg.Hold(ctx, log, err)
+	}
 	viewSkipped := false
 	_, permanent := dedup.PermanentReason(err)
 	if err != nil && dedup.EffectConditionFailed(err, effectView) && !dedup.EffectConditionFailed(err, effectNotification) && !permanent {

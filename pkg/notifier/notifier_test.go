@@ -63,7 +63,7 @@ func newFixture(t *testing.T) fixture {
 	nt, dt := ddbtest.Name("notifications"), ddbtest.Name("dedup")
 	env.CreateTable(t, notifier.CreateTableInput(nt))
 	env.CreateTable(t, dedup.CreateTableInput(dt))
-	n, err := notifier.New(env.DDB, notifier.Config{Table: nt, Dedup: dedup.Config{Table: dt, MaxAttempts: 10,
+	n, err := notifier.New(env.DDB, notifier.Config{Ordering: dedup.Unordered, Table: nt, Dedup: dedup.Config{Table: dt, MaxAttempts: 10,
 		BaseBackoff: 5 * time.Millisecond, MaxBackoff: 100 * time.Millisecond}, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)

@@ -25,7 +25,7 @@ func TestNotificationRetention(t *testing.T) {
 		nt, dt := ddbtest.Name("notifications"), ddbtest.Name("dedup")
 		env.CreateTable(t, notifier.CreateTableInput(nt))
 		env.CreateTable(t, dedup.CreateTableInput(dt))
-		n, err := notifier.New(env.DDB, notifier.Config{Table: nt, Dedup: dedup.Config{Table: dt}, ItemRetention: retention, Logger: quiet})
+		n, err := notifier.New(env.DDB, notifier.Config{Ordering: dedup.Unordered, Table: nt, Dedup: dedup.Config{Table: dt}, ItemRetention: retention, Logger: quiet})
 		if err != nil {
 			t.Fatal(err)
 		}

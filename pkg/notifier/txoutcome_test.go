@@ -2,6 +2,8 @@ package notifier_test
 
 import (
 	"context"
+	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -23,6 +25,7 @@ const (
 	roleMarker       = "marker"       // action 0: the dedup marker Put
 	roleNotification = "notification" // action 1: the notification Put
 	roleView         = "view"         // action 2: the order view Update (absent in the re-run)
+	roleGate         = "gate"         // last action when ordered: the ordering gate Update
 )
 
 // cancelClient cancels every TransactWriteItems whose actions have a code
@@ -34,10 +37,24 @@ type cancelClient struct {
 	codes   map[string]string
 	calls   int
 	commits int
+	// last is the ordering item's last_sequence GetItem returns (0: no item).
+	last int64
+}
+
+// GetItem answers the ordered notifier's read of its ordering item.
+func (c *cancelClient) GetItem(_ context.Context, in *dynamodb.GetItemInput, _ ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	if c.last == 0 {
+		return &dynamodb.GetItemOutput{}, nil
+	}
+	return &dynamodb.GetItemOutput{Item: map[string]types.AttributeValue{"pk": in.Key["pk"],
+		dedup.AttrLastSequence: &types.AttributeValueMemberN{Value: strconv.FormatInt(c.last, 10)}}}, nil
 }
 
 func notifierRole(it types.TransactWriteItem) string {
 	if it.Update != nil {
+		if pk, _ := it.Update.Key["pk"].(*types.AttributeValueMemberS); pk != nil && strings.Contains(pk.Value, dedup.SequenceInfix) {
+			return roleGate
+		}
 		return roleView
 	}
 	pk, _ := it.Put.Item["pk"].(*types.AttributeValueMemberS)
@@ -78,6 +95,9 @@ var (
 	applied      = consumerOutcome{kind: "applied"}
 	duplicate    = consumerOutcome{kind: "duplicate"}
 	retryOutcome = consumerOutcome{kind: "retry"}
+	// held: an ordered consumer's event is early (dedup.ErrSequenceGap);
+	// nothing written, redelivered (dead-lettered past GapMaxReceives).
+	held = consumerOutcome{kind: "held"}
 )
 
 func permanent(reason string) consumerOutcome {
@@ -161,7 +181,7 @@ func TestNotifierCancellationOutcomes(t *testing.T) {
 		t.Run(strings.Join(parts, ","), func(t *testing.T) {
 			t.Parallel()
 			client := &cancelClient{codes: c}
-			n, err := notifier.New(client, notifier.Config{Table: "notifications", Logger: quiet, Dedup: dedup.Config{Table: "dedup",
+			n, err := notifier.New(client, notifier.Config{Ordering: dedup.Unordered, Table: "notifications", Logger: quiet, Dedup: dedup.Config{Table: "dedup",
 				MaxAttempts: consumerAttempts, BaseBackoff: time.Nanosecond, MaxBackoff: time.Nanosecond}})
 			if err != nil {
 				t.Fatal(err)
@@ -189,10 +209,95 @@ func observe(err error, commits int) consumerOutcome {
 		return permanent(p.Reason)
 	}
 	switch {
+	case errors.Is(err, dedup.ErrSequenceGap):
+		return held
 	case err != nil:
 		return retryOutcome
 	case commits > 0:
 		return applied
 	}
 	return duplicate
+}
+
+// Ordering item states GetItem reports when the gate's condition failed,
+// for an event of sequence 2.
+const (
+	gateBehind = "behind" // last_sequence 2: the event was applied before
+	gateEarly  = "early"  // no item: sequence 1 is missing
+	gateMoved  = "moved"  // last_sequence 1: the item moved after the transaction; re-sent
+)
+
+var gateLast = map[string]int64{gateBehind: 2, gateEarly: 0, gateMoved: 1}
+
+// orderedNotifierRules is the outcome precedence of an ordered notifier
+// delivery: the marker, then the ordering gate (decided by reading the
+// ordering item), then notifierRules. A moved gate counts as a conflict:
+// the re-run without the view fails on it too, so "view is newer" retries.
+func orderedNotifierRules(state string) []consumerRule {
+	gate := is(roleGate, outbox.ReasonConditionalCheckFailed)
+	rules := []consumerRule{
+		{"committed", allNone, applied},
+		{"marker exists", is(roleMarker, outbox.ReasonConditionalCheckFailed), duplicate},
+	}
+	// The re-run without the view keeps the gate: it commits only if the
+	// gate's code is None.
+	viewNewer := consumerRule{"view is newer; re-run (with the gate) commits", func(c map[string]string) bool {
+		return c[roleView] == outbox.ReasonConditionalCheckFailed && c[roleMarker] == outbox.ReasonNone &&
+			c[roleNotification] == outbox.ReasonNone && c[roleGate] == outbox.ReasonNone
+	}, applied}
+	rest := []consumerRule{notifierRules[2], notifierRules[3], notifierRules[4], viewNewer, notifierRules[6]}
+	switch state {
+	case gateBehind:
+		rules = append(rules, consumerRule{"gate: sequence <= last", gate, duplicate})
+	case gateEarly:
+		rules = append(rules, consumerRule{"gate: sequence > last+1", gate, held})
+	case gateMoved:
+		return append(append(rules, rest[:3]...), consumerRule{"gate moved: a conflict", gate, retryOutcome})
+	}
+	return append(rules, rest...)
+}
+
+// TestNotifierOrderedCancellationOutcomes: the ordered notifier's
+// transaction carries one more action, the ordering gate. Every
+// combination of the seven cancellation reason codes at marker,
+// notification, view and gate, and when the gate's condition failed each
+// state of the ordering item, maps to the one outcome
+// orderedNotifierRules names.
+func TestNotifierOrderedCancellationOutcomes(t *testing.T) {
+	t.Parallel()
+	roles := []string{roleMarker, roleNotification, roleView, roleGate}
+	for _, c := range combos(roles...) {
+		states := []string{""}
+		if c[roleGate] == outbox.ReasonConditionalCheckFailed {
+			states = []string{gateBehind, gateEarly, gateMoved}
+		}
+		for _, state := range states {
+			var parts []string
+			for _, r := range roles {
+				parts = append(parts, r+"="+c[r])
+			}
+			t.Run(strings.Join(parts, ",")+"/"+state, func(t *testing.T) {
+				t.Parallel()
+				client := &cancelClient{codes: c, last: gateLast[state]}
+				n, err := notifier.New(client, notifier.Config{Table: "notifications", Logger: quiet, Dedup: dedup.Config{Table: "dedup",
+					MaxAttempts: consumerAttempts, BaseBackoff: time.Nanosecond, MaxBackoff: time.Nanosecond}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				env := envelope(t, "o-1", 2, order.EventOrderPaid, order.Paid{OrderID: "o-1", AmountMinor: 100, Currency: "EUR"})
+				err = n.Handle(context.Background(), delivery(t, env))
+				rule, want := "", consumerOutcome{}
+				for _, r := range orderedNotifierRules(state) {
+					if r.when(c) {
+						rule, want = r.name, r.want
+						break
+					}
+				}
+				got := observe(err, client.commits)
+				if got != want {
+					t.Fatalf("rule %q: got %+v (err %v), want %+v", rule, got, err, want)
+				}
+			})
+		}
+	}
 }

@@ -30,6 +30,11 @@ type Rule struct {
 	Consumer string
 	// DetailTypes are the event types the consumer receives.
 	DetailTypes []string
+	// Ordered says the consumer applies an aggregate's events in sequence
+	// order (dedup.Ordered, promise I4): it must then receive every event
+	// type of the aggregate, including those it does not act on, or it
+	// would wait forever for a sequence it never sees (docs/ORDERING.md).
+	Ordered bool
 }
 
 // Pattern returns the rule's EventBridge event pattern for events of source,
@@ -49,11 +54,25 @@ func (r Rule) Pattern(source string) map[string]any {
 func Rules() []Rule {
 	return []Rule{
 		{
+			// Every order event, not only payments and cancellations: the
+			// ledger is an ordered consumer (promise I4, docs/ORDERING.md)
+			// and must see each sequence of an order to advance past the
+			// ones it does not book (OrderPlaced, OrderShipped, an unpaid
+			// cancellation). Filtered to its two types it could neither
+			// wait for "last + 1" (sequence 1 never comes) nor accept any
+			// later sequence (a refund would be booked before its payment).
+			// The name is kept from when the rule matched payments only:
+			// it is the CloudFormation logical id of the rule and of its
+			// DLQ, so renaming it would replace both on deploy.
 			Name:        "ledger-order-payments",
 			Consumer:    ConsumerLedger,
-			DetailTypes: []string{order.EventOrderPaid, order.EventOrderCancelled},
+			DetailTypes: append([]string(nil), order.EventTypes...),
+			Ordered:     true,
 		},
 		{
+			// Unordered: each effect is keyed by the order and guarded by
+			// its idempotency record and the shipment's own state
+			// (docs/ORDERING.md).
 			Name:        "fulfilment-order-payments",
 			Consumer:    ConsumerFulfilment,
 			DetailTypes: []string{order.EventOrderPaid, order.EventOrderCancelled},
@@ -62,6 +81,7 @@ func Rules() []Rule {
 			Name:        "notifier-order-events",
 			Consumer:    ConsumerNotifier,
 			DetailTypes: append([]string(nil), order.EventTypes...),
+			Ordered:     true,
 		},
 	}
 }

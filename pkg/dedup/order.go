@@ -1,0 +1,176 @@
+package dedup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
+)
+
+// Attribute names of an ordering item ("<consumer>#SEQ#<aggregate_type>#<aggregate_id>"),
+// kept in the dedup table next to the markers (promise I4).
+const (
+	AttrLastSequence  = "last_sequence"  // N: the last applied sequence of the aggregate
+	AttrLastEventID   = "last_event_id"  // S: the event that set it
+	AttrAggregateType = "aggregate_type" // S
+)
+
+// SequenceInfix separates the consumer from the aggregate in an ordering
+// item's key: "<consumer>#SEQ#<aggregate_type>#<aggregate_id>". Event ids
+// are UUIDs, so an ordering key never equals a marker key.
+const SequenceInfix = "#SEQ#"
+
+// ErrSequenceGap reports an event whose sequence is more than one past the
+// aggregate's last applied sequence: an earlier event has not been applied
+// yet. Nothing was written; the event must be delivered again later (see
+// ConsumerConfig.Hold). *GapError values wrap it.
+var ErrSequenceGap = errors.New("dedup: sequence gap")
+
+// ReasonSequenceGap is the dead-letter reason of an event whose gap did not
+// close within ConsumerConfig.GapMaxReceives receives.
+const ReasonSequenceGap = "sequence_gap"
+
+// GapError is returned by an ordered Apply for an event that is not next:
+// sequences Last+1..Sequence-1 of the aggregate have not been applied by
+// this consumer. It wraps ErrSequenceGap and carries no *outbox.TxError.
+type GapError struct {
+	Consumer      string
+	AggregateType string
+	AggregateID   string
+	// Last is the last applied sequence (0: none yet).
+	Last int64
+	// Sequence is the refused event's sequence (> Last+1).
+	Sequence int64
+	EventID  string
+}
+
+// Missing returns the inclusive range of sequences the event waits for.
+func (e *GapError) Missing() (from, to int64) { return e.Last + 1, e.Sequence - 1 }
+
+func (e *GapError) Error() string {
+	from, to := e.Missing()
+	return fmt.Sprintf("dedup: %s: event %s (sequence %d) waits for sequences %d..%d of %s %s",
+		e.Consumer, e.EventID, e.Sequence, from, to, e.AggregateType, e.AggregateID)
+}
+
+func (e *GapError) Unwrap() error { return ErrSequenceGap }
+
+// AsGapError returns the *GapError in err's chain, if any.
+func AsGapError(err error) (*GapError, bool) {
+	var g *GapError
+	ok := errors.As(err, &g)
+	return g, ok
+}
+
+// ItemGetter is the DynamoDB read an ordered Applier makes when its gate's
+// condition fails (to tell a duplicate from an early event), with the SDK's
+// exact signature. Implementations must be safe for concurrent use.
+type ItemGetter interface {
+	GetItem(ctx context.Context, params *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
+}
+
+// SequenceKey returns the ordering item's partition key value of an
+// aggregate for a consumer: "<consumer>#SEQ#<aggregate_type>#<aggregate_id>".
+func SequenceKey(consumer, aggregateType, aggregateID string) string {
+	return consumer + SequenceInfix + aggregateType + "#" + aggregateID
+}
+
+// Gate returns the ordering item's Update for env (the last action of an
+// ordered Apply transaction): SET last_sequence = env.Sequence, guarded by
+// attribute_not_exists(pk) when env.Sequence is 1 and by last_sequence =
+// env.Sequence-1 otherwise. The item never expires: it must outlive every
+// later event of the aggregate.
+func (a *Applier) Gate(env outbox.Envelope, now time.Time) (types.TransactWriteItem, error) {
+	last := expression.Name(AttrLastSequence)
+	cond := expression.AttributeNotExists(expression.Name(AttrPK))
+	if env.Sequence > 1 {
+		cond = last.Equal(expression.Value(&types.AttributeValueMemberN{Value: strconv.FormatInt(env.Sequence-1, 10)}))
+	}
+	e, err := expression.NewBuilder().WithCondition(cond).WithUpdate(expression.
+		Set(last, expression.Value(&types.AttributeValueMemberN{Value: strconv.FormatInt(env.Sequence, 10)})).
+		Set(expression.Name(AttrLastEventID), expression.Value(env.EventID)).
+		Set(expression.Name(AttrConsumer), expression.Value(a.cfg.Consumer)).
+		Set(expression.Name(AttrAggregateType), expression.Value(env.AggregateType)).
+		Set(expression.Name(AttrAggregateID), expression.Value(env.AggregateID)).
+		Set(expression.Name(AttrAppliedAt), expression.Value(now.UTC().Format(time.RFC3339Nano)))).
+		Build()
+	if err != nil {
+		return types.TransactWriteItem{}, fmt.Errorf("dedup: build ordering gate: %w", err)
+	}
+	return types.TransactWriteItem{Update: &types.Update{
+		TableName:                 aws.String(a.cfg.Table),
+		Key:                       map[string]types.AttributeValue{AttrPK: &types.AttributeValueMemberS{Value: SequenceKey(a.cfg.Consumer, env.AggregateType, env.AggregateID)}},
+		UpdateExpression:          e.Update(),
+		ConditionExpression:       e.Condition(),
+		ExpressionAttributeNames:  e.Names(),
+		ExpressionAttributeValues: e.Values(),
+	}}, nil
+}
+
+// LastSequence returns the last sequence of the aggregate this consumer
+// applied (0 when none), with a strongly consistent GetItem bounded by
+// CallTimeout. It returns an error when the Applier is not ordered, the
+// read fails or the item's last_sequence is not a number.
+func (a *Applier) LastSequence(ctx context.Context, aggregateType, aggregateID string) (int64, error) {
+	if a.getter == nil {
+		return 0, errors.New("dedup: LastSequence on an unordered Applier")
+	}
+	if a.cfg.CallTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, a.cfg.CallTimeout)
+		defer cancel()
+	}
+	key := SequenceKey(a.cfg.Consumer, aggregateType, aggregateID)
+	out, err := a.getter.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName:      aws.String(a.cfg.Table),
+		Key:            map[string]types.AttributeValue{AttrPK: &types.AttributeValueMemberS{Value: key}},
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return 0, fmt.Errorf("dedup: read %s: %w", key, err)
+	}
+	if out == nil || out.Item == nil {
+		return 0, nil
+	}
+	n, ok := out.Item[AttrLastSequence].(*types.AttributeValueMemberN)
+	if !ok {
+		return 0, fmt.Errorf("dedup: %s has no numeric %s", key, AttrLastSequence)
+	}
+	v, err := strconv.ParseInt(n.Value, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("dedup: %s %s %q: %w", key, AttrLastSequence, n.Value, err)
+	}
+	return v, nil
+}
+
+// gateOutcome is what a failed gate condition means, decided by reading
+// the ordering item.
+type gateOutcome int
+
+const (
+	gateDuplicate gateOutcome = iota // env.Sequence <= last: applied before
+	gateEarly                        // env.Sequence > last+1: a *GapError
+	gateMoved                        // env.Sequence == last+1: the item moved since; retry
+)
+
+func (a *Applier) judgeGate(ctx context.Context, env outbox.Envelope) (gateOutcome, *GapError, error) {
+	last, err := a.LastSequence(ctx, env.AggregateType, env.AggregateID)
+	switch {
+	case err != nil:
+		return 0, nil, err
+	case env.Sequence <= last:
+		return gateDuplicate, nil, nil
+	case env.Sequence > last+1:
+		return gateEarly, &GapError{Consumer: a.cfg.Consumer, AggregateType: env.AggregateType, AggregateID: env.AggregateID,
+			Last: last, Sequence: env.Sequence, EventID: env.EventID}, nil
+	}
+	return gateMoved, nil, nil
+}
