@@ -28,6 +28,7 @@ func NewLedger(s Settings, ddb *dynamodb.Client, log *slog.Logger) (*ledger.Ledg
 		Dedup:           dedup.Config{Table: s.DedupTable, Retention: s.DedupRetention},
 		ExpectedSource:  s.Source,
 		ExpectedAccount: s.ExpectedAccount,
+		GapMaxReceives:  s.ConsumerGapMaxReceives,
 		Logger:          log,
 	})
 }
@@ -46,6 +47,7 @@ func NewNotifier(s Settings, ddb *dynamodb.Client, log *slog.Logger) (*notifier.
 		ItemRetention:   s.NotificationRetention,
 		ExpectedSource:  s.Source,
 		ExpectedAccount: s.ExpectedAccount,
+		GapMaxReceives:  s.ConsumerGapMaxReceives,
 		Logger:          log,
 	})
 }

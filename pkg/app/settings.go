@@ -67,6 +67,11 @@ type Settings struct {
 	// config.DefaultConsumerTimeout), as the stack sets it.
 	ConsumerRetryBase time.Duration
 	ConsumerRetryMax  time.Duration
+	// ConsumerGapMaxReceives is the receive at which an ordered consumer
+	// dead-letters an event still waiting for an earlier one (reason
+	// sequence_gap). Not read from the environment; zero means
+	// config.DefaultConsumerGapMaxReceives (the queue's maxReceiveCount).
+	ConsumerGapMaxReceives int
 	// NotificationRetention is how long the notifier keeps a notification
 	// (0: forever).
 	NotificationRetention time.Duration

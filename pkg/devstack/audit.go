@@ -16,6 +16,7 @@ import (
 	"github.com/ddb-outbox/ddb-outbox/pkg/notifier"
 	"github.com/ddb-outbox/ddb-outbox/pkg/order"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
+	"github.com/ddb-outbox/ddb-outbox/pkg/routing"
 )
 
 // Audit is the result of checking every promise against the tables after
@@ -35,9 +36,10 @@ type Audit struct {
 	// ledger must book (OrderPaid, and OrderCancelled after payment).
 	LedgerApplied  int
 	LedgerExpected int
-	// LedgerRouted counts the events routed to the ledger (OrderPaid and
-	// every OrderCancelled, parked ones excluded); the difference from
-	// LedgerExpected is cancellations that moved no money.
+	// LedgerRouted counts the events routed to the ledger (every order
+	// event: it is an ordered consumer and advances past the events it does
+	// not book; parked ones excluded); the difference from LedgerExpected is
+	// events that moved no money.
 	LedgerRouted int
 	// Notifications counts notifier records (one per event expected).
 	Notifications int
@@ -181,13 +183,21 @@ func (s *Stack) Audit(ctx context.Context) (Audit, error) {
 	delivered := func(id string, e ev) bool {
 		return e.status != outbox.StatusParked || notes[id] > 0 || entries[id] > 0
 	}
+	ledgerRoutes := map[string]bool{}
+	for _, r := range routing.Rules() {
+		if r.Consumer == routing.ConsumerLedger {
+			for _, t := range r.DetailTypes {
+				ledgerRoutes[t] = true
+			}
+		}
+	}
 	expected := map[string]int64{}
 	needsLedger := map[string]bool{}
 	for id, e := range eventsByID {
 		if !delivered(id, e) {
 			continue
 		}
-		if e.typ == order.EventOrderPaid || e.typ == order.EventOrderCancelled {
+		if ledgerRoutes[e.typ] {
 			a.LedgerRouted++
 		}
 		switch e.typ {

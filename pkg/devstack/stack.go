@@ -300,10 +300,13 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		PublishedRetention:       7 * 24 * time.Hour,
 		DedupRetention:           7 * 24 * time.Hour,
 		NotificationRetention:    config.DefaultNotificationRetention,
-		MaxEntryBytes:            256 * 1024,
-		RelayRetryBudget:         opts.RelayRetryBudget,
-		RelayCallTimeout:         opts.RelayCallTimeout,
-		Metrics:                  opts.Metrics,
+		// an ordered consumer's held event reaches the DLQ with its reason
+		// (sequence_gap) on the queue's last receive
+		ConsumerGapMaxReceives: opts.ConsumerMaxReceiveCount,
+		MaxEntryBytes:          256 * 1024,
+		RelayRetryBudget:       opts.RelayRetryBudget,
+		RelayCallTimeout:       opts.RelayCallTimeout,
+		Metrics:                opts.Metrics,
 	}
 	if least := relay.MinFunctionTimeout(app.RelayConfig(s.Settings, nil)); opts.RelayFunctionTimeout < least {
 		return nil, fmt.Errorf("devstack: RelayFunctionTimeout %s is shorter than %s, the relay's retry budget plus its marking reserve (relay.MinFunctionTimeout); the CDK construct refuses it too", opts.RelayFunctionTimeout, least)

@@ -503,7 +503,12 @@ func TestRoutingRulePatterns(t *testing.T) {
 	}
 	src := config.DefaultEventSource
 	want := map[string]map[string]bool{ // consumer → detail type → delivered
+		// ordered: the ledger receives every event of an order and advances
+		// past those it does not book (docs/ORDERING.md)
 		routing.ConsumerLedger: {
+			order.EventOrderPlaced: true, order.EventOrderPaid: true, order.EventOrderShipped: true, order.EventOrderCancelled: true,
+		},
+		routing.ConsumerFulfilment: {
 			order.EventOrderPlaced: false, order.EventOrderPaid: true, order.EventOrderShipped: false, order.EventOrderCancelled: true,
 		},
 		routing.ConsumerNotifier: {
