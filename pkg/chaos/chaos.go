@@ -157,7 +157,7 @@ type Report struct {
 // OK reports whether every promise held in every epoch.
 func (r Report) OK() bool {
 	return r.Lost == 0 && r.Ghost == 0 && r.DoubleApplied == 0 && r.Pending == 0 && r.DeadLettered == r.Redriven &&
-		r.ShipmentsMissing == 0 && r.DuplicatesUntraced == 0 && len(r.FailedEpochs) == 0
+		r.ShipmentsMissing == 0 && r.DuplicatesUntraced == 0 && r.AppliedOutOfOrder == 0 && len(r.FailedEpochs) == 0
 }
 
 // Summary is the one-line result of make chaos.

@@ -53,6 +53,11 @@ func TestChaosSmall(t *testing.T) {
 	if rep.Shipments == 0 || rep.ShipmentDuplicates != 0 || rep.ShipmentsMissing != 0 || rep.Faults[faults.CrashBeforeComplete] == 0 {
 		t.Errorf("shipments=%d duplicates=%d missing=%d crashes before COMPLETED=%d", rep.Shipments, rep.ShipmentDuplicates, rep.ShipmentsMissing, rep.Faults[faults.CrashBeforeComplete])
 	}
+	// Late bus deliveries reorder events; the ordered consumers still apply
+	// each order's events in sequence.
+	if rep.Faults[faults.Reorder] == 0 || rep.AppliedOutOfOrder != 0 {
+		t.Errorf("reorder faults %d, applied out of order %d: want > 0 and 0", rep.Faults[faults.Reorder], rep.AppliedOutOfOrder)
+	}
 	if rep.ConsumerTimeouts == 0 {
 		t.Error("no consumer invocation timed out: the function timeout path was not exercised")
 	}
