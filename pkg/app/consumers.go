@@ -1,8 +1,10 @@
 package app
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
@@ -106,7 +108,7 @@ func NewConsumerHandler(s Settings, name string, h sqsconsumer.EventHandler, dlq
 		DLQ:             dlq,
 		DLQURL:          s.ConsumerDLQURL,
 		MaxMessageBytes: sqsmsg.MaxMaxBytes,
-		RetryDelay:      sqsconsumer.RetryDelays(base, most),
+		RetryDelay:      retryDelay(base, most),
 		Queue:           dlq,
 		Logger:          log,
 	})
@@ -141,4 +143,23 @@ func NewFulfilment(s Settings, ddb *dynamodb.Client, creds fulfilment.Credential
 		f(&cfg)
 	}
 	return fulfilment.New(ddb, nil, cfg)
+}
+
+// HeldRetryBase is the first delay before an event an ordered consumer held
+// (it arrived before the one it follows) is received again: the missing
+// event is usually a few hundred milliseconds behind, so it doubles from
+// 1 s rather than from the failure delay.
+const HeldRetryBase = time.Second
+
+// retryDelay is the consumers' RetryDelay: held events come back after
+// HeldRetryBase doubling, other failures after base doubling, both capped at
+// most.
+func retryDelay(base, most time.Duration) func(int, error) time.Duration {
+	failed, held := sqsconsumer.RetryDelays(base, most), sqsconsumer.RetryDelays(min(HeldRetryBase, most), most)
+	return func(n int, err error) time.Duration {
+		if errors.Is(err, dedup.ErrSequenceGap) {
+			return held(n, err)
+		}
+		return failed(n, err)
+	}
 }
