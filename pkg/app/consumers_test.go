@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
+	"github.com/ddb-outbox/ddb-outbox/pkg/dedup"
 	"github.com/ddb-outbox/ddb-outbox/pkg/fulfilment"
 	"github.com/ddb-outbox/ddb-outbox/pkg/routing"
 	"github.com/ddb-outbox/ddb-outbox/pkg/sqsconsumer"
@@ -124,5 +126,29 @@ func TestNewConsumerHandlerShortensRetries(t *testing.T) {
 			aws.ToString(q.changed[0].QueueUrl) != "https://sqs.eu-west-1.amazonaws.com/123456789012/ledger" || aws.ToString(q.changed[0].ReceiptHandle) != "rh" {
 			t.Errorf("receive %s: changes %+v, want one to %d s on the ledger queue", n.receives, q.changed, n.want)
 		}
+	}
+}
+
+// TestRetryDelayHeldEventsComeBackSooner: an event the ordering gate held
+// (a wrapped *dedup.GapError) waits HeldRetryBase doubling; any other
+// failure waits the failure base doubling; both are capped.
+func TestRetryDelayHeldEventsComeBackSooner(t *testing.T) {
+	d := retryDelay(10*time.Second, 40*time.Second)
+	held := fmt.Errorf("ledger: hold: %w", &dedup.GapError{Consumer: "ledger", AggregateType: "order", AggregateID: "o-1", Last: 1, Sequence: 3})
+	failed := errors.New("throttled")
+	for _, tc := range []struct {
+		n    int
+		err  error
+		want time.Duration
+	}{
+		{1, held, time.Second}, {2, held, 2 * time.Second}, {4, held, 8 * time.Second}, {9, held, 40 * time.Second},
+		{1, failed, 10 * time.Second}, {2, failed, 20 * time.Second}, {4, failed, 40 * time.Second},
+	} {
+		if got := d(tc.n, tc.err); got != tc.want {
+			t.Errorf("retryDelay(receive %d, %v) = %v, want %v", tc.n, tc.err, got, tc.want)
+		}
+	}
+	if got := retryDelay(10*time.Second, 500*time.Millisecond)(1, held); got != 500*time.Millisecond {
+		t.Errorf("held delay above the cap: got %v, want 500ms", got)
 	}
 }
