@@ -145,20 +145,26 @@ func NewFulfilment(s Settings, ddb *dynamodb.Client, creds fulfilment.Credential
 	return fulfilment.New(ddb, nil, cfg)
 }
 
-// HeldRetryBase is the first delay before an event an ordered consumer held
-// (it arrived before the one it follows) is received again: the missing
-// event is usually a few hundred milliseconds behind, so it doubles from
-// 1 s rather than from the failure delay.
+// HeldRetryBase is the delay before an event an ordered consumer held on
+// its first receive (it arrived before the one it follows) is received
+// again: the missing event is usually a few hundred milliseconds behind
+// (two deliveries of one aggregate racing under MaximumConcurrency 2), so
+// waiting the whole failure delay would add ~10 s to the p99. From the
+// second receive on a held event waits like any failure, so a predecessor
+// that is really stuck (relay retries, reconciliation) still gets nearly the
+// queue's whole retry window before the gap is dead-lettered
+// (config.DefaultConsumerGapMaxReceives; docs/ORDERING.md).
 const HeldRetryBase = time.Second
 
-// retryDelay is the consumers' RetryDelay: held events come back after
-// HeldRetryBase doubling, other failures after base doubling, both capped at
-// most.
+// retryDelay is the consumers' RetryDelay (receive count n, handler error):
+// a held event (errors.Is(err, dedup.ErrSequenceGap)) on its first receive
+// comes back after min(HeldRetryBase, most); every other case after base
+// doubling per receive, capped at most (sqsconsumer.RetryDelays).
 func retryDelay(base, most time.Duration) func(int, error) time.Duration {
-	failed, held := sqsconsumer.RetryDelays(base, most), sqsconsumer.RetryDelays(min(HeldRetryBase, most), most)
+	failed := sqsconsumer.RetryDelays(base, most)
 	return func(n int, err error) time.Duration {
-		if errors.Is(err, dedup.ErrSequenceGap) {
-			return held(n, err)
+		if n <= 1 && errors.Is(err, dedup.ErrSequenceGap) {
+			return min(HeldRetryBase, most)
 		}
 		return failed(n, err)
 	}

@@ -130,8 +130,9 @@ func TestNewConsumerHandlerShortensRetries(t *testing.T) {
 }
 
 // TestRetryDelayHeldEventsComeBackSooner: an event the ordering gate held
-// (a wrapped *dedup.GapError) waits HeldRetryBase doubling; any other
-// failure waits the failure base doubling; both are capped.
+// (a wrapped *dedup.GapError) on its first receive waits HeldRetryBase;
+// later receives and any other failure wait the failure base doubling;
+// both are capped.
 func TestRetryDelayHeldEventsComeBackSooner(t *testing.T) {
 	d := retryDelay(10*time.Second, 40*time.Second)
 	held := fmt.Errorf("ledger: hold: %w", &dedup.GapError{Consumer: "ledger", AggregateType: "order", AggregateID: "o-1", Last: 1, Sequence: 3})
@@ -141,7 +142,7 @@ func TestRetryDelayHeldEventsComeBackSooner(t *testing.T) {
 		err  error
 		want time.Duration
 	}{
-		{1, held, time.Second}, {2, held, 2 * time.Second}, {4, held, 8 * time.Second}, {9, held, 40 * time.Second},
+		{1, held, time.Second}, {2, held, 20 * time.Second}, {3, held, 40 * time.Second}, {9, held, 40 * time.Second},
 		{1, failed, 10 * time.Second}, {2, failed, 20 * time.Second}, {4, failed, 40 * time.Second},
 	} {
 		if got := d(tc.n, tc.err); got != tc.want {

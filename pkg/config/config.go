@@ -132,8 +132,9 @@ const (
 	// is dead-lettered with reason sequence_gap instead of being left for
 	// redelivery. It equals DefaultConsumerMaxReceiveCount, the last receive
 	// the queue's redrive policy allows, so the held event gets the queue's
-	// whole retry window (with DefaultConsumerRetryBase 10 s doubling per
-	// receive: about 10+20+40+80 = 150 s) and still reaches the DLQ with a
+	// whole retry window (first retry after app.HeldRetryBase 1 s, then
+	// DefaultConsumerRetryBase 10 s doubling per receive: about
+	// 1+20+40+80 = 141 s) and still reaches the DLQ with a
 	// reason. Set it to the queue's maxReceiveCount when that differs
 	// (dedup.ConsumerConfig.GapMaxReceives; docs/ORDERING.md).
 	DefaultConsumerGapMaxReceives = DefaultConsumerMaxReceiveCount
