@@ -133,11 +133,13 @@ type Report struct {
 	// provider answer lost after it acted, or untraced (a failure).
 	Shipments, ShipmentDuplicates, ShipmentsMissing                                                      int
 	DuplicatesFromCrashes, DuplicatesFromLateAnswers, DuplicatesFromFailedCompletion, DuplicatesUntraced int
-	// AppliedOutOfOrder counts events an ordered consumer applied after a
-	// later event of the same order (devstack AuditOrder);
+	// AppliedOutOfOrder counts events an ordered consumer certainly
+	// committed after a later event of the same aggregate, by the commit
+	// witness on the SDK stack (order_witness.go; OrderedCommitsWitnessed
+	// is how many ordered transactions it saw commit);
 	// SequenceGapsDeadLettered the events dead-lettered with reason
 	// sequence_gap (and redriven by the audit).
-	AppliedOutOfOrder, SequenceGapsDeadLettered int
+	AppliedOutOfOrder, SequenceGapsDeadLettered, OrderedCommitsWitnessed int
 	// HostileWritten counts legacy changes committed with text SQS refuses
 	// (HostileReasons); each must end parked.
 	HostileWritten       int
@@ -162,9 +164,9 @@ func (r Report) OK() bool {
 
 // Summary is the one-line result of make chaos.
 func (r Report) Summary() string {
-	return fmt.Sprintf("orders=%d committed=%d events=%d published=%d lost=%d ghost=%d double_applied=%d duplicates_absorbed=%d parked=%d dead_lettered=%d redriven=%d shipments=%d shipment_duplicates=%d shipments_missing=%d applied_out_of_order=%d sequence_gaps_dead_lettered=%d",
+	return fmt.Sprintf("orders=%d committed=%d events=%d published=%d lost=%d ghost=%d double_applied=%d duplicates_absorbed=%d parked=%d dead_lettered=%d redriven=%d shipments=%d shipment_duplicates=%d shipments_missing=%d ordered_commits_witnessed=%d applied_out_of_order=%d sequence_gaps_dead_lettered=%d",
 		r.Orders, r.Committed, r.Events, r.Published, r.Lost, r.Ghost, r.DoubleApplied, r.DuplicatesAbsorbed, r.Parked, r.DeadLettered, r.Redriven,
-		r.Shipments, r.ShipmentDuplicates, r.ShipmentsMissing, r.AppliedOutOfOrder, r.SequenceGapsDeadLettered)
+		r.Shipments, r.ShipmentDuplicates, r.ShipmentsMissing, r.OrderedCommitsWitnessed, r.AppliedOutOfOrder, r.SequenceGapsDeadLettered)
 }
 
 // Table renders the per-kind fault counts and pipeline counters.
@@ -204,6 +206,7 @@ func (r Report) Table() string {
 		{"bus delivery retries", r.BusRetries},
 		{"bus dead letters", r.BusDeadLettered},
 		{"legacy hostile-text changes", int64(r.HostileWritten)},
+		{"ordered commits witnessed", int64(r.OrderedCommitsWitnessed)},
 		{"applied out of order", int64(r.AppliedOutOfOrder)},
 		{"sequence gaps dead-lettered", int64(r.SequenceGapsDeadLettered)},
 		{"shipments", int64(r.Shipments)},
@@ -265,6 +268,7 @@ func runEpoch(ctx context.Context, cfg Config, epoch, orders int, rep *Report) e
 	metrics := &emfCounter{}
 	applied := &applyCounter{n: map[string]int64{}}
 	crashes := &keySet{m: map[string]bool{}}
+	witness := newOrderWitness()
 	s, err := devstack.Start(ctx, devstack.Options{
 		Metrics:  metrics,
 		Endpoint: cfg.Endpoint,
@@ -272,6 +276,7 @@ func runEpoch(ctx context.Context, cfg Config, epoch, orders int, rep *Report) e
 		Logger:   cfg.Logger,
 		AWSConfig: func(c *aws.Config) {
 			c.APIOptions = append(c.APIOptions, inj.Middleware())
+			witness.apply(c) // after the faults: inside them
 			// A fault storm empties the SDK's retry token bucket ("retry quota
 			// exceeded"); production sees far fewer faults.
 			c.Retryer = func() aws.Retryer {
@@ -377,12 +382,10 @@ func runEpoch(ctx context.Context, cfg Config, epoch, orders int, rep *Report) e
 	rep.DeadLettered += dl.deadLettered
 	rep.Redriven += dl.redriven
 	rep.SequenceGapsDeadLettered += len(dl.gaps)
-	oa, err := s.AuditOrder(dctx)
-	if err != nil {
-		return err
-	}
-	rep.AppliedOutOfOrder += oa.Total()
-	a.Problems = append(a.Problems, oa.Problems...)
+	witnessed, inversions, problems := witness.audit()
+	rep.OrderedCommitsWitnessed += witnessed
+	rep.AppliedOutOfOrder += inversions
+	a.Problems = append(a.Problems, problems...)
 	sa, err := s.AuditShipments(dctx)
 	if err != nil {
 		return err
