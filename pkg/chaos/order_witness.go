@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -25,28 +26,44 @@ import (
 //
 // It is an SDK middleware at the end of the Finalize step, inside the fault
 // middleware and the retry loop, so it sees every attempt that reached the
-// server, including those whose answer the fault injector then discards.
-// For every TransactWriteItems attempt that carries an ordering gate (an
-// Update of a "<consumer>#SEQ#<type>#<id>" item, dedup.Gate) and succeeded
-// (HTTP 200: DynamoDB committed it), it records the gate's sequence and the
-// attempt's [sent, answered] interval. The commit happened inside that
-// interval, so sequence M > N committed before N for certain when M's
-// interval ended before N's began (inversions). Overlapping intervals
-// prove nothing either way: the check has no false positives and catches
-// any inversion separated by more than one call's duration (a late bus
-// delivery is 100–600 ms, a redriven dead letter seconds).
+// wire, including those whose answer the fault injector then discards. For
+// every TransactWriteItems attempt that carries an ordering gate (an Update
+// of a "<consumer>#SEQ#<type>#<id>" item, dedup.Gate) it records the gate's
+// sequence, when the attempt was sent and answered, and its outcome:
+// committed (HTTP 200), refused (DynamoDB answered with a 4xx error: a
+// cancelled transaction writes nothing) or unknown (anything else: a lost
+// answer, a 5xx, a cancelled context may still have committed).
+//
+// Per sequence, the commit happened no earlier than the first attempt that
+// was not refused was sent, and no later than the first committed attempt
+// was answered (a later 200 can be DynamoDB's idempotent answer to a
+// repeated ClientRequestToken, long after the commit). Sequence M > N
+// committed before N for certain when M's latest possible commit precedes
+// N's earliest possible one (inversions). Anything less certain counts
+// nothing: no false positives, and any inversion separated by more than one
+// call's duration is caught (a late bus delivery is 100–600 ms, a redriven
+// dead letter seconds).
 type orderWitness struct {
-	mu      sync.Mutex
-	commits map[string][]gateCommit // by ordering item key
+	mu       sync.Mutex
+	attempts map[string][]gateAttempt // by ordering item key
 }
 
-type gateCommit struct {
+type outcome int
+
+const (
+	committed outcome = iota
+	refused
+	unknown
+)
+
+type gateAttempt struct {
 	seq        int64
 	sent, done time.Time
+	outcome    outcome
 }
 
 func newOrderWitness() *orderWitness {
-	return &orderWitness{commits: map[string][]gateCommit{}}
+	return &orderWitness{attempts: map[string][]gateAttempt{}}
 }
 
 type witnessGateKey struct{}
@@ -70,9 +87,15 @@ func (w *orderWitness) option(st *middleware.Stack) error {
 		}
 		sent := time.Now()
 		out, md, err := next.HandleFinalize(ctx, in)
-		if err == nil {
-			w.record(g.key, gateCommit{seq: g.seq, sent: sent, done: time.Now()})
+		o := unknown
+		var re interface{ HTTPStatusCode() int } // smithyhttp/awshttp.ResponseError
+		switch {
+		case err == nil:
+			o = committed
+		case errors.As(err, &re) && re.HTTPStatusCode() >= 400 && re.HTTPStatusCode() < 500:
+			o = refused
 		}
+		w.record(g.key, gateAttempt{seq: g.seq, sent: sent, done: time.Now(), outcome: o})
 		return out, md, err
 	}), middleware.After)
 }
@@ -82,10 +105,10 @@ type gateRef struct {
 	seq int64
 }
 
-func (w *orderWitness) record(key string, c gateCommit) {
+func (w *orderWitness) record(key string, a gateAttempt) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.commits[key] = append(w.commits[key], c)
+	w.attempts[key] = append(w.attempts[key], a)
 }
 
 // gateOf returns the ordering item key and the sequence an ordered Apply's
@@ -116,28 +139,53 @@ func gateOf(p *dynamodb.TransactWriteItemsInput) (string, int64, bool) {
 	return "", 0, false
 }
 
-// audit returns the committed gate transactions seen, the inversions (a
+// audit returns how many sequences it saw committed, the inversions (a
 // higher sequence certainly committed before a lower one of the same
 // ordering item) and up to 20 descriptions of them.
 func (w *orderWitness) audit() (witnessed, inversions int, problems []string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	keys := make([]string, 0, len(w.commits))
-	for k := range w.commits {
+	keys := make([]string, 0, len(w.attempts))
+	for k := range w.attempts {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
+	type bounds struct {
+		earliest, latest time.Time // commit window; zero: unknown
+	}
 	for _, k := range keys {
-		cs := w.commits[k]
-		witnessed += len(cs)
-		for _, lo := range cs {
-			for _, hi := range cs {
-				if hi.seq > lo.seq && hi.done.Before(lo.sent) {
-					inversions++
-					if len(problems) < 20 {
-						problems = append(problems, fmt.Sprintf("%s: sequence %d committed by %s, before sequence %d was sent at %s",
-							k, hi.seq, hi.done.Format(time.RFC3339Nano), lo.seq, lo.sent.Format(time.RFC3339Nano)))
-					}
+		by := map[int64]*bounds{}
+		for _, a := range w.attempts[k] {
+			b := by[a.seq]
+			if b == nil {
+				b = &bounds{}
+				by[a.seq] = b
+			}
+			if a.outcome != refused && (b.earliest.IsZero() || a.sent.Before(b.earliest)) {
+				b.earliest = a.sent
+			}
+			if a.outcome == committed && (b.latest.IsZero() || a.done.Before(b.latest)) {
+				b.latest = a.done
+			}
+		}
+		seqs := make([]int64, 0, len(by))
+		for seq, b := range by {
+			if !b.latest.IsZero() {
+				witnessed++
+			}
+			seqs = append(seqs, seq)
+		}
+		sort.Slice(seqs, func(i, j int) bool { return seqs[i] < seqs[j] })
+		for i, lo := range seqs {
+			for _, hi := range seqs[i+1:] {
+				l, h := by[lo], by[hi]
+				if h.latest.IsZero() || l.earliest.IsZero() || !h.latest.Before(l.earliest) {
+					continue
+				}
+				inversions++
+				if len(problems) < 20 {
+					problems = append(problems, fmt.Sprintf("%s: sequence %d committed by %s, before sequence %d was first sent at %s",
+						k, hi, h.latest.Format(time.RFC3339Nano), lo, l.earliest.Format(time.RFC3339Nano)))
 				}
 			}
 		}

@@ -54,9 +54,10 @@ func TestOrderWitnessRecordsCommittedGates(t *testing.T) {
 		}
 	}
 	key := dedup.SequenceKey("ledger", "Order", "o-1")
-	got := w.commits[key]
-	if len(got) != 2 || got[0].seq != 1 || got[1].seq != 2 || got[0].done.After(got[1].sent) {
-		t.Fatalf("commits of %s = %+v; want sequences 1 then 2 (3 was refused)", key, got)
+	got := w.attempts[key]
+	if len(got) != 3 || got[0].seq != 1 || got[1].seq != 2 || got[2].seq != 3 || got[0].done.After(got[1].sent) ||
+		got[0].outcome != committed || got[1].outcome != committed || got[2].outcome != refused {
+		t.Fatalf("attempts on %s = %+v; want sequences 1, 2 committed, then 3 refused", key, got)
 	}
 	if n, inv, _ := w.audit(); n != 2 || inv != 0 {
 		t.Errorf("audit = %d witnessed, %d inversions; want 2, 0", n, inv)
@@ -64,23 +65,48 @@ func TestOrderWitnessRecordsCommittedGates(t *testing.T) {
 }
 
 // TestOrderWitnessAudit: an inversion is counted only when the higher
-// sequence's call was answered before the lower one's was sent; overlapping
-// calls prove nothing.
+// sequence's first committed attempt was answered before the lower one's
+// first attempt that may have committed was sent; overlapping calls, a late
+// idempotent 200 and refused attempts prove nothing.
 func TestOrderWitnessAudit(t *testing.T) {
 	t0 := time.Unix(1_800_000_000, 0)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	att := func(seq int64, sent, done int, o outcome) gateAttempt {
+		return gateAttempt{seq: seq, sent: at(sent), done: at(done), outcome: o}
+	}
+	for _, tc := range []struct {
+		name       string
+		attempts   []gateAttempt
+		witnessed  int
+		inversions int
+	}{
+		{"in order", []gateAttempt{att(1, 0, 1, committed), att(2, 2, 3, committed), att(3, 4, 5, committed)}, 3, 0},
+		{"2 answered before 1 was sent", []gateAttempt{att(1, 10, 20, committed), att(2, 0, 5, committed)}, 2, 1},
+		{"3 before 1 and 2", []gateAttempt{att(1, 10, 11, committed), att(2, 12, 13, committed), att(3, 0, 5, committed)}, 3, 2},
+		{"overlapping calls", []gateAttempt{att(1, 10, 40, committed), att(2, 5, 35, committed)}, 2, 0},
+		// 1's answer was lost (unknown) at 0..2, 2 committed at 5..6, the SDK's
+		// retry of 1 got DynamoDB's idempotent 200 at 10..11.
+		{"late idempotent 200", []gateAttempt{att(1, 0, 2, unknown), att(2, 5, 6, committed), att(1, 10, 11, committed)}, 2, 0},
+		// 1 was refused at 0..1 (a gap: nothing written), committed at 10..11;
+		// 2 answered at 6: an inversion.
+		{"refused attempt is not a bound", []gateAttempt{att(1, 0, 1, refused), att(2, 5, 6, committed), att(1, 10, 11, committed)}, 2, 1},
+		{"never committed", []gateAttempt{att(1, 10, 11, unknown), att(2, 0, 5, refused)}, 0, 0},
+	} {
+		w := newOrderWitness()
+		for _, a := range tc.attempts {
+			w.record("ledger#SEQ#Order#o-1", a)
+		}
+		n, inv, problems := w.audit()
+		if n != tc.witnessed || inv != tc.inversions || len(problems) != inv {
+			t.Errorf("%s: audit = %d witnessed, %d inversions, %q; want %d, %d", tc.name, n, inv, problems, tc.witnessed, tc.inversions)
+		}
+	}
 	w := newOrderWitness()
-	// o-1: sequence 2 answered at 5 ms, sequence 1 sent at 10 ms: inverted.
-	w.record("ledger#SEQ#Order#o-1", gateCommit{seq: 1, sent: at(10), done: at(20)})
-	w.record("ledger#SEQ#Order#o-1", gateCommit{seq: 2, sent: at(0), done: at(5)})
-	// o-2: overlapping calls (2 sent before 1, answered after 1 was sent).
-	w.record("ledger#SEQ#Order#o-2", gateCommit{seq: 1, sent: at(10), done: at(40)})
-	w.record("ledger#SEQ#Order#o-2", gateCommit{seq: 2, sent: at(5), done: at(35)})
-	// o-3 of another consumer: in order.
-	w.record("notifier#SEQ#Order#o-3", gateCommit{seq: 1, sent: at(0), done: at(1)})
-	w.record("notifier#SEQ#Order#o-3", gateCommit{seq: 2, sent: at(2), done: at(3)})
-	n, inv, problems := w.audit()
-	if n != 6 || inv != 1 || len(problems) != 1 || !strings.Contains(problems[0], "o-1: sequence 2 committed") {
-		t.Errorf("audit = %d, %d, %q; want 6 witnessed, 1 inversion on o-1", n, inv, problems)
+	w.record("ledger#SEQ#Order#o-1", att(1, 10, 20, committed))
+	w.record("ledger#SEQ#Order#o-1", att(2, 0, 5, committed))
+	w.record("notifier#SEQ#Order#o-1", att(1, 0, 1, committed))
+	w.record("notifier#SEQ#Order#o-1", att(2, 2, 3, committed))
+	if _, inv, problems := w.audit(); inv != 1 || !strings.Contains(problems[0], "ledger#SEQ#Order#o-1: sequence 2 committed") {
+		t.Errorf("two consumers: %d inversions, %q; want 1 on the ledger's item", inv, problems)
 	}
 }
