@@ -138,8 +138,13 @@ type Report struct {
 	// witness on the SDK stack (order_witness.go; OrderedCommitsWitnessed
 	// is how many ordered transactions it saw commit);
 	// SequenceGapsDeadLettered the events dead-lettered with reason
-	// sequence_gap (and redriven by the audit).
+	// sequence_gap (and redriven by the audit), each traced to the event it
+	// waited for: parked by the relay (SequenceGapsToParked), dead-lettered
+	// by the same consumer (SequenceGapsToDeadLettered), or neither
+	// (SequenceGapsUntraced, a failure: the consumer gave up on an event
+	// that was on its way).
 	AppliedOutOfOrder, SequenceGapsDeadLettered, OrderedCommitsWitnessed int
+	SequenceGapsToParked, SequenceGapsToDeadLettered, SequenceGapsUntraced int
 	// HostileWritten counts legacy changes committed with text SQS refuses
 	// (HostileReasons); each must end parked.
 	HostileWritten       int
@@ -159,7 +164,7 @@ type Report struct {
 // OK reports whether every promise held in every epoch.
 func (r Report) OK() bool {
 	return r.Lost == 0 && r.Ghost == 0 && r.DoubleApplied == 0 && r.Pending == 0 && r.DeadLettered == r.Redriven &&
-		r.ShipmentsMissing == 0 && r.DuplicatesUntraced == 0 && r.AppliedOutOfOrder == 0 && len(r.FailedEpochs) == 0
+		r.ShipmentsMissing == 0 && r.DuplicatesUntraced == 0 && r.AppliedOutOfOrder == 0 && r.SequenceGapsUntraced == 0 && len(r.FailedEpochs) == 0
 }
 
 // Summary is the one-line result of make chaos.
@@ -209,6 +214,9 @@ func (r Report) Table() string {
 		{"ordered commits witnessed", int64(r.OrderedCommitsWitnessed)},
 		{"applied out of order", int64(r.AppliedOutOfOrder)},
 		{"sequence gaps dead-lettered", int64(r.SequenceGapsDeadLettered)},
+		{"  waiting for a parked event", int64(r.SequenceGapsToParked)},
+		{"  waiting for a dead letter", int64(r.SequenceGapsToDeadLettered)},
+		{"  untraced", int64(r.SequenceGapsUntraced)},
 		{"shipments", int64(r.Shipments)},
 		{"shipment duplicates", int64(r.ShipmentDuplicates)},
 		{"  from crashes before COMPLETED", int64(r.DuplicatesFromCrashes)},
@@ -381,7 +389,12 @@ func runEpoch(ctx context.Context, cfg Config, epoch, orders int, rep *Report) e
 	}
 	rep.DeadLettered += dl.deadLettered
 	rep.Redriven += dl.redriven
-	rep.SequenceGapsDeadLettered += len(dl.gaps)
+	gt := traceGaps(dl.letters, a.ParkedSequences)
+	rep.SequenceGapsDeadLettered += gt.gaps
+	rep.SequenceGapsToParked += gt.toParked
+	rep.SequenceGapsToDeadLettered += gt.toDeadLettered
+	rep.SequenceGapsUntraced += len(gt.problems)
+	a.Problems = append(a.Problems, gt.problems...)
 	witnessed, inversions, problems := witness.audit()
 	rep.OrderedCommitsWitnessed += witnessed
 	rep.AppliedOutOfOrder += inversions
@@ -471,7 +484,7 @@ func runEpoch(ctx context.Context, cfg Config, epoch, orders int, rep *Report) e
 	for k, n := range inj.Stats().ByKind() {
 		rep.Faults[k] += n
 	}
-	if !a.OK() {
+	if !a.OK() || len(gt.problems) > 0 {
 		rep.FailedEpochs = append(rep.FailedEpochs, epoch)
 		for _, p := range a.Problems {
 			if len(rep.Problems) < 20 {
@@ -501,9 +514,10 @@ const (
 
 type dlqCounts struct {
 	deadLettered, redriven int
-	// gaps are the events dead-lettered with reason sequence_gap (an
-	// ordered consumer waited too long for an earlier event).
-	gaps []sqsconsumer.DeadLetter
+	// letters are every message the redrive rounds moved off a consumer
+	// DLQ; the sequence_gap ones are traced to their missing event after
+	// the audit (traceGaps).
+	letters []deadLetterSeen
 }
 
 // drainRedriveAndAudit drains, then does what an operator does after a
@@ -522,12 +536,10 @@ func drainRedriveAndAudit(ctx context.Context, s *devstack.Stack, inj *faults.In
 	// until the DLQs stay empty after a drain (bounded rounds).
 	for round := 0; round < maxRedriveRounds; round++ {
 		moved := 0
-		for _, p := range s.Consumers {
+		for name, p := range s.Consumers {
 			n, err := sqsconsumer.Redrive(ctx, p.DLQ, p.DLQ.URL(), p.Queue, p.Queue.URL(), sqsconsumer.RedriveOptions{
 				OnMessage: func(d sqsconsumer.DeadLetter) {
-					if d.Reason == ReasonSequenceGap {
-						c.gaps = append(c.gaps, d)
-					}
+					c.letters = append(c.letters, deadLetterSeen{consumer: name, letter: d})
 				},
 			})
 			c.redriven += n
