@@ -143,7 +143,7 @@ type Report struct {
 	// by the same consumer (SequenceGapsToDeadLettered), or neither
 	// (SequenceGapsUntraced, a failure: the consumer gave up on an event
 	// that was on its way).
-	AppliedOutOfOrder, SequenceGapsDeadLettered, OrderedCommitsWitnessed int
+	AppliedOutOfOrder, SequenceGapsDeadLettered, OrderedCommitsWitnessed   int
 	SequenceGapsToParked, SequenceGapsToDeadLettered, SequenceGapsUntraced int
 	// HostileWritten counts legacy changes committed with text SQS refuses
 	// (HostileReasons); each must end parked.
