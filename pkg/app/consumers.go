@@ -108,7 +108,7 @@ func NewConsumerHandler(s Settings, name string, h sqsconsumer.EventHandler, dlq
 		DLQ:             dlq,
 		DLQURL:          s.ConsumerDLQURL,
 		MaxMessageBytes: sqsmsg.MaxMaxBytes,
-		RetryDelay:      retryDelay(base, most),
+		RetryDelay:      retryDelay(base, most, gapMaxReceives(s)),
 		Queue:           dlq,
 		Logger:          log,
 	})
@@ -149,23 +149,68 @@ func NewFulfilment(s Settings, ddb *dynamodb.Client, creds fulfilment.Credential
 // its first receive (it arrived before the one it follows) is received
 // again: the missing event is usually a few hundred milliseconds behind
 // (two deliveries of one aggregate racing under MaximumConcurrency 2), so
-// waiting the whole failure delay would add ~10 s to the p99. From the
-// second receive on a held event waits like any failure, so a predecessor
-// that is really stuck (relay retries, reconciliation) still gets nearly the
-// queue's whole retry window before the gap is dead-lettered
-// (config.DefaultConsumerGapMaxReceives; docs/ORDERING.md).
+// waiting the whole failure delay would add ~10 s to the p99. Later
+// receives of a held event wait longer (see retryDelay), so that a gap is
+// dead-lettered only after its missing event had the queue's whole retry
+// window (docs/ORDERING.md).
 const HeldRetryBase = time.Second
 
-// retryDelay is the consumers' RetryDelay (receive count n, handler error):
-// a held event (errors.Is(err, dedup.ErrSequenceGap)) on its first receive
-// comes back after min(HeldRetryBase, most); every other case after base
-// doubling per receive, capped at most (sqsconsumer.RetryDelays).
-func retryDelay(base, most time.Duration) func(int, error) time.Duration {
+// MaxVisibilityTimeout is the longest visibility timeout SQS accepts in
+// ChangeMessageVisibility: 12 hours (SQS API Reference,
+// ChangeMessageVisibility).
+const MaxVisibilityTimeout = 12 * time.Hour
+
+// retryDelay is the consumers' RetryDelay (receive count n, handler error).
+// A failed event comes back after base doubling per receive, capped at
+// most (sqsconsumer.RetryDelays): its whole retry window before the queue's
+// redrive policy moves it to the DLQ on receive gapMax+1 is
+// W = failed(1) + … + failed(gapMax). A held event (errors.Is(err,
+// dedup.ErrSequenceGap)), dead-lettered with sequence_gap on receive
+// gapMax, must wait longer than the event it waits for can spend failing,
+// or a gap would be dead-lettered while its missing event is still being
+// retried: it comes back after min(HeldRetryBase, most) on its first
+// receive, then after failed(n)·k on receives 2..gapMax-1, k chosen so that
+// the hold lasts at least W + failed(1) (one base delay for the missing
+// event's arrival lag). With base 10 s, most 180 s and gapMax 5 (the stack's
+// defaults): W = 10+20+40+80+160 = 310 s and the held delays are 1 s, 46 s,
+// 92 s, 183 s (322 s). With gapMax ≤ 2 there is no early retry: the first
+// wait is the whole W + failed(1). Delays are capped at
+// MaxVisibilityTimeout.
+func retryDelay(base, most time.Duration, gapMax int) func(int, error) time.Duration {
 	failed := sqsconsumer.RetryDelays(base, most)
+	var window time.Duration
+	for n := 1; n <= gapMax; n++ {
+		window += failed(n, nil)
+	}
+	target := window + failed(1, nil)
+	first := min(HeldRetryBase, most)
+	var shape time.Duration
+	for n := 2; n < gapMax; n++ {
+		shape += failed(n, nil)
+	}
+	held := func(n int) time.Duration {
+		switch {
+		case gapMax <= 2:
+			return target
+		case n <= 1:
+			return first
+		}
+		// failed(n) · (target − first) / shape, rounded up to the second
+		d := time.Duration(float64(failed(min(n, gapMax-1), nil)) * float64(target-first) / float64(shape))
+		return (d + time.Second - 1).Truncate(time.Second)
+	}
 	return func(n int, err error) time.Duration {
-		if n <= 1 && errors.Is(err, dedup.ErrSequenceGap) {
-			return min(HeldRetryBase, most)
+		if errors.Is(err, dedup.ErrSequenceGap) {
+			return min(held(n), MaxVisibilityTimeout)
 		}
 		return failed(n, err)
 	}
+}
+
+// gapMaxReceives is Settings.ConsumerGapMaxReceives, or its default.
+func gapMaxReceives(s Settings) int {
+	if s.ConsumerGapMaxReceives > 0 {
+		return s.ConsumerGapMaxReceives
+	}
+	return config.DefaultConsumerGapMaxReceives
 }

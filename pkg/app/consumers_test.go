@@ -134,7 +134,9 @@ func TestNewConsumerHandlerShortensRetries(t *testing.T) {
 // later receives and any other failure wait the failure base doubling;
 // both are capped.
 func TestRetryDelayHeldEventsComeBackSooner(t *testing.T) {
-	d := retryDelay(10*time.Second, 40*time.Second)
+	// The stack's defaults: base 10 s, cap 180 s (6 × the 30 s function
+	// timeout), gap bound on receive 5.
+	d := retryDelay(10*time.Second, 180*time.Second, 5)
 	held := fmt.Errorf("ledger: hold: %w", &dedup.GapError{Consumer: "ledger", AggregateType: "order", AggregateID: "o-1", Last: 1, Sequence: 3})
 	failed := errors.New("throttled")
 	for _, tc := range []struct {
@@ -142,14 +144,46 @@ func TestRetryDelayHeldEventsComeBackSooner(t *testing.T) {
 		err  error
 		want time.Duration
 	}{
-		{1, held, time.Second}, {2, held, 20 * time.Second}, {3, held, 40 * time.Second}, {9, held, 40 * time.Second},
-		{1, failed, 10 * time.Second}, {2, failed, 20 * time.Second}, {4, failed, 40 * time.Second},
+		// 1 s first; then 20, 40, 80 s scaled by 319/140 and rounded up
+		{1, held, time.Second}, {2, held, 46 * time.Second}, {3, held, 92 * time.Second}, {4, held, 183 * time.Second},
+		{1, failed, 10 * time.Second}, {2, failed, 20 * time.Second}, {4, failed, 80 * time.Second}, {5, failed, 160 * time.Second}, {9, failed, 180 * time.Second},
 	} {
 		if got := d(tc.n, tc.err); got != tc.want {
 			t.Errorf("retryDelay(receive %d, %v) = %v, want %v", tc.n, tc.err, got, tc.want)
 		}
 	}
-	if got := retryDelay(10*time.Second, 500*time.Millisecond)(1, held); got != 500*time.Millisecond {
-		t.Errorf("held delay above the cap: got %v, want 500ms", got)
+	if got := retryDelay(10*time.Second, 500*time.Millisecond, 5)(1, held); got != 500*time.Millisecond {
+		t.Errorf("held delay above the cap on the first receive: got %v, want 500ms", got)
+	}
+	if got := retryDelay(10*time.Hour, 12*time.Hour, 5)(4, held); got != MaxVisibilityTimeout {
+		t.Errorf("held delay beyond SQS's 12 h visibility limit: got %v", got)
+	}
+}
+
+// TestRetryDelayHoldOutlastsTheMissingEventsRetries checks the bound the gap
+// dead letter relies on: an event held from its first receive to receive
+// gapMax waits at least as long as the event it waits for can spend being
+// retried on the same queue (receives 1..gapMax, moved to the DLQ on the
+// next), plus one base delay.
+func TestRetryDelayHoldOutlastsTheMissingEventsRetries(t *testing.T) {
+	held := &dedup.GapError{Consumer: "notifier", AggregateType: "order", AggregateID: "o-1", Last: 0, Sequence: 2}
+	for _, tc := range []struct {
+		base, most time.Duration
+		gapMax     int
+	}{
+		{10 * time.Second, 180 * time.Second, 5}, {2 * time.Second, 2 * time.Second, 3}, {time.Second, time.Minute, 10},
+		{10 * time.Second, 180 * time.Second, 2}, {500 * time.Millisecond, 2 * time.Second, 4},
+	} {
+		d := retryDelay(tc.base, tc.most, tc.gapMax)
+		var hold, window time.Duration
+		for n := 1; n < tc.gapMax; n++ {
+			hold += d(n, held)
+		}
+		for n := 1; n <= tc.gapMax; n++ {
+			window += d(n, errors.New("failed"))
+		}
+		if want := window + d(1, errors.New("failed")); hold < want {
+			t.Errorf("base %v cap %v gapMax %d: hold %v < the missing event's retry window %v + one base delay", tc.base, tc.most, tc.gapMax, hold, window)
+		}
 	}
 }

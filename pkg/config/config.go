@@ -131,12 +131,13 @@ const (
 	// gap, promise I4): on this receive (ApproximateReceiveCount) the event
 	// is dead-lettered with reason sequence_gap instead of being left for
 	// redelivery. It equals DefaultConsumerMaxReceiveCount, the last receive
-	// the queue's redrive policy allows, so the held event gets the queue's
-	// whole retry window (first retry after app.HeldRetryBase 1 s, then
-	// DefaultConsumerRetryBase 10 s doubling per receive: about
-	// 1+20+40+80 = 141 s) and still reaches the DLQ with a
-	// reason. Set it to the queue's maxReceiveCount when that differs
-	// (dedup.ConsumerConfig.GapMaxReceives; docs/ORDERING.md).
+	// the queue's redrive policy allows, and the held event's waits are
+	// longer than the missing event's whole retry window on the queue
+	// (app.retryDelay: 1 + 46 + 92 + 183 = 322 s against 310 s), so a gap
+	// is dead-lettered, with a reason, only once the missing event was
+	// dead-lettered, parked or stuck upstream. Set it to the queue's
+	// maxReceiveCount when that differs (dedup.ConsumerConfig.GapMaxReceives;
+	// docs/ORDERING.md).
 	DefaultConsumerGapMaxReceives = DefaultConsumerMaxReceiveCount
 	// DefaultConsumerBatchSize is the SQS event source mapping's BatchSize
 	// (AWS default 10).

@@ -32,8 +32,6 @@ type Audit struct {
 	Published int
 	Pending   int
 	Parked    int
-	// ParkedSequences are the parked events' sequences by aggregate id.
-	ParkedSequences map[string][]int64
 	// LedgerApplied counts ledger entries; LedgerExpected the events the
 	// ledger must book (OrderPaid, and OrderCancelled after payment).
 	LedgerApplied  int
@@ -124,10 +122,6 @@ func (s *Stack) Audit(ctx context.Context) (Audit, error) {
 			a.Published++
 		case outbox.StatusParked:
 			a.Parked++
-			if a.ParkedSequences == nil {
-				a.ParkedSequences = map[string][]int64{}
-			}
-			a.ParkedSequences[agg] = append(a.ParkedSequences[agg], seq)
 		default:
 			a.Pending++
 		}

@@ -58,6 +58,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -223,11 +224,13 @@ func (c Config) Validate() error {
 
 // Report summarises one run.
 type Report struct {
-	// Pending is the number of records in the pending index (any age) when
-	// each shard was visited (a lower bound if Truncated).
+	// Pending is the number of records in the pending index (any age) left
+	// after the run's repair, when each shard was counted (a lower bound if
+	// Truncated).
 	Pending int
-	// OldestPendingAge is now − created_at_ms of the oldest pending record;
-	// zero when none is pending.
+	// OldestPendingAge is now − created_at_ms of the oldest record still
+	// pending after the repair; zero when none is. It grows only while
+	// records stay pending through runs (the reconciler alarm's signal).
 	OldestPendingAge time.Duration
 	// Resent counts records re-published and marked published.
 	Resent int
@@ -291,12 +294,13 @@ func (r *Reconciler) Handle(ctx context.Context, ev events.EventBridgeEvent) err
 	return nil
 }
 
-// Run visits every pending index shard ("p00".."pNN"): counts its pending
-// records (Select COUNT) and reads its oldest record (ascending, Limit 1).
-// Then it pages through the records with created_at_ms < now −
-// ReconcileAfter of every shard (at most MaxPagesPerShard pages of PageSize
-// each), merged in created_at order, and claims, re-publishes (per-aggregate
-// waves) and marks them (see sweep). It logs and emits (EMF) PendingCount, OldestPendingAgeSeconds
+// Run first repairs: it pages through the records with created_at_ms < now −
+// ReconcileAfter of every pending index shard ("p00".."pNN", at most
+// MaxPagesPerShard pages of PageSize each), merged in created_at order, and
+// claims, re-publishes (per-aggregate waves) and marks them (see sweep).
+// Then, with the budget left, it gauges: counts every shard's pending
+// records (Select COUNT) and reads its oldest record (ascending, Limit 1),
+// a few shards at a time. It logs and emits (EMF) PendingCount, OldestPendingAgeSeconds
 // and ReconcilerResent (ParkedRecords is emitted by the Marker per record). It returns the report and the joined
 // Query errors, if any (a failing shard does not stop the others); running
 // out of budget is not an error but sets Report.Truncated.
@@ -310,31 +314,13 @@ func (r *Reconciler) Run(ctx context.Context) (Report, error) {
 	now := r.cfg.Now()
 	cutoff := now.Add(-r.cfg.ReconcileAfter).UnixMilli()
 	var rep Report
-	var errs []error
-	var oldest int64 = -1
-	for i := 0; i < r.cfg.PendingShards; i++ {
-		if ctx.Err() != nil {
-			rep.Truncated = true
-			break
-		}
-		shard := outbox.ShardName(i)
-		n, truncated, err := r.count(ctx, shard)
-		rep.Pending += n
-		rep.Truncated = rep.Truncated || truncated
-		if err != nil {
-			errs = append(errs, fmt.Errorf("count shard %s: %w", shard, err))
-			continue
-		}
-		if n > 0 {
-			ms, ok, err := r.oldest(ctx, shard)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("oldest in shard %s: %w", shard, err))
-			} else if ok && (oldest < 0 || ms < oldest) {
-				oldest = ms
-			}
-		}
-	}
-	errs = append(errs, r.sweep(ctx, pubCtx, cutoff, &rep)...)
+	// Repair first: the sweep gets the whole budget, and the gauges below
+	// get what is left. Counting first let a tight budget (or a slow store)
+	// spend every run on the gauges and never reach the sweep, so a pending
+	// record was never re-sent.
+	errs := r.sweep(ctx, pubCtx, cutoff, &rep)
+	oldest, countErrs := r.gauge(ctx, &rep)
+	errs = append(errs, countErrs...)
 	if oldest >= 0 {
 		rep.OldestPendingAge = max(now.Sub(time.UnixMilli(oldest)), 0)
 	}
@@ -351,6 +337,62 @@ func (r *Reconciler) Run(ctx context.Context) (Report, error) {
 		config.MetricReconcilerResent: {Value: float64(rep.Resent), Unit: relay.UnitCount},
 	})
 	return rep, errors.Join(errs...)
+}
+
+// gaugeConcurrency bounds the shards counted at once by gauge.
+const gaugeConcurrency = 4
+
+// gauge counts every pending index shard's records into rep.Pending and
+// returns the oldest created_at_ms found (-1 when none), with the Query
+// errors of the shards that failed (the others are still counted). Shards
+// are counted gaugeConcurrency at a time; one not reached before ctx ends
+// sets rep.Truncated.
+func (r *Reconciler) gauge(ctx context.Context, rep *Report) (int64, []error) {
+	var (
+		mu     sync.Mutex
+		errs   []error
+		oldest int64 = -1
+		wg     sync.WaitGroup
+		sem    = make(chan struct{}, gaugeConcurrency)
+	)
+	for i := 0; i < r.cfg.PendingShards; i++ {
+		shard := outbox.ShardName(i)
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if ctx.Err() != nil {
+				mu.Lock()
+				rep.Truncated = true
+				mu.Unlock()
+				return
+			}
+			n, truncated, err := r.count(ctx, shard)
+			var ms int64 = -1
+			var oldErr error
+			if err == nil && n > 0 {
+				var ok bool
+				ms, ok, oldErr = r.oldest(ctx, shard)
+				if !ok {
+					ms = -1
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			rep.Pending += n
+			rep.Truncated = rep.Truncated || truncated
+			switch {
+			case err != nil:
+				errs = append(errs, fmt.Errorf("count shard %s: %w", shard, err))
+			case oldErr != nil:
+				errs = append(errs, fmt.Errorf("oldest in shard %s: %w", shard, oldErr))
+			case ms >= 0 && (oldest < 0 || ms < oldest):
+				oldest = ms
+			}
+		}()
+	}
+	wg.Wait()
+	return oldest, errs
 }
 
 // count returns the number of items in one shard of the pending index.

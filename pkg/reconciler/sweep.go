@@ -62,20 +62,41 @@ func (r *Reconciler) sweep(ctx, pubCtx context.Context, cutoffMs int64, rep *Rep
 		}})
 	}
 	var buffered []map[string]types.AttributeValue
-	read := func(c *cursor) {
-		out, err := r.query(ctx, c.in)
-		c.pages++
-		if err != nil {
-			errs = append(errs, fmt.Errorf("sweep shard %s: %w", c.shard, err))
-			c.more = false
-			return
+	// read fetches the next page of each cursor, sweepConcurrency at a
+	// time (the shards are separate partitions of the pending index), and
+	// buffers the items in cursor order.
+	read := func(batch []*cursor) {
+		pages := make([][]map[string]types.AttributeValue, len(batch))
+		failed := make([]error, len(batch))
+		sem := make(chan struct{}, sweepConcurrency)
+		var wg sync.WaitGroup
+		for i, c := range batch {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				out, err := r.query(ctx, c.in)
+				c.pages++
+				if err != nil {
+					failed[i] = fmt.Errorf("sweep shard %s: %w", c.shard, err)
+					c.more = false
+					return
+				}
+				pages[i] = out.Items
+				if n := len(out.Items); n > 0 {
+					c.last = createdAt(out.Items[n-1])
+				}
+				c.more = len(out.LastEvaluatedKey) > 0
+				c.in.ExclusiveStartKey = out.LastEvaluatedKey
+			}()
 		}
-		buffered = append(buffered, out.Items...)
-		if n := len(out.Items); n > 0 {
-			c.last = createdAt(out.Items[n-1])
+		wg.Wait()
+		for i := range batch {
+			if failed[i] != nil {
+				errs = append(errs, failed[i])
+			}
+			buffered = append(buffered, pages[i]...)
 		}
-		c.more = len(out.LastEvaluatedKey) > 0
-		c.in.ExclusiveStartKey = out.LastEvaluatedKey
 	}
 	blocked := map[string]bool{} // aggregates (pk) held back for the rest of the run
 	for {
@@ -91,6 +112,7 @@ func (r *Reconciler) sweep(ctx, pubCtx context.Context, cutoffMs int64, rep *Rep
 			}
 		}
 		stuck := false
+		var batch []*cursor
 		for _, c := range cursors {
 			if !c.more || c.last != frontier {
 				continue
@@ -99,8 +121,9 @@ func (r *Reconciler) sweep(ctx, pubCtx context.Context, cutoffMs int64, rep *Rep
 				stuck = true
 				continue
 			}
-			read(c)
+			batch = append(batch, c)
 		}
+		read(batch)
 		frontier = math.MaxInt64
 		for _, c := range cursors {
 			if c.more {
@@ -136,6 +159,9 @@ func (r *Reconciler) sweep(ctx, pubCtx context.Context, cutoffMs int64, rep *Rep
 	}
 	return errs
 }
+
+// sweepConcurrency bounds the pending index shards a sweep reads at once.
+const sweepConcurrency = 8
 
 // createdAt returns an item's created_at_ms, or math.MinInt64 if it has none
 // (such an item is released at once and parked as undecodable).
