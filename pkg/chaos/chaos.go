@@ -140,11 +140,15 @@ type Report struct {
 	// SequenceGapsDeadLettered the events dead-lettered with reason
 	// sequence_gap (and redriven by the audit), each traced to the event it
 	// waited for: parked by the relay (SequenceGapsToParked), dead-lettered
-	// by the same consumer (SequenceGapsToDeadLettered), or neither
-	// (SequenceGapsUntraced, a failure: the consumer gave up on an event
-	// that was on its way).
-	AppliedOutOfOrder, SequenceGapsDeadLettered, OrderedCommitsWitnessed   int
-	SequenceGapsToParked, SequenceGapsToDeadLettered, SequenceGapsUntraced int
+	// by the same consumer (SequenceGapsToDeadLettered), or on its way and
+	// applied after the gap was dead-lettered (SequenceGapsClosedLate: the
+	// hold bound, scaled down to seconds in chaos, was shorter than its
+	// delay). SequenceGapsUntraced counts the rest, a failure.
+	AppliedOutOfOrder, SequenceGapsDeadLettered, OrderedCommitsWitnessed                           int
+	SequenceGapsToParked, SequenceGapsToDeadLettered, SequenceGapsClosedLate, SequenceGapsUntraced int
+	// ParkedRedriven counts parked records the audit redrove because a
+	// later event of their aggregate exists (an ordered consumer holds it).
+	ParkedRedriven int
 	// HostileWritten counts legacy changes committed with text SQS refuses
 	// (HostileReasons); each must end parked.
 	HostileWritten       int
@@ -201,6 +205,7 @@ func (r Report) Table() string {
 		{"published", int64(r.Published)},
 		{"parked (DLQ + counted)", int64(r.Parked)},
 		{"parked DLQ messages", int64(r.ParkedMessages)},
+		{"parked redriven (held others)", int64(r.ParkedRedriven)},
 		{"pending after drain", int64(r.Pending)},
 		{"ledger entries", int64(r.LedgerApplied)},
 		{"notifications", int64(r.Notifications)},
@@ -216,6 +221,7 @@ func (r Report) Table() string {
 		{"sequence gaps dead-lettered", int64(r.SequenceGapsDeadLettered)},
 		{"  waiting for a parked event", int64(r.SequenceGapsToParked)},
 		{"  waiting for a dead letter", int64(r.SequenceGapsToDeadLettered)},
+		{"  missing one applied later", int64(r.SequenceGapsClosedLate)},
 		{"  untraced", int64(r.SequenceGapsUntraced)},
 		{"shipments", int64(r.Shipments)},
 		{"shipment duplicates", int64(r.ShipmentDuplicates)},
@@ -389,10 +395,12 @@ func runEpoch(ctx context.Context, cfg Config, epoch, orders int, rep *Report) e
 	}
 	rep.DeadLettered += dl.deadLettered
 	rep.Redriven += dl.redriven
-	gt := traceGaps(dl.letters, a.ParkedSequences)
+	gt := traceGaps(dl.letters, dl.parked, stackLastApplied(dctx, s))
+	rep.ParkedRedriven += dl.parkedRedriven
 	rep.SequenceGapsDeadLettered += gt.gaps
 	rep.SequenceGapsToParked += gt.toParked
 	rep.SequenceGapsToDeadLettered += gt.toDeadLettered
+	rep.SequenceGapsClosedLate += gt.closedLate
 	rep.SequenceGapsUntraced += len(gt.problems)
 	a.Problems = append(a.Problems, gt.problems...)
 	witnessed, inversions, problems := witness.audit()
@@ -518,6 +526,10 @@ type dlqCounts struct {
 	// DLQ; the sequence_gap ones are traced to their missing event after
 	// the audit (traceGaps).
 	letters []deadLetterSeen
+	// parked are the parked records' sequences by aggregate id before the
+	// audit redrove the ones ordered consumers wait for (parkedRedriven).
+	parked         map[string][]int64
+	parkedRedriven int
 }
 
 // drainRedriveAndAudit drains, then does what an operator does after a
@@ -530,6 +542,22 @@ func drainRedriveAndAudit(ctx context.Context, s *devstack.Stack, inj *faults.In
 		return devstack.Audit{}, c, err
 	}
 	inj.EndOutages()
+	// Ordered consumers hold an aggregate's later events behind a parked
+	// one: redrive those parked records first and let the reconciler
+	// publish them, then redrive the consumer DLQs.
+	parked, n, err := redriveParkedPredecessors(ctx, s)
+	if err != nil {
+		return devstack.Audit{}, c, err
+	}
+	c.parked, c.parkedRedriven = parked, n
+	if n > 0 {
+		// the reconciler publishes them (drainAndAudit waits for no record
+		// pending; its losses are the held events the DLQ redrive below
+		// brings back)
+		if _, err := drainAndAudit(ctx, s); err != nil {
+			return devstack.Audit{}, c, err
+		}
+	}
 	// An event redriven can fail again while the pipeline settles (an
 	// ordered consumer waiting for an event redriven with it, a
 	// cancellation that overtook its payment): like an operator, redrive
@@ -569,7 +597,9 @@ const maxRedriveRounds = 5
 
 // drainAndAudit waits until the stream is read, the bus is idle and no
 // outbox record is pending (running the reconciler for records whose
-// event source mapping retries were exhausted), then audits.
+// event source mapping retries were exhausted), then audits. It returns
+// once no record is pending, whatever the audit found: nothing else
+// changes the tables after a drain.
 func drainAndAudit(ctx context.Context, s *devstack.Stack) (devstack.Audit, error) {
 	for {
 		if err := s.Drain(ctx); err != nil {
@@ -583,7 +613,11 @@ func drainAndAudit(ctx context.Context, s *devstack.Stack) (devstack.Audit, erro
 			}
 			continue
 		}
-		if a.Pending == 0 && a.Lost == 0 {
+		// Only pending records are left to the reconciler: once none is,
+		// nothing will change any more and the audit stands (losses
+		// included). Waiting on Lost as well stalled a run whose held
+		// events stayed in a consumer DLQ until the context ended.
+		if a.Pending == 0 {
 			return a, nil
 		}
 		// Records left pending (ESM retries exhausted, or a crash after

@@ -40,17 +40,26 @@ func TestTraceGaps(t *testing.T) {
 		letter("ledger", "o-2", 1, "unsupported_version", "v9"),
 		letter("ledger", "o-2", 2, ReasonSequenceGap, gapText("ledger", "o-2", 0, 2)),
 		letter("ledger", "o-2", 3, ReasonSequenceGap, gapText("ledger", "o-2", 1, 3)),
-		// o-3: waits for 2, which only the *notifier* dead-lettered: the
-		// ledger gave up on an event that was on its way.
+		// o-3: waits for 2, which only the *notifier* dead-lettered, and
+		// the ledger never applied: it waited for an event that never came.
 		letter("notifier", "o-3", 2, sqsconsumer.ReasonMaxReceiveCount, ""),
 		letter("ledger", "o-3", 3, ReasonSequenceGap, gapText("ledger", "o-3", 1, 3)),
+		// o-6: waits for 2, neither parked nor dead-lettered, which the
+		// ledger applied later: the gap closed after its bound.
+		letter("ledger", "o-6", 3, ReasonSequenceGap, gapText("ledger", "o-6", 1, 3)),
 		// o-4: the error text lost its range.
 		letter("ledger", "o-4", 2, ReasonSequenceGap, "truncated"),
 	}
 	parked := map[string][]int64{"o-5": {2}, "o-3": {1}}
-	got := traceGaps(letters, parked)
-	if got.gaps != 6 || got.toParked != 1 || got.toDeadLettered != 3 || len(got.problems) != 2 {
-		t.Fatalf("traceGaps = %+v; want 6 gaps: 1 to parked, 3 to dead letters, 2 problems", got)
+	last := func(consumer, typ, agg string) (int64, error) {
+		if consumer == "ledger" && typ == "order" && agg == "o-6" {
+			return 3, nil
+		}
+		return 1, nil
+	}
+	got := traceGaps(letters, parked, last)
+	if got.gaps != 7 || got.toParked != 1 || got.toDeadLettered != 3 || got.closedLate != 1 || len(got.problems) != 2 {
+		t.Fatalf("traceGaps = %+v; want 7 gaps: 1 to parked, 3 to dead letters, 1 closed late, 2 problems", got)
 	}
 	if !strings.Contains(got.problems[0], "o-3 sequence 3 waiting for sequence 2") {
 		t.Errorf("problem %q does not name o-3's missing sequence", got.problems[0])
