@@ -114,13 +114,13 @@ $(TOOLS)/actionlint: tools/actionlint/go.mod tools/actionlint/go.sum
 $(TOOLS)/go-licenses: tools/licenses/go.mod tools/licenses/go.sum
 	cd tools/licenses && $(GO) build -o ../../$@ github.com/google/go-licenses
 
-lint: deps $(TOOLS)/golangci-lint $(TOOLS)/actionlint $(TOOLS)/go-licenses ## golangci-lint (root and infra modules), actionlint (workflows), licence allow-list
+lint: $(TOOLS)/golangci-lint $(TOOLS)/actionlint $(TOOLS)/go-licenses ## golangci-lint (root and infra modules), actionlint (workflows), licence allow-list
 	$(TOOLS)/golangci-lint run ./...
 	cd infra && ../$(TOOLS)/golangci-lint run --config ../.golangci.yml ./...
 	$(TOOLS)/actionlint
 	GO_LICENSES=$(TOOLS)/go-licenses tools/licenses/licenses.sh check
 
-licenses: deps $(TOOLS)/go-licenses ## regenerate docs/THIRD-PARTY-LICENSES.md (after changing a dependency)
+licenses: $(TOOLS)/go-licenses ## regenerate docs/THIRD-PARTY-LICENSES.md (after changing a dependency)
 	GO_LICENSES=$(TOOLS)/go-licenses tools/licenses/licenses.sh report
 # --- end lint and licences ------------------------------------------------------
 
