@@ -10,7 +10,7 @@ DIST := dist
 export CDK_DISABLE_VERSION_CHECK := true
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: help deps dev demo test test-unit test-infra build synth chaos bench fuzz mutation clean FORCE
+.PHONY: help deps dev demo test test-unit test-infra build synth chaos bench fuzz mutation clean FORCE lint licenses
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -95,6 +95,34 @@ mutation: deps ## mutation testing of the promise-critical packages, slow (MUTAT
 		$(GO) tool gremlins unleash ./pkg/$$p --workers $(MUTATION_WORKERS) --test-cpu 1 \
 			--timeout-coefficient $(MUTATION_TIMEOUT_COEFF) -o $(MUTATION_OUT)/$$p.json || exit 1; \
 	done
+
+# --- lint and licences (issue 17) ---------------------------------------------
+# The linters and the licence reader are Go tools pinned in their own modules
+# (tools/lint, tools/actionlint, tools/licenses), not in the root go.mod that
+# library users import. They are built into bin/tools/ (go's build cache makes
+# a rebuild quick).
+TOOLS := bin/tools
+
+$(TOOLS)/golangci-lint: tools/lint/go.mod tools/lint/go.sum
+	cd tools/lint && $(GO) build -o ../../$@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+
+# actionlint has its own module: it needs go.yaml.in/yaml/v4 v4.0.0-rc.3,
+# whose API gosec's rc.6 (inside golangci-lint) no longer has.
+$(TOOLS)/actionlint: tools/actionlint/go.mod tools/actionlint/go.sum
+	cd tools/actionlint && $(GO) build -o ../../$@ github.com/rhysd/actionlint/cmd/actionlint
+
+$(TOOLS)/go-licenses: tools/licenses/go.mod tools/licenses/go.sum
+	cd tools/licenses && $(GO) build -o ../../$@ github.com/google/go-licenses
+
+lint: $(TOOLS)/golangci-lint $(TOOLS)/actionlint $(TOOLS)/go-licenses ## golangci-lint (root and infra modules), actionlint (workflows), licence allow-list
+	$(TOOLS)/golangci-lint run ./...
+	cd infra && ../$(TOOLS)/golangci-lint run --config ../.golangci.yml ./...
+	$(TOOLS)/actionlint
+	GO_LICENSES=$(TOOLS)/go-licenses tools/licenses/licenses.sh check
+
+licenses: $(TOOLS)/go-licenses ## regenerate docs/THIRD-PARTY-LICENSES.md (after changing a dependency)
+	GO_LICENSES=$(TOOLS)/go-licenses tools/licenses/licenses.sh report
+# --- end lint and licences ------------------------------------------------------
 
 clean: ## remove build outputs, cdk.out, results and bin/
 	rm -rf $(DIST) cdk.out results bin

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"net/http"
 	"os"
 	"reflect"
 	"strconv"
@@ -92,7 +93,7 @@ func assertSubset(t *testing.T, name, path string, want, got any) {
 func TestSampleAPICreateOrder(t *testing.T) {
 	t.Parallel()
 	req := roundTrip[lambdaevents.APIGatewayV2HTTPRequest](t, contract.SampleAPICreateOrder)
-	if req.Version != "2.0" || req.RequestContext.HTTP.Method != "POST" || req.RawPath != "/orders" || req.RouteKey != "POST /orders" {
+	if req.Version != "2.0" || req.RequestContext.HTTP.Method != http.MethodPost || req.RawPath != "/orders" || req.RouteKey != "POST /orders" {
 		t.Fatalf("not a payload 2.0 POST /orders: %+v", req)
 	}
 	if req.Headers["idempotency-key"] == "" || req.Headers["content-type"] != "application/json" {

@@ -49,7 +49,7 @@ const (
 	ctxFulfilmentProviderURL = "ddb-outbox:fulfilmentProviderUrl"
 	// complete ARN of an existing secret holding the provider token;
 	// default: the stack creates one
-	ctxFulfilmentProviderSecretArn = "ddb-outbox:fulfilmentProviderSecretArn"
+	ctxFulfilmentProviderSecretArn = "ddb-outbox:fulfilmentProviderSecretArn" //nolint:gosec // G101: a CDK context key, not a credential
 )
 
 // DefaultStackName is the CloudFormation stack name.

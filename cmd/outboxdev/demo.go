@@ -26,7 +26,7 @@ func runDemo(ctx context.Context, args []string) error {
 		return runDemoAttached(ctx, *orders, *conc, *seed)
 	}
 
-	var logw io.Writer = io.Discard
+	logw := io.Discard
 	if *verbose {
 		logw = os.Stderr
 	}

@@ -39,7 +39,7 @@ func runDev(ctx context.Context, args []string) error {
 	}
 
 	var handler slog.Handler = slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})
-	var metrics io.Writer = io.Discard // an idle stack stays quiet
+	metrics := io.Discard // an idle stack stays quiet
 	if *verbose {
 		metrics = os.Stderr
 	} else {

@@ -11,17 +11,17 @@ import (
 	"unicode/utf8"
 )
 
-// readBody reads at most max bytes of r's body. It returns 413
+// readBody reads at most limit bytes of r's body. It returns 413
 // payload_too_large past the limit.
-func readBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, error) {
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
 	if r.Body == nil {
 		return nil, nil
 	}
-	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			return nil, newError(http.StatusRequestEntityTooLarge, CodePayloadTooLarge, fmt.Sprintf("request body exceeds %d bytes", max))
+			return nil, newError(http.StatusRequestEntityTooLarge, CodePayloadTooLarge, fmt.Sprintf("request body exceeds %d bytes", limit))
 		}
 		return nil, newError(http.StatusBadRequest, CodeMalformedJSON, "could not read the request body")
 	}

@@ -410,9 +410,9 @@ func ifMatch(r *http.Request) (int64, error) {
 	return n, nil
 }
 
-// validToken reports whether s is 1..max bytes of printable ASCII.
-func validToken(s string, max int) bool {
-	if s == "" || len(s) > max {
+// validToken reports whether s is 1..limit bytes of printable ASCII.
+func validToken(s string, limit int) bool {
+	if s == "" || len(s) > limit {
 		return false
 	}
 	for i := 0; i < len(s); i++ {

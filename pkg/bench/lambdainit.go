@@ -86,7 +86,7 @@ func startOnce(ctx context.Context, bin string, env []string, ready chan time.Ti
 	go func() { exited <- cmd.Wait() }()
 	defer func() {
 		_ = cmd.Process.Kill()
-		<-exited
+		<-exited //nolint:errcheck // Wait's error after Kill is the kill itself
 	}()
 	select {
 	case t := <-ready:

@@ -16,6 +16,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
 	"sort"
 	"strings"
 	"time"
@@ -311,7 +312,7 @@ func runEpoch(ctx context.Context, cfg Config, epoch, orders int, rep *Report) e
 		// after acting and slows down at the fault rate; the consumer dies
 		// between the provider's answer and COMPLETED.
 		Provider: provider.Config{IgnoreIdempotencyKey: cfg.NaiveProvider, HoldFor: 2 * time.Second, Faults: provider.FaultConfig{
-			Seed: uint64(seed), ServerError: cfg.Rate / 2, Throttle: cfg.Rate / 2, Reset: cfg.Rate / 2,
+			Seed: uint64(seed), ServerError: cfg.Rate / 2, Throttle: cfg.Rate / 2, Reset: cfg.Rate / 2, //nolint:gosec // G115: the seed's bits, reinterpreted on purpose
 			TimeoutAfterAct: cfg.Rate / 4, Latency: cfg.Rate, LatencyBy: 50 * time.Millisecond,
 		}},
 		TuneFulfilment: func(c *fulfilment.Config) {
@@ -352,7 +353,7 @@ func runEpoch(ctx context.Context, cfg Config, epoch, orders int, rep *Report) e
 	restartCtx, stopRestarts := context.WithCancel(ctx)
 	restarts := make(chan int, 1)
 	go func() {
-		rng := rand.New(rand.NewPCG(uint64(seed), 0x5eed))
+		rng := rand.New(rand.NewPCG(uint64(seed), 0x5eed)) //nolint:gosec // G115: the seed's bits, reinterpreted on purpose
 		n := 0
 		t := time.NewTicker(200 * time.Millisecond)
 		defer t.Stop()
@@ -374,7 +375,7 @@ func runEpoch(ctx context.Context, cfg Config, epoch, orders int, rep *Report) e
 
 	driveStart := time.Now()
 	drive := devstack.Drive(ctx, s.URL, devstack.DriveOptions{
-		Orders: orders, Concurrency: cfg.Concurrency, Seed: uint64(seed), Logger: cfg.Logger,
+		Orders: orders, Concurrency: cfg.Concurrency, Seed: uint64(seed), Logger: cfg.Logger, //nolint:gosec // G115: the seed's bits, reinterpreted on purpose
 	})
 	stopRestarts()
 	rep.PollerRestarts += <-restarts
@@ -422,7 +423,7 @@ func runEpoch(ctx context.Context, cfg Config, epoch, orders int, rep *Report) e
 	if cfg.NaiveProvider {
 		late, answered := map[string]bool{}, map[string]bool{}
 		for _, r := range s.Provider.Requests() {
-			if r.Method != "POST" || r.Path != "/shipments" || r.Outcome != provider.OutcomeCreated {
+			if r.Method != http.MethodPost || r.Path != "/shipments" || r.Outcome != provider.OutcomeCreated {
 				continue
 			}
 			if r.Fault == provider.FaultTimeoutAfterAct || r.ClientGone {

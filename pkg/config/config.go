@@ -75,7 +75,7 @@ const (
 	EnvProviderURL = "FULFILMENT_PROVIDER_URL"
 	// EnvProviderSecretARN is the Secrets Manager secret holding the
 	// provider's API token (on AWS); empty sends no Authorization header.
-	EnvProviderSecretARN = "FULFILMENT_PROVIDER_SECRET_ARN"
+	EnvProviderSecretARN = "FULFILMENT_PROVIDER_SECRET_ARN" //nolint:gosec // G101: the name of an env var, not a credential
 	// EnvExpectedEventAccount is the 12-digit AWS account id every event a
 	// consumer applies must carry in its EventBridge "account" field (read
 	// by consumers; dedup.ConsumerConfig.ExpectedAccount). The CDK stack

@@ -276,16 +276,16 @@ func (c ConsumerConfig) Hold(ctx context.Context, log *slog.Logger, err error) e
 	if m, ok := sqsconsumer.MessageFromContext(ctx); ok {
 		receives = sqsconsumer.ReceiveCount(m)
 	}
-	max := c.GapMaxReceives
-	if max < 1 {
-		max = config.DefaultConsumerGapMaxReceives
+	maxReceives := c.GapMaxReceives
+	if maxReceives < 1 {
+		maxReceives = config.DefaultConsumerGapMaxReceives
 	}
-	if receives >= max {
+	if receives >= maxReceives {
 		return Refuse(ctx, log, c.Dedup.Consumer, ReasonSequenceGap,
 			fmt.Errorf("waiting for sequences %d..%d of %s %s after %d receives: %w", from, to, gap.AggregateType, gap.AggregateID, receives, err),
 			"missing_from", from, "missing_to", to, "receive_count", receives)
 	}
 	log.InfoContext(ctx, c.Dedup.Consumer+": event held until earlier sequences are applied",
-		"missing_from", from, "missing_to", to, "receive_count", receives, "gap_max_receives", max)
+		"missing_from", from, "missing_to", to, "receive_count", receives, "gap_max_receives", maxReceives)
 	return fmt.Errorf("%s: hold: %w", c.Dedup.Consumer, err)
 }

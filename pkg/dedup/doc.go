@@ -3,6 +3,11 @@
 // TransactWriteItems call, so an event delivered any number of times changes
 // state exactly once.
 //
+// Part of the outbox library, the packages a team imports for its own tables
+// (outbox, relay, reconciler, dedup, streamimage, idempotency); they never
+// import the example orders application or the local tooling. The runnable
+// example of Applier.Apply deduplicates a consumer against a local server.
+//
 // # Invariants
 //
 //   - The marker is keyed by the outbox envelope's event_id

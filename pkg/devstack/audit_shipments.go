@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -81,7 +82,7 @@ func (s *Stack) AuditShipments(ctx context.Context) (ShipmentAudit, error) {
 	}
 	creates := map[string][]string{} // order id -> Idempotency-Keys of creations, in order
 	for _, r := range s.Provider.Requests() {
-		if r.Method == "POST" && r.Path == "/shipments" && r.Outcome == provider.OutcomeCreated {
+		if r.Method == http.MethodPost && r.Path == "/shipments" && r.Outcome == provider.OutcomeCreated {
 			var body provider.ShipmentRequest
 			if json.Unmarshal([]byte(r.Body), &body) == nil {
 				creates[body.OrderID] = append(creates[body.OrderID], r.IdempotencyKey)

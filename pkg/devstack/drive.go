@@ -135,7 +135,7 @@ type driver struct {
 var currencies = []string{"EUR", "USD", "JPY", "GBP"}
 
 func (d *driver) order(ctx context.Context, i int) {
-	rng := rand.New(rand.NewPCG(d.o.Seed, uint64(i)))
+	rng := rand.New(rand.NewPCG(d.o.Seed, uint64(i))) //nolint:gosec // G115: i is an order index, >= 0
 	key := fmt.Sprintf("demo-%d-%d", d.o.Seed, i)
 	body := fmt.Sprintf(`{"customer_id":"customer-%d","amount_minor":%d,"currency":"%s"}`, rng.IntN(50), 100+rng.IntN(100000), currencies[rng.IntN(len(currencies))])
 	// A client retries an ambiguous create (transport error or 5xx) with

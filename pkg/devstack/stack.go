@@ -455,7 +455,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	if opts.CheckpointFile != "" {
 		s.goRun(func() { s.keepCheckpoints(runCtx, opts.CheckpointFile, streamARN) })
 	}
-	s.goRun(func() { s.Scheduler.Run(runCtx) })
+	s.goRun(func() { _ = s.Scheduler.Run(runCtx) }) // returns nil when runCtx ends
 	for _, c := range s.Consumers {
 		p := c.Poller
 		s.goRun(func() { _ = p.Run(runCtx) })

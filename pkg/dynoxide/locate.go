@@ -100,11 +100,11 @@ func Locate(h Host) (Candidate, error) {
 		return Candidate{Path: p, Source: SourceEnv}, nil
 	}
 	if p, err := h.LookPath("dynoxide"); err == nil {
-		if rerr := h.Runnable(p, h.GOOS, h.GOARCH); rerr == nil {
+		rerr := h.Runnable(p, h.GOOS, h.GOARCH)
+		if rerr == nil {
 			return Candidate{Path: p, Source: SourcePath}, nil
-		} else {
-			tried = append(tried, fmt.Sprintf("PATH %s: %v", p, rerr))
 		}
+		tried = append(tried, fmt.Sprintf("PATH %s: %v", p, rerr))
 	} else {
 		tried = append(tried, "no dynoxide on PATH")
 	}

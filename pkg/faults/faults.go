@@ -267,7 +267,7 @@ func (in *Injector) rng(boundary string) *rand.Rand {
 	if !ok {
 		h := fnv.New64a()
 		_, _ = h.Write([]byte(boundary))
-		r = rand.New(rand.NewPCG(uint64(in.cfg.Seed), h.Sum64()))
+		r = rand.New(rand.NewPCG(uint64(in.cfg.Seed), h.Sum64())) //nolint:gosec // G115: the seed's bits, reinterpreted on purpose
 		in.rngs[boundary] = r
 	}
 	return r

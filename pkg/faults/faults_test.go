@@ -506,7 +506,7 @@ func TestPollerSurvivesGetRecordsFaults(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	defer func() { cancel(); <-done }() //nolint:errcheck // Run's error after cancel is the cancel
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		mu.Lock()

@@ -28,8 +28,8 @@ type lruItem struct {
 	e   cacheEntry
 }
 
-func newLRU(max int) *lru {
-	return &lru{max: max, ll: list.New(), items: make(map[string]*list.Element, max)}
+func newLRU(capacity int) *lru {
+	return &lru{max: capacity, ll: list.New(), items: make(map[string]*list.Element, capacity)}
 }
 
 // get returns key's entry if present and unexpired at now; an expired one

@@ -8,6 +8,11 @@
 // marker and the effect commit in one transaction, which closes every
 // window; see "The window no library can close" below.)
 //
+// Part of the outbox library, the packages a team imports for its own tables
+// (outbox, relay, reconciler, dedup, streamimage, idempotency); they never
+// import the example orders application or the local tooling. The runnable
+// examples wrap a handler (Wrap) and call Store.Do with the cache.
+//
 // The semantics follow, and in places tighten, Powertools for AWS Lambda's
 // idempotency utility (Python/TypeScript/Java "Idempotency" pages and the
 // TypeScript DynamoDBPersistenceLayer); the differences are listed at the

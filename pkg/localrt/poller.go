@@ -1093,7 +1093,7 @@ func (p *StreamPoller) invoke(ctx context.Context, batch []*item) outcome {
 	defer cancel()
 	resp, err := p.call(ictx, ev)
 	if err == nil && errors.Is(ictx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
-		err = fmt.Errorf("Task timed out after %.2f seconds", p.cfg.FunctionTimeout.Seconds())
+		err = fmt.Errorf("Task timed out after %.2f seconds", p.cfg.FunctionTimeout.Seconds()) //nolint:staticcheck // ST1005: Lambda's own message, word for word
 	}
 	if err != nil {
 		return outcome{kind: outcomeFunctionError, err: err}

@@ -161,7 +161,7 @@ func (s *Scheduler) run(ctx context.Context) (err error) {
 	}()
 	if err == nil && errors.Is(cctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
 		// Lambda discards the answer of a timed-out invocation.
-		err = fmt.Errorf("Task timed out after %.2f seconds", s.cfg.Timeout.Seconds())
+		err = fmt.Errorf("Task timed out after %.2f seconds", s.cfg.Timeout.Seconds()) //nolint:staticcheck // ST1005: Lambda's own message, word for word
 	}
 	s.mu.Lock()
 	s.stats.Runs++

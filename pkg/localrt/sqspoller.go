@@ -234,7 +234,7 @@ func (p *SQSPoller) gather(ctx context.Context) []sqstypes.Message {
 		}
 		out, err := p.cfg.Queue.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
 			QueueUrl:                    aws.String(p.cfg.QueueURL),
-			MaxNumberOfMessages:         int32(n),
+			MaxNumberOfMessages:         int32(n), //nolint:gosec // G115: n <= MaxReceiveBatch (10)
 			WaitTimeSeconds:             int32(max(1, min(20, int(wait.Round(time.Second)/time.Second)))),
 			MessageSystemAttributeNames: []sqstypes.MessageSystemAttributeName{sqstypes.MessageSystemAttributeNameAll},
 			MessageAttributeNames:       []string{"All"},

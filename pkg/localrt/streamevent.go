@@ -98,7 +98,7 @@ func StreamRecordJSON(rec streamtypes.Record, streamARN, region string) ([]byte,
 		}
 		var err error
 		if sr.Keys, err = attributeMapJSON(d.Keys); err != nil {
-			return nil, fmt.Errorf("Keys: %w", err)
+			return nil, fmt.Errorf("Keys: %w", err) //nolint:staticcheck // ST1005: the stream record field's name
 		}
 		if sr.NewImage, err = attributeMapJSON(d.NewImage); err != nil {
 			return nil, fmt.Errorf("NewImage: %w", err)

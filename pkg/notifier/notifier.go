@@ -417,7 +417,7 @@ func FormatMoney(minor int64, currency string) string {
 		digits = 2
 	}
 	sign := ""
-	u := uint64(minor)
+	u := uint64(minor) //nolint:gosec // G115: two's complement on purpose, negated below
 	if minor < 0 {
 		sign, u = "-", -u // two's complement: also right for math.MinInt64
 	}

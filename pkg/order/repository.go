@@ -68,7 +68,7 @@ const (
 )
 
 // OrderKey returns the orders table key of order id.
-func OrderKey(id string) map[string]types.AttributeValue {
+func OrderKey(id string) map[string]types.AttributeValue { //nolint:revive // exported: renaming an exported name is a breaking change (docs/VERSIONING.md)
 	return map[string]types.AttributeValue{AttrPK: &types.AttributeValueMemberS{Value: KeyPrefixOrder + id}}
 }
 

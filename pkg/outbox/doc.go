@@ -3,6 +3,11 @@
 // Writer that commits a business change and its outbox records in one
 // DynamoDB TransactWriteItems call.
 //
+// Part of the outbox library, the packages a team imports for its own tables
+// (outbox, relay, reconciler, dedup, streamimage, idempotency); they never
+// import the example orders application or the local tooling. The runnable
+// example "add an outbox to your own table" runs against a local server.
+//
 // # Invariants
 //
 //   - A change and its events commit together or not at all (one

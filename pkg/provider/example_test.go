@@ -19,7 +19,7 @@ func ExampleNew() {
 	p.Inject(provider.FaultServerError)
 
 	post := func() {
-		req, _ := http.NewRequest("POST", ts.URL+"/shipments", strings.NewReader(`{"order_id":"o-1","amount_minor":1999,"currency":"EUR"}`))
+		req, _ := http.NewRequest(http.MethodPost, ts.URL+"/shipments", strings.NewReader(`{"order_id":"o-1","amount_minor":1999,"currency":"EUR"}`))
 		req.Header.Set(provider.HeaderIdempotencyKey, "evt-1")
 		resp, err := ts.Client().Do(req)
 		if err != nil {

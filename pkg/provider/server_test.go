@@ -152,9 +152,9 @@ func TestCancelAndRequestLog(t *testing.T) {
 		t.Fatalf("get: %+v", r)
 	}
 	// Unauthenticated requests are refused and recorded.
-	req, _ := http.NewRequest("POST", ts.URL+"/shipments", strings.NewReader(order1))
+	req, _ := http.NewRequest(http.MethodPost, ts.URL+"/shipments", strings.NewReader(order1))
 	resp, err := c.Do(req)
-	if err != nil || resp.StatusCode != 401 {
+	if err != nil || resp.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("no token: %v %v", resp, err)
 	}
 	resp.Body.Close()

@@ -5,6 +5,11 @@
 // measures the backlog (pending count, age of the oldest pending record) and
 // emits it as CloudWatch embedded metric format (EMF) lines.
 //
+// Part of the outbox library, the packages a team imports for its own tables
+// (outbox, relay, reconciler, dedup, streamimage, idempotency); they never
+// import the example orders application or the local tooling. The runnable
+// example sweeps up a record the relay missed, against a local server.
+//
 // # Invariants
 //
 //   - Only records still in the pending index are considered; a published or

@@ -58,7 +58,7 @@ func (r *Reconciler) sweep(ctx, pubCtx context.Context, cutoffMs int64, rep *Rep
 			ExpressionAttributeNames:  expr.Names(),
 			ExpressionAttributeValues: expr.Values(),
 			ScanIndexForward:          aws.Bool(true),
-			Limit:                     aws.Int32(int32(r.cfg.PageSize)),
+			Limit:                     aws.Int32(int32(r.cfg.PageSize)), //nolint:gosec // G115: Config.Validate bounds PageSize to 1..1000
 		}})
 	}
 	var buffered []map[string]types.AttributeValue
@@ -315,7 +315,7 @@ func (r *Reconciler) process(ctx, pubCtx context.Context, items []map[string]typ
 	for _, pk := range pks {
 		for _, d := range groups[pk] {
 			switch {
-			case d.err == errHeld:
+			case errors.Is(d.err, errHeld):
 				rep.Failed++
 				rep.HeldBack++
 				continue

@@ -3,6 +3,11 @@
 // handling (Publisher), and the marking of records as published or parked
 // (Marker). The reconciler reuses Publisher and Marker.
 //
+// Part of the outbox library, the packages a team imports for its own tables
+// (outbox, relay, reconciler, dedup, streamimage, idempotency); they never
+// import the example orders application or the local tooling. The runnable
+// example "run the relay on your own stream" runs against a local server.
+//
 // # Invariants
 //
 //   - Publish, then mark (promise I2): a record is marked PUBLISHED (its

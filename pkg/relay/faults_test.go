@@ -48,8 +48,10 @@ func failedEntries(in *faults.Injector, k faults.Kind) []int {
 	var idx []int
 	for _, inj := range in.Log() {
 		if inj.Kind == k && inj.Boundary == faults.BoundaryPutEvents {
-			var i int
-			fmt.Sscanf(inj.Detail, "entry %d:", &i)
+			i := -1 // an unreadable detail yields an index no record has
+			if _, err := fmt.Sscanf(inj.Detail, "entry %d:", &i); err != nil {
+				i = -1
+			}
 			idx = append(idx, i)
 		}
 	}

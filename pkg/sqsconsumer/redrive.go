@@ -149,7 +149,7 @@ func Peek(ctx context.Context, dlq QueueAPI, dlqURL string, opts RedriveOptions)
 	}()
 	for len(out) < limit {
 		res, err := dlq.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
-			QueueUrl: aws.String(dlqURL), MaxNumberOfMessages: int32(min(10, limit-len(out))), VisibilityTimeout: 30, WaitTimeSeconds: receiveWaitSeconds,
+			QueueUrl: aws.String(dlqURL), MaxNumberOfMessages: int32(min(10, limit-len(out))), VisibilityTimeout: 30, WaitTimeSeconds: receiveWaitSeconds, //nolint:gosec // G115: MaxNumberOfMessages <= 10
 			MessageSystemAttributeNames: []sqstypes.MessageSystemAttributeName{sqstypes.MessageSystemAttributeNameAll},
 			MessageAttributeNames:       []string{"All"},
 		})

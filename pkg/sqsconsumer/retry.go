@@ -66,10 +66,11 @@ func (h *Handler) retryLater(ctx context.Context, m events.SQSMessage, err error
 		return
 	}
 	d := h.cfg.RetryDelay(ReceiveCount(m), err)
-	secs := int32(d.Round(time.Second) / time.Second)
-	if d <= 0 || secs > 43200 {
+	s := d.Round(time.Second) / time.Second
+	if d <= 0 || s > 43200 {
 		return
 	}
+	secs := int32(s) //nolint:gosec // G115: 1..43200, checked in int64 above
 	cctx, cancel := context.WithTimeout(ctx, h.cfg.SendTimeout)
 	defer cancel()
 	if _, cerr := h.cfg.Queue.ChangeMessageVisibility(cctx, &sqs.ChangeMessageVisibilityInput{

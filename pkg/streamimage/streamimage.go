@@ -3,6 +3,11 @@
 // the AWS SDK for Go v2 attribute values (types.AttributeValue) that
 // attributevalue and the outbox decoder understand, and into plain JSON.
 //
+// Part of the outbox library, the packages a team imports for its own tables
+// (outbox, relay, reconciler, dedup, streamimage, idempotency); they never
+// import the example orders application or the local tooling. The relay
+// uses it to read stream records; see the example of ToJSON.
+//
 // # Invariants
 //
 //   - Lossless: every DynamoDB type is converted (S including "", N, B, SS, NS,

@@ -1,0 +1,116 @@
+package outbox_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/ddb-outbox/ddb-outbox/pkg/awsclient"
+	"github.com/ddb-outbox/ddb-outbox/pkg/dynoxide"
+	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
+)
+
+// Add an outbox to your own table: your business write and the event that
+// announces it go into one TransactWriteItems call, so both commit or
+// neither does (promise I1). Here the business table is a team's "accounts"
+// table; the outbox table is created with outbox.CreateTableInput (composite
+// key, sparse pending index, stream NEW_IMAGE), which is what the relay reads.
+//
+// The example runs against Dynoxide, a local DynamoDB-compatible server
+// (make deps installs it); on AWS the client is dynamodb.NewFromConfig(cfg).
+func Example_addAnOutboxToYourTable() {
+	ctx := context.Background()
+	srv, err := dynoxide.Start(ctx, nil)
+	if err != nil {
+		fmt.Println("start dynoxide:", err)
+		return
+	}
+	defer srv.Stop()
+	ddb := dynamodb.NewFromConfig(awsclient.Local(srv.Endpoint))
+
+	// Your table (any key schema) and the outbox table.
+	if _, err := ddb.CreateTable(ctx, &dynamodb.CreateTableInput{
+		TableName:            aws.String("accounts"),
+		BillingMode:          types.BillingModePayPerRequest,
+		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String("id"), AttributeType: types.ScalarAttributeTypeS}},
+		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String("id"), KeyType: types.KeyTypeHash}},
+	}); err != nil {
+		fmt.Println(err)
+		return
+	}
+	if _, err := ddb.CreateTable(ctx, outbox.CreateTableInput("outbox")); err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	w, err := outbox.NewWriter(ddb, outbox.WriterConfig{Table: "outbox", Source: "com.example.accounts"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	// open creates account id at version 1 and records AccountOpened: the
+	// account Put is refused if the account exists (attribute_not_exists).
+	open := func(id string) error {
+		cond, err := expression.NewBuilder().WithCondition(expression.AttributeNotExists(expression.Name("id"))).Build()
+		if err != nil {
+			return err
+		}
+		put := types.TransactWriteItem{Put: &types.Put{
+			TableName: aws.String("accounts"),
+			Item: map[string]types.AttributeValue{
+				"id":      &types.AttributeValueMemberS{Value: id},
+				"version": &types.AttributeValueMemberN{Value: "1"},
+			},
+			ConditionExpression:      cond.Condition(),
+			ExpressionAttributeNames: cond.Names(),
+		}}
+		env, err := outbox.NewEnvelope(
+			outbox.Aggregate{Type: "Account", ID: id, Sequence: 1}, // sequence = the aggregate's version after the change
+			outbox.Event{Type: "AccountOpened", Version: 1, Payload: map[string]string{"account_id": id}},
+			outbox.Metadata{Actor: "example"})
+		if err != nil {
+			return err
+		}
+		return w.Write(ctx, []types.TransactWriteItem{put}, []outbox.Envelope{env})
+	}
+
+	fmt.Println("first open:", open("acc-1"))
+
+	// The second open fails its condition: the whole transaction is
+	// cancelled, so no second event is recorded.
+	err = open("acc-1")
+	var txErr *outbox.TxError
+	if errors.As(err, &txErr) {
+		fmt.Println("second open refused, condition failed on action", txErr.FirstConditionFailed())
+	}
+
+	// What the relay will find: one pending record for the account.
+	out, err := ddb.Query(ctx, &dynamodb.QueryInput{
+		TableName:                 aws.String("outbox"),
+		KeyConditionExpression:    aws.String("pk = :pk"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": &types.AttributeValueMemberS{Value: "Account#acc-1"}},
+		ConsistentRead:            aws.Bool(true),
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, item := range out.Items {
+		r, err := outbox.RecordFromItem(item)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		fmt.Println(r.Envelope.EventType, "sequence", r.Envelope.Sequence, r.Status, "expires:", !r.ExpiresAt.IsZero())
+	}
+	// Output:
+	// first open: <nil>
+	// second open refused, condition failed on action 0
+	// AccountOpened sequence 1 PENDING expires: false
+}
