@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/api"
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
@@ -33,7 +35,29 @@ func NewAPI(s Settings, ddb *dynamodb.Client, log *slog.Logger) (http.Handler, e
 	if err != nil {
 		return nil, err
 	}
-	return api.New(api.Config{Orders: repo, Logger: log, Callers: callers})
+	h, err := api.New(api.Config{Orders: repo, Logger: log, Callers: callers})
+	if err != nil || !s.Tracing {
+		return h, err
+	}
+	// One server span per request (W3C traceparent or X-Amzn-Trace-Id of
+	// the caller as its parent, through the global propagator): the span
+	// whose context the order repository stores with the events.
+	return otelhttp.NewHandler(h, "api", otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
+		return r.Method + " " + routeTemplate(r.URL.Path)
+	})), nil
+}
+
+// routeTemplate names a request path by its route, for a span name of low
+// cardinality: "/orders/{id}/pay" for "/orders/0193…/pay".
+func routeTemplate(p string) string {
+	rest, ok := strings.CutPrefix(p, "/orders/")
+	if !ok || rest == "" {
+		return p
+	}
+	if _, cmd, found := strings.Cut(rest, "/"); found {
+		return "/orders/{id}/" + cmd
+	}
+	return "/orders/{id}"
 }
 
 // CallerMode maps a config.EnvAPICallerMode value to the api.CallerMode:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"sync/atomic"
 
 	"go.opentelemetry.io/contrib/propagators/aws/xray"
 	"go.opentelemetry.io/otel"
@@ -54,6 +55,13 @@ func (c Config) Validate() error {
 	return nil
 }
 
+var enabled atomic.Bool
+
+// Enabled reports whether Setup installed a tracer provider in this
+// process. Code that would pay for tracing before it can start a span
+// (parsing a trace context out of a message) asks it first.
+func Enabled() bool { return enabled.Load() }
+
 // Setup installs the global tracer provider and propagator for a process
 // and returns the provider (nil when tracing is off) and a shutdown function
 // that flushes and stops it (a no-op when off). With Enabled false nothing is
@@ -102,6 +110,7 @@ func Setup(ctx context.Context, cfg Config) (*sdktrace.TracerProvider, func(cont
 	}
 	tp := sdktrace.NewTracerProvider(opts...)
 	otel.SetTracerProvider(tp)
+	enabled.Store(true)
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}, xray.Propagator{}))
 	return tp, tp.Shutdown, nil
 }
