@@ -10,7 +10,7 @@ DIST := dist
 export CDK_DISABLE_VERSION_CHECK := true
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: help deps dev demo test test-unit test-infra build synth chaos bench fuzz mutation clean FORCE
+.PHONY: help deps dev demo test test-unit test-infra build synth chaos bench fuzz mutation clean FORCE trace-screenshot
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -33,7 +33,22 @@ $(OUTBOXDEV): FORCE
 
 FORCE:
 
-dev: deps $(OUTBOXDEV) ## run the whole stack locally: Dynoxide, tables, API on :8080, relay, consumers, reconciler (ARGS='-data dev.db' keeps data)
+# --- tracing (issue 15) -------------------------------------------------------
+# Jaeger is a Go tool of its own small module (tools/jaeger), never of the
+# root module: its dependency tree stays out of the library's go.mod.
+JAEGER := bin/jaeger
+
+$(JAEGER): tools/jaeger/go.mod tools/jaeger/go.sum
+	@echo "building bin/jaeger (tools/jaeger module; the first build takes a few minutes)"
+	$(GO) build -C tools/jaeger -o ../../$(JAEGER) github.com/jaegertracing/jaeger/cmd/jaeger
+
+# Not part of `make test`: it needs Debian's chromium package (apt-get install
+# chromium), which CI does not install.
+trace-screenshot: deps $(OUTBOXDEV) $(JAEGER) ## one order traced into Jaeger (re-send and duplicates forced), its trace page shot by headless Chromium into results/
+	exec $(OUTBOXDEV) trace-screenshot $(ARGS)
+# ------------------------------------------------------------------------------
+
+dev: deps $(OUTBOXDEV) $(if $(findstring -trace,$(ARGS)),$(JAEGER)) ## run the whole stack locally: Dynoxide, tables, API on :8080, relay, consumers, reconciler (ARGS='-data dev.db' keeps data; ARGS=-trace: traces in Jaeger)
 	exec $(OUTBOXDEV) dev $(ARGS)
 
 demo: deps $(OUTBOXDEV) ## drive a few hundred orders through a fresh local stack (ARGS=-attach: the one make dev runs), audit, print the summary

@@ -163,6 +163,10 @@ type Options struct {
 	// (outboxtrace.Setup: OTLP to a local Jaeger, or an in-memory exporter
 	// in tests). False: nothing is instrumented.
 	Tracing bool
+	// LoseAfterPublish, when set, forces the relay to lose the records it
+	// reports true for after publishing them (see crashAfterPublish): the
+	// reconciler re-sends them and the consumers absorb the duplicate.
+	LoseAfterPublish func(outbox.Envelope) bool
 }
 
 func (o *Options) setDefaults() {
@@ -406,6 +410,9 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	}
 
 	var streamHandler localrt.StreamHandler = s.Relay.Handle
+	if opts.LoseAfterPublish != nil {
+		streamHandler = crashAfterPublish(s.Relay.Publisher(), opts.LoseAfterPublish, streamHandler)
+	}
 	if opts.HopLog {
 		streamHandler = hopStream(log.With("fn", "relay"), streamHandler)
 	}

@@ -12,18 +12,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-lambda-go/events"
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/devstack"
-	"github.com/ddb-outbox/ddb-outbox/pkg/localrt"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outboxtrace"
 	"github.com/ddb-outbox/ddb-outbox/pkg/routing"
-	"github.com/ddb-outbox/ddb-outbox/pkg/streamimage"
 )
 
 // TestTraceOfOneOrder follows one order through the real local stack
@@ -39,10 +36,10 @@ import (
 //	     ├─ outbox mark published
 //	     └─ consume <c> OrderPaid              outcome=duplicate (absorbed by the dedup marker)
 //
-// The forced fault: the stream handler publishes the OrderPaid record
-// through the relay's Publisher and then drops it (a relay invocation that
-// died after PutEvents, before marking), so the record stays pending and
-// the reconciler re-sends it.
+// The forced fault (devstack.Options.LoseAfterPublish): the relay publishes
+// the OrderPaid record and loses it before marking (an invocation that died
+// after PutEvents), so the record stays pending and the reconciler re-sends
+// it.
 func TestTraceOfOneOrder(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
 	_, shutdown, err := outboxtrace.Setup(context.Background(), outboxtrace.Config{Enabled: true, ServiceName: "devstack-test", Exporter: exp, Sync: true})
@@ -54,40 +51,17 @@ func TestTraceOfOneOrder(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	var target atomic.Pointer[string] // the order whose OrderPaid the relay loses
-	var stack atomic.Pointer[devstack.Stack]
-	crashAfterPublish := func(h localrt.StreamHandler) localrt.StreamHandler {
-		return func(ctx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
-			id := target.Load()
-			s := stack.Load()
-			if id == nil || s == nil {
-				return h(ctx, ev)
-			}
-			var rest []events.DynamoDBEventRecord
-			for _, rec := range ev.Records {
-				env, ok := envelopeOf(rec)
-				if !ok || env.AggregateID != *id || env.EventType != "OrderPaid" {
-					rest = append(rest, rec)
-					continue
-				}
-				bctx, span := outboxtrace.Tracer().Start(ctx, "outbox relay batch")
-				s.Relay.Publisher().Publish(bctx, []outbox.Envelope{env}) // published, then the invocation dies
-				span.End()
-			}
-			if len(rest) == 0 {
-				return events.DynamoDBEventResponse{}, nil
-			}
-			ev.Records = rest
-			return h(ctx, ev)
-		}
+	var target atomic.Pointer[string] // the order whose OrderPaid the relay loses after publishing
+	lose := func(env outbox.Envelope) bool {
+		id := target.Load()
+		return id != nil && env.AggregateID == *id && env.EventType == "OrderPaid"
 	}
 	s, err := devstack.Start(ctx, devstack.Options{Prefix: "trace", Logger: quiet, Tracing: true,
-		ReconcileEvery: 300 * time.Millisecond, ReconcileAfter: time.Second, WrapStream: crashAfterPublish})
+		ReconcileEvery: 300 * time.Millisecond, ReconcileAfter: time.Second, LoseAfterPublish: lose})
 	if err != nil {
 		t.Fatalf("start stack: %v", err)
 	}
 	defer s.Close()
-	stack.Store(s)
 
 	var created struct {
 		ID string `json:"id"`
@@ -212,19 +186,6 @@ func post(t *testing.T, url, body string, out any) {
 			t.Fatal(err)
 		}
 	}
-}
-
-// envelopeOf decodes an outbox INSERT stream record.
-func envelopeOf(rec events.DynamoDBEventRecord) (outbox.Envelope, bool) {
-	if rec.EventName != "INSERT" {
-		return outbox.Envelope{}, false
-	}
-	item, err := streamimage.ToAttributeValueMap(rec.Change.NewImage)
-	if err != nil {
-		return outbox.Envelope{}, false
-	}
-	r, err := outbox.RecordFromItem(item)
-	return r.Envelope, err == nil
 }
 
 func find(spans tracetest.SpanStubs, pred func(tracetest.SpanStub) bool) (tracetest.SpanStub, bool) {
