@@ -12,11 +12,6 @@ import (
 	"github.com/ddb-outbox/ddb-outbox/pkg/outboxtrace"
 )
 
-// lambdaTraceKey is the context key aws-lambda-go stores the invocation's
-// X-Ray trace header under (lambda/invoke_loop.go: "x-amzn-trace-id"; also
-// the _X_AMZN_TRACE_ID environment variable).
-const lambdaTraceKey = "x-amzn-trace-id"
-
 // flusher is what Traced needs of the tracer provider: ForceFlush before
 // the invocation answers, because Lambda may freeze the execution
 // environment right after.
@@ -76,7 +71,7 @@ func Traced[In, Out any](s Settings, name string, h func(context.Context, In) (O
 		return h
 	}
 	return func(ctx context.Context, in In) (Out, error) {
-		header, _ := ctx.Value(lambdaTraceKey).(string)
+		header, _ := ctx.Value(outboxtrace.LambdaTraceKey).(string)
 		if header == "" {
 			header = os.Getenv("_X_AMZN_TRACE_ID")
 		}

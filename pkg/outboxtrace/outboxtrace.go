@@ -60,14 +60,25 @@ var (
 // every call, so a provider installed later (Setup, a test) takes effect.
 func Tracer() trace.Tracer { return otel.GetTracerProvider().Tracer(ScopeName) }
 
+// LambdaTraceKey is the context key under which aws-lambda-go stores the
+// invocation's X-Ray trace header (lambda/invoke_loop.go).
+const LambdaTraceKey = "x-amzn-trace-id"
+
 // Capture returns the W3C Trace Context of ctx's current span:
 // traceparent ("00-<32 hex trace id>-<16 hex span id>-<2 hex flags>") and
-// tracestate (possibly empty). Both are empty when ctx has no valid span
-// context (tracing off, or no span started): nothing is stored then.
+// tracestate (possibly empty). Without a valid span (OpenTelemetry off) on
+// Lambda with X-Ray active tracing, it returns the invocation's X-Ray
+// context instead (ctx value LambdaTraceKey: Root becomes the trace id,
+// Parent the parent id), so the relay's TraceHeader still continues the
+// X-Ray trace at no cost. Both are empty otherwise: nothing is stored.
 func Capture(ctx context.Context) (traceparent, tracestate string) {
 	sc := trace.SpanContextFromContext(ctx)
 	if !sc.IsValid() {
-		return "", ""
+		h, _ := ctx.Value(LambdaTraceKey).(string)
+		if sc = FromXRayHeader(h); !sc.IsValid() {
+			return "", ""
+		}
+		ctx = trace.ContextWithSpanContext(ctx, sc)
 	}
 	c := propagation.MapCarrier{}
 	w3c.Inject(ctx, c)
