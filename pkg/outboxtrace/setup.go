@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // Config configures Setup. The zero value is tracing off.
@@ -65,7 +66,8 @@ func Enabled() bool { return enabled.Load() }
 // Setup installs the global tracer provider and propagator for a process
 // and returns the provider (nil when tracing is off) and a shutdown function
 // that flushes and stops it (a no-op when off). With Enabled false nothing is
-// installed: otel's default no-op provider stays.
+// installed: otel's default no-op provider stays (or replaces the provider
+// an earlier Setup installed).
 //
 // When enabled: sampling is parent-based, always on for roots (100 %);
 // span and trace ids come from the X-Ray ID generator, so every trace id is
@@ -78,6 +80,11 @@ func Setup(ctx context.Context, cfg Config) (*sdktrace.TracerProvider, func(cont
 		return nil, nil, err
 	}
 	if !cfg.Enabled {
+		if enabled.Swap(false) {
+			// a provider an earlier Setup installed is replaced by the
+			// no-op one (the bench alternates tracing on and off)
+			otel.SetTracerProvider(noop.NewTracerProvider())
+		}
 		return nil, func(context.Context) error { return nil }, nil
 	}
 	exp := cfg.Exporter
