@@ -30,6 +30,7 @@ func runDev(ctx context.Context, args []string) error {
 	tracing := fs.Bool("trace", false, "trace every request and event with OpenTelemetry and open them in Jaeger: starts bin/jaeger (make bin/jaeger) with its UI on "+jaegerUI)
 	traceEndpoint := fs.String("trace-endpoint", "", "with -trace: export OTLP/HTTP to this HOST:PORT or URL instead of starting bin/jaeger")
 	jaegerBin := fs.String("jaeger", filepath.Join("bin", "jaeger"), "with -trace: the Jaeger binary to start")
+	traceViewAddr := fs.String("trace-view", "127.0.0.1:16687", "with -trace: listen address of the trace waterfall page over Jaeger's query API")
 	_ = fs.Parse(args)
 	traceUI := ""
 	if *tracing {
@@ -39,6 +40,15 @@ func runDev(ctx context.Context, args []string) error {
 		}
 		defer stop()
 		traceUI = ui
+	}
+	traceView := ""
+	if traceUI != "" {
+		v, closeView, err := serveTraceView(*traceViewAddr, traceUI)
+		if err != nil {
+			return err
+		}
+		defer closeView()
+		traceView = v
 	}
 	var reject []string
 	for _, t := range strings.Split(*rejectTypes, ",") {
@@ -92,7 +102,8 @@ Drive it from another terminal: make demo ARGS=-attach
 	printOperatorHelp(s, *prefix, reject)
 	switch {
 	case traceUI != "":
-		fmt.Printf("\nTraces (Jaeger, in memory): %s\n  one order's traces: %s\n", traceUI, traceSearchURL(traceUI, "ORDER_ID"))
+		fmt.Printf("\nTraces (Jaeger, in memory): %s\n  one order's traces:  %s/?order=ORDER_ID\n  Jaeger search (JSON under /api/traces): %s\n",
+			traceUI, traceView, traceSearchURL(traceUI, "ORDER_ID"))
 	case *tracing:
 		fmt.Printf("\nTraces: exported over OTLP/HTTP to %s (service %s)\n", *traceEndpoint, traceServiceName)
 	}

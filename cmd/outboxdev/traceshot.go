@@ -81,7 +81,7 @@ func runTraceScreenshot(ctx context.Context, args []string) error {
 		return err
 	}
 	defer closeView()
-	page := view + "/?trace=" + traceID
+	page := view + "/?order=" + created.ID // every trace of the order: create, pay (with the re-send), ship
 	if err := os.MkdirAll(filepath.Dir(*out), 0o755); err != nil {
 		return err
 	}
@@ -95,7 +95,7 @@ func runTraceScreenshot(ctx context.Context, args []string) error {
 	defer cancel()
 	cmd := exec.CommandContext(cctx, *chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
 		"--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
-		"--user-data-dir="+profile, "--window-size=1600,1000", "--virtual-time-budget=15000", "--screenshot="+abs, page)
+		"--user-data-dir="+profile, "--window-size=1600,1500", "--virtual-time-budget=15000", "--screenshot="+abs, page)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("chromium: %w\n%s", err, b)
 	}
