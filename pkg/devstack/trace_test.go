@@ -46,7 +46,10 @@ func TestTraceOfOneOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = shutdown(context.Background()) }()
+	defer func() {
+		_ = shutdown(context.Background())
+		_, _, _ = outboxtrace.Setup(context.Background(), outboxtrace.Config{}) // back to the no-op provider
+	}()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
