@@ -31,9 +31,8 @@ func initTracing(s Settings, cfg *aws.Config, log *slog.Logger) error {
 	tp, _, err := outboxtrace.Setup(context.Background(), outboxtrace.Config{
 		Enabled:     true,
 		ServiceName: serviceName(),
-		// Lambda freezes the environment between invocations: spans are
-		// exported as they end (to the collector extension on localhost).
-		Sync: true,
+		// batched; Traced flushes before each answer, because Lambda
+		// freezes the environment between invocations
 	})
 	if err != nil {
 		return err
