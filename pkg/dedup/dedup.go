@@ -240,6 +240,10 @@ func (a *Applier) Marker(env outbox.Envelope, now time.Time) types.TransactWrite
 //     condition) is there, which is returned at once as a *outbox.TxError.
 //
 // A failed read is returned as an error (redeliver).
+//
+// With tracing on, the outcome is recorded on ctx's span (the consumer's
+// per-message span, pkg/sqsconsumer): outboxtrace.OutcomeApplied,
+// OutcomeDuplicate (marker or ordering gate) or OutcomeHeld (early event).
 func (a *Applier) Apply(ctx context.Context, env outbox.Envelope, effects []types.TransactWriteItem) (bool, error) {
 	if err := env.Validate(); err != nil {
 		return false, err
