@@ -20,7 +20,7 @@ import (
 	"github.com/ddb-outbox/ddb-outbox/pkg/bench"
 	"github.com/ddb-outbox/ddb-outbox/pkg/devstack"
 	"github.com/ddb-outbox/ddb-outbox/pkg/localrt"
-	"github.com/ddb-outbox/ddb-outbox/pkg/outboxtrace"
+	"github.com/ddb-outbox/ddb-outbox/pkg/outboxtrace/otelsetup"
 )
 
 // Tracing overhead (issue 15), kept apart from the rest of the bench so it
@@ -65,7 +65,7 @@ func runTraceOverhead(ctx context.Context, out string, n, rounds int) error {
 			}
 		}
 	}
-	_, _, _ = outboxtrace.Setup(ctx, outboxtrace.Config{}) // off again
+	_, _, _ = otelsetup.Setup(ctx, otelsetup.Config{}) // off again
 	off, on := arms[false], arms[true]
 	po, pn := bench.NewPercentiles(off.writes), bench.NewPercentiles(on.writes)
 	ro := float64(off.relay.Microseconds()) / float64(max(off.relayRecords, 1))
@@ -96,7 +96,7 @@ func runTraceOverhead(ctx context.Context, out string, n, rounds int) error {
 // traceRound runs one arm on a fresh stack: n sequential creates, drained.
 func traceRound(ctx context.Context, on bool, n int, arm *traceArm) error {
 	exp := &discardExporter{}
-	_, shutdown, err := outboxtrace.Setup(ctx, outboxtrace.Config{Enabled: on, ServiceName: "bench", Exporter: exp})
+	_, shutdown, err := otelsetup.Setup(ctx, otelsetup.Config{Enabled: on, ServiceName: "bench", Exporter: exp})
 	if err != nil {
 		return err
 	}

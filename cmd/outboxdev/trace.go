@@ -15,7 +15,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/ddb-outbox/ddb-outbox/pkg/outboxtrace"
+	"github.com/ddb-outbox/ddb-outbox/pkg/outboxtrace/otelsetup"
 )
 
 // Jaeger's default ports (cmd/jaeger all-in-one, memory storage): the
@@ -55,7 +55,7 @@ func startTracing(ctx context.Context, jaegerBin, endpoint string) (ui string, s
 		}
 		endpoint, ui = jaegerOTLP, jaegerUI
 	}
-	_, shutdown, err := outboxtrace.Setup(ctx, outboxtrace.Config{Enabled: true, ServiceName: traceServiceName, Endpoint: endpoint})
+	_, shutdown, err := otelsetup.Setup(ctx, otelsetup.Config{Enabled: true, ServiceName: traceServiceName, Endpoint: endpoint})
 	if err != nil {
 		if cmd != nil {
 			_ = cmd.Process.Kill()

@@ -97,8 +97,9 @@ type Props struct {
 	// collector extension listening on localhost:4318, e.g. the ADOT
 	// collector layer for arm64 of the region) and turns the functions'
 	// OpenTelemetry tracing on: config.EnvTracing=config.TracingOn and
-	// OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4318. Empty: X-Ray
-	// active tracing only.
+	// OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4318. The bootstrap
+	// must then be built with OpenTelemetry (make build TRACING=1; a
+	// notrace build fails its init). Empty: X-Ray active tracing only.
 	TelemetryLayerArn string
 }
 

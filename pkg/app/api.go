@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/api"
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
@@ -39,12 +38,7 @@ func NewAPI(s Settings, ddb *dynamodb.Client, log *slog.Logger) (http.Handler, e
 	if err != nil || !s.Tracing {
 		return h, err
 	}
-	// One server span per request (W3C traceparent or X-Amzn-Trace-Id of
-	// the caller as its parent, through the global propagator): the span
-	// whose context the order repository stores with the events.
-	return otelhttp.NewHandler(h, "api", otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
-		return r.Method + " " + routeTemplate(r.URL.Path)
-	})), nil
+	return instrumentHTTP(h), nil
 }
 
 // routeTemplate names a request path by its route, for a span name of low

@@ -90,7 +90,7 @@ type Settings struct {
 	Metrics io.Writer
 	// Tracing is config.EnvTracing = config.TracingOn: the functions
 	// instrument their HTTP server (otelhttp) and AWS SDK clients (otelaws)
-	// and LambdaInit installs the OTLP tracer provider (outboxtrace.Setup).
+	// and LambdaInit installs the OTLP tracer provider (otelsetup.Setup).
 	// False: nothing is instrumented, no span is recorded.
 	Tracing bool
 }

@@ -2,11 +2,8 @@ package app
 
 import (
 	"context"
-	"log/slog"
 	"os"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"go.opentelemetry.io/contrib/instrumentation/github.com/aws/aws-sdk-go-v2/otelaws"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/outboxtrace"
@@ -20,43 +17,6 @@ type flusher interface {
 }
 
 var tracerFlush flusher
-
-// initTracing installs the OTLP tracer provider when s.Tracing and adds the
-// OpenTelemetry AWS SDK middleware (otelaws: one span per SDK call) to cfg.
-// Off: nothing is installed and cfg is unchanged.
-func initTracing(s Settings, cfg *aws.Config, log *slog.Logger) error {
-	if !s.Tracing {
-		return nil
-	}
-	tp, _, err := outboxtrace.Setup(context.Background(), outboxtrace.Config{
-		Enabled:     true,
-		ServiceName: serviceName(),
-		// batched; Traced flushes before each answer, because Lambda
-		// freezes the environment between invocations
-	})
-	if err != nil {
-		return err
-	}
-	tracerFlush = tp
-	InstrumentAWS(cfg)
-	log.Info("tracing on: OTLP export", "service", serviceName())
-	return nil
-}
-
-// InstrumentAWS adds the OpenTelemetry AWS SDK middleware (otelaws) to cfg:
-// one client span per AWS call, under the caller's span, with its
-// operation, region and request id. Used when tracing is on only: the
-// middleware is never installed otherwise.
-func InstrumentAWS(cfg *aws.Config) {
-	otelaws.AppendMiddlewares(&cfg.APIOptions)
-}
-
-func serviceName() string {
-	if n := os.Getenv("AWS_LAMBDA_FUNCTION_NAME"); n != "" {
-		return n
-	}
-	return "ddb-outbox"
-}
 
 // Traced wraps a Lambda handler in one server span per invocation, named
 // name, whose parent is the invocation's X-Ray trace header (the Lambda

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/outboxtrace"
+	"github.com/ddb-outbox/ddb-outbox/pkg/outboxtrace/otelsetup"
 )
 
 // TestTracedContinuesTheLambdaXRayTrace: with tracing on, Traced runs the
@@ -17,13 +18,13 @@ import (
 // passes the answer through; with tracing off it adds no span.
 func TestTracedContinuesTheLambdaXRayTrace(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
-	_, shutdown, err := outboxtrace.Setup(context.Background(), outboxtrace.Config{Enabled: true, ServiceName: "t", Exporter: exp, Sync: true})
+	_, shutdown, err := otelsetup.Setup(context.Background(), otelsetup.Config{Enabled: true, ServiceName: "t", Exporter: exp, Sync: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() {
 		_ = shutdown(context.Background())
-		_, _, _ = outboxtrace.Setup(context.Background(), outboxtrace.Config{})
+		_, _, _ = otelsetup.Setup(context.Background(), otelsetup.Config{})
 	}()
 	boom := errors.New("boom")
 	var inner trace.SpanContext

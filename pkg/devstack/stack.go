@@ -160,7 +160,7 @@ type Options struct {
 	// the API's HTTP server (otelhttp) and the AWS SDK clients (otelaws);
 	// the relay, reconciler and consumers start their spans whenever a
 	// tracer provider is installed. The caller installs it
-	// (outboxtrace.Setup: OTLP to a local Jaeger, or an in-memory exporter
+	// (otelsetup.Setup: OTLP to a local Jaeger, or an in-memory exporter
 	// in tests). False: nothing is instrumented.
 	Tracing bool
 	// LoseAfterPublish, when set, forces the relay to lose the records it

@@ -20,6 +20,7 @@ import (
 	"github.com/ddb-outbox/ddb-outbox/pkg/devstack"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outboxtrace"
+	"github.com/ddb-outbox/ddb-outbox/pkg/outboxtrace/otelsetup"
 	"github.com/ddb-outbox/ddb-outbox/pkg/routing"
 )
 
@@ -42,13 +43,13 @@ import (
 // it.
 func TestTraceOfOneOrder(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
-	_, shutdown, err := outboxtrace.Setup(context.Background(), outboxtrace.Config{Enabled: true, ServiceName: "devstack-test", Exporter: exp, Sync: true})
+	_, shutdown, err := otelsetup.Setup(context.Background(), otelsetup.Config{Enabled: true, ServiceName: "devstack-test", Exporter: exp, Sync: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() {
 		_ = shutdown(context.Background())
-		_, _, _ = outboxtrace.Setup(context.Background(), outboxtrace.Config{}) // back to the no-op provider
+		_, _, _ = otelsetup.Setup(context.Background(), otelsetup.Config{}) // back to the no-op provider
 	}()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -38,7 +38,7 @@
 // # Cost when off
 //
 // With no tracer provider installed (otel.GetTracerProvider's default, or
-// Setup with Enabled false) every span is the API's no-op span: nothing is
+// otelsetup.Setup with Enabled false) every span is the API's no-op span: nothing is
 // allocated for recording or exported, and envelopes written then carry no
 // trace fields. Only an envelope that already carries a traceparent costs a
 // parse and, in the relay, a TraceHeader on its PutEvents entry

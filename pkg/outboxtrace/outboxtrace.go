@@ -2,6 +2,7 @@ package outboxtrace
 
 import (
 	"context"
+	"sync/atomic"
 
 	"go.opentelemetry.io/contrib/propagators/aws/xray"
 	"go.opentelemetry.io/otel"
@@ -55,9 +56,20 @@ var (
 	xrayP = xray.Propagator{}
 )
 
+var enabled atomic.Bool
+
+// Enabled reports whether a tracer provider was installed in this process
+// (otelsetup.Setup). Code that would pay for tracing before it can start a
+// span (parsing a trace context out of a message) asks it first.
+func Enabled() bool { return enabled.Load() }
+
+// SetEnabled records whether an SDK tracer provider is installed; for the
+// package that installs it (otelsetup). It returns the previous value.
+func SetEnabled(on bool) bool { return enabled.Swap(on) }
+
 // Tracer returns the library's tracer from the global tracer provider
 // (otel.SetTracerProvider; a no-op until one is set). It is looked up on
-// every call, so a provider installed later (Setup, a test) takes effect.
+// every call, so a provider installed later (otelsetup.Setup, a test) takes effect.
 func Tracer() trace.Tracer { return otel.GetTracerProvider().Tracer(ScopeName) }
 
 // LambdaTraceKey is the context key under which aws-lambda-go stores the
@@ -105,7 +117,7 @@ func Remote(traceparent, tracestate string) trace.SpanContext {
 // SQS AWSTraceHeader attribute. Format:
 // https://docs.aws.amazon.com/xray/latest/devguide/xray-concepts.html#xray-concepts-tracingheader
 // (the first 8 hex digits of the trace id are X-Ray's epoch seconds: trace
-// ids from Setup's X-Ray ID generator are valid X-Ray ids; others are
+// ids from otelsetup's X-Ray ID generator are valid X-Ray ids; others are
 // dropped by X-Ray, which still delivers the event).
 func XRayHeader(sc trace.SpanContext) string {
 	if !sc.IsValid() {

@@ -5,7 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/outboxtrace"
@@ -66,38 +65,5 @@ func TestCaptureLambdaXRayWithoutOpenTelemetry(t *testing.T) {
 	tp, _ := outboxtrace.Capture(ctx)
 	if tp != "00-5759e988bd862e3fe1be46a994272793-53995c3f42cd8ad8-01" {
 		t.Fatalf("Capture = %q", tp)
-	}
-}
-
-// TestSetupOffInstallsNothing / on: Setup with Enabled false leaves the
-// no-op provider (spans do not record, Enabled false); with an exporter it
-// records spans whose trace ids are X-Ray-valid (first 8 hex digits: the
-// epoch seconds).
-func TestSetup(t *testing.T) {
-	tp, shutdown, err := outboxtrace.Setup(context.Background(), outboxtrace.Config{})
-	if err != nil || tp != nil || shutdown(context.Background()) != nil {
-		t.Fatalf("Setup(off) = %v, %v", tp, err)
-	}
-	if _, s := outboxtrace.Tracer().Start(context.Background(), "x"); s.IsRecording() || outboxtrace.Enabled() {
-		t.Fatalf("tracing off but the span records (or Enabled)")
-	}
-	if _, _, err := outboxtrace.Setup(context.Background(), outboxtrace.Config{Enabled: true}); err == nil {
-		t.Fatal("Setup without ServiceName: no error")
-	}
-	exp := tracetest.NewInMemoryExporter()
-	_, shutdown, err = outboxtrace.Setup(context.Background(), outboxtrace.Config{Enabled: true, ServiceName: "t", Exporter: exp, Sync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = shutdown(context.Background()) }()
-	_, s := outboxtrace.Tracer().Start(context.Background(), "x")
-	s.End()
-	spans := exp.GetSpans()
-	if len(spans) != 1 || !outboxtrace.Enabled() {
-		t.Fatalf("recorded %d spans, Enabled %v", len(spans), outboxtrace.Enabled())
-	}
-	h := outboxtrace.XRayHeader(spans[0].SpanContext)
-	if !strings.HasPrefix(h, "Root=1-") || h[7:15] == "00000000" {
-		t.Fatalf("X-Ray header %q: trace id not X-Ray time-based", h)
 	}
 }

@@ -8,7 +8,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
-	"github.com/ddb-outbox/ddb-outbox/pkg/outboxtrace"
+	"github.com/ddb-outbox/ddb-outbox/pkg/outboxtrace/otelsetup"
 	"github.com/ddb-outbox/ddb-outbox/pkg/relay"
 )
 
@@ -51,11 +51,11 @@ func BenchmarkHandleTracing(b *testing.B) {
 	}
 	run("off", batch(false))
 	run("off+context", batch(true))
-	_, shutdown, err := outboxtrace.Setup(context.Background(), outboxtrace.Config{Enabled: true, ServiceName: "bench", Exporter: dropSpans{}})
+	_, shutdown, err := otelsetup.Setup(context.Background(), otelsetup.Config{Enabled: true, ServiceName: "bench", Exporter: dropSpans{}})
 	if err != nil {
 		b.Fatal(err)
 	}
 	run("on", batch(true))
 	_ = shutdown(context.Background())
-	_, _, _ = outboxtrace.Setup(context.Background(), outboxtrace.Config{})
+	_, _, _ = otelsetup.Setup(context.Background(), otelsetup.Config{})
 }

@@ -1,11 +1,16 @@
-package outboxtrace
+// Package otelsetup installs the OpenTelemetry SDK for a process: the tracer
+// provider (X-Ray ID generator, parent-based always-on sampling), the OTLP/HTTP
+// exporter or a given one, and the W3C + X-Ray propagators. It is apart from
+// pkg/outboxtrace so that code using only the OpenTelemetry API (the relay,
+// the consumers) does not link the SDK and the exporter: a Lambda binary built
+// without tracing (make build, tag notrace) leaves this package out.
+package otelsetup
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"net/url"
-	"sync/atomic"
 
 	"go.opentelemetry.io/contrib/propagators/aws/xray"
 	"go.opentelemetry.io/otel"
@@ -15,6 +20,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/ddb-outbox/ddb-outbox/pkg/outboxtrace"
 )
 
 // Config configures Setup. The zero value is tracing off.
@@ -46,22 +53,15 @@ func (c Config) Validate() error {
 		return nil
 	}
 	if c.ServiceName == "" {
-		return errors.New("outboxtrace: ServiceName is required when tracing is enabled")
+		return errors.New("otelsetup: ServiceName is required when tracing is enabled")
 	}
 	if c.Endpoint != "" && c.Exporter == nil {
 		if u, err := url.Parse(c.Endpoint); err == nil && u.Scheme != "" && u.Scheme != "http" && u.Scheme != "https" && u.Host != "" {
-			return fmt.Errorf("outboxtrace: endpoint %q: scheme must be http or https", c.Endpoint)
+			return fmt.Errorf("otelsetup: endpoint %q: scheme must be http or https", c.Endpoint)
 		}
 	}
 	return nil
 }
-
-var enabled atomic.Bool
-
-// Enabled reports whether Setup installed a tracer provider in this
-// process. Code that would pay for tracing before it can start a span
-// (parsing a trace context out of a message) asks it first.
-func Enabled() bool { return enabled.Load() }
 
 // Setup installs the global tracer provider and propagator for a process
 // and returns the provider (nil when tracing is off) and a shutdown function
@@ -80,7 +80,7 @@ func Setup(ctx context.Context, cfg Config) (*sdktrace.TracerProvider, func(cont
 		return nil, nil, err
 	}
 	if !cfg.Enabled {
-		if enabled.Swap(false) {
+		if outboxtrace.SetEnabled(false) {
 			// a provider an earlier Setup installed is replaced by the
 			// no-op one (the bench alternates tracing on and off)
 			otel.SetTracerProvider(noop.NewTracerProvider())
@@ -101,7 +101,7 @@ func Setup(ctx context.Context, cfg Config) (*sdktrace.TracerProvider, func(cont
 		var err error
 		exp, err = otlptracehttp.New(ctx, opts...)
 		if err != nil {
-			return nil, nil, fmt.Errorf("outboxtrace: OTLP exporter: %w", err)
+			return nil, nil, fmt.Errorf("otelsetup: OTLP exporter: %w", err)
 		}
 	}
 	res := resource.NewSchemaless(semconv.ServiceName(cfg.ServiceName))
@@ -117,7 +117,7 @@ func Setup(ctx context.Context, cfg Config) (*sdktrace.TracerProvider, func(cont
 	}
 	tp := sdktrace.NewTracerProvider(opts...)
 	otel.SetTracerProvider(tp)
-	enabled.Store(true)
+	outboxtrace.SetEnabled(true)
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}, xray.Propagator{}))
 	return tp, tp.Shutdown, nil
 }
