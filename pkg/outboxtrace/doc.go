@@ -38,9 +38,12 @@
 // # Cost when off
 //
 // With no tracer provider installed (otel.GetTracerProvider's default, or
-// otelsetup.Setup with Enabled false) every span is the API's no-op span: nothing is
-// allocated for recording or exported, and envelopes written then carry no
-// trace fields. Only an envelope that already carries a traceparent costs a
-// parse and, in the relay, a TraceHeader on its PutEvents entry
-// (propagation only). The bench measures both (outboxdev bench -trace).
+// otelsetup.Setup with Enabled false) every span is the API's no-op span:
+// nothing is allocated for recording or exported, and envelopes written then
+// carry no trace fields. Only an envelope that already carries a traceparent
+// costs a parse and, in the relay, a TraceHeader on its PutEvents entry
+// (propagation only). The bench measures both (outboxdev bench
+// -trace-overhead; BenchmarkHandleTracing in pkg/relay). The SDK itself
+// lives in pkg/outboxtrace/otelsetup, which Lambda binaries built with the
+// tag notrace (make build) do not link.
 package outboxtrace
