@@ -10,7 +10,7 @@ DIST := dist
 export CDK_DISABLE_VERSION_CHECK := true
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: help deps dev demo test test-unit test-infra build synth chaos bench fuzz mutation clean FORCE lint licenses
+.PHONY: help deps dev demo test test-unit test-infra build synth chaos bench fuzz mutation clean FORCE lint licenses trace-screenshot
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -33,7 +33,22 @@ $(OUTBOXDEV): FORCE
 
 FORCE:
 
-dev: deps $(OUTBOXDEV) ## run the whole stack locally: Dynoxide, tables, API on :8080, relay, consumers, reconciler (ARGS='-data dev.db' keeps data)
+# --- tracing (issue 15) -------------------------------------------------------
+# Jaeger is a Go tool of its own small module (tools/jaeger), never of the
+# root module: its dependency tree stays out of the library's go.mod.
+JAEGER := bin/jaeger
+
+$(JAEGER): tools/jaeger/go.mod tools/jaeger/go.sum
+	@echo "building bin/jaeger (tools/jaeger module; the first build takes a few minutes)"
+	$(GO) build -C tools/jaeger -o ../../$(JAEGER) github.com/jaegertracing/jaeger/cmd/jaeger
+
+# Not part of `make test`: it needs Debian's chromium package (apt-get install
+# chromium), which CI does not install.
+trace-screenshot: deps $(OUTBOXDEV) $(JAEGER) ## one order traced into Jaeger (re-send and duplicates forced), its trace page shot by headless Chromium into results/
+	exec $(OUTBOXDEV) trace-screenshot $(ARGS)
+# ------------------------------------------------------------------------------
+
+dev: deps $(OUTBOXDEV) $(if $(findstring -trace,$(ARGS)),$(JAEGER)) ## run the whole stack locally: Dynoxide, tables, API on :8080, relay, consumers, reconciler (ARGS='-data dev.db' keeps data; ARGS=-trace: traces in Jaeger)
 	exec $(OUTBOXDEV) dev $(ARGS)
 
 demo: deps $(OUTBOXDEV) ## drive a few hundred orders through a fresh local stack (ARGS=-attach: the one make dev runs), audit, print the summary
@@ -50,10 +65,16 @@ test-unit: ## only the runtime tests (no CDK)
 test-infra: deps build ## CDK assertion tests on the synthesized template
 	cd infra && $(GO) test -count=1 ./...
 
-build: ## compile every Lambda for provided.al2023 arm64 into dist/<name>/bootstrap
+# TRACING=1 links the OpenTelemetry SDK, exporter and instrumentation into
+# the functions (needed with ddb-outbox:telemetryLayerArn); without it they
+# are built with the tag notrace: half the size, no tracing cost at all.
+comma := ,
+LAMBDA_TAGS := lambda.norpc$(if $(TRACING),,$(comma)notrace)
+
+build: ## compile every Lambda for provided.al2023 arm64 into dist/<name>/bootstrap (TRACING=1: with OpenTelemetry)
 	@for f in $(FUNCTIONS); do \
 		echo "build $$f"; \
-		CGO_ENABLED=0 GOOS=$(LAMBDA_GOOS) GOARCH=$(LAMBDA_GOARCH) $(GO) build -tags lambda.norpc -trimpath -ldflags='-s -w' -o $(DIST)/$$f/bootstrap ./functions/$$f || exit 1; \
+		CGO_ENABLED=0 GOOS=$(LAMBDA_GOOS) GOARCH=$(LAMBDA_GOARCH) $(GO) build -tags $(LAMBDA_TAGS) -trimpath -ldflags='-s -w' -o $(DIST)/$$f/bootstrap ./functions/$$f || exit 1; \
 	done
 
 synth: deps build ## synthesize the CloudFormation template into cdk.out/ (offline, no credentials)

@@ -108,7 +108,7 @@ function fromImage(img) {
     sequence: n("sequence"),
     occurred_at: s("occurred_at"),
   };
-  for (const opt of ["correlation_id", "causation_id", "actor"]) {
+  for (const opt of ["correlation_id", "causation_id", "actor", "traceparent", "tracestate"]) {
     if (s(opt) !== undefined) env[opt] = s(opt);
   }
   env.payload = JSON.parse(s("payload"));

@@ -44,6 +44,10 @@ const (
 	ctxRedriveRoleArns     = "ddb-outbox:redriveRoleArns"        // comma-separated exact ARNs
 	ctxCustomerManagedKey  = "ddb-outbox:customerManagedKey"     // bool, default false
 	ctxNotificationsTTL    = "ddb-outbox:notificationsTtlAttribute"
+	// an OTLP collector layer ARN (e.g. ADOT) for every function: turns
+	// the functions' OpenTelemetry spans on; X-Ray active tracing is on
+	// either way
+	ctxTelemetryLayerArn = "ddb-outbox:telemetryLayerArn"
 	// the fulfilment provider's API base URL (https); default the
 	// placeholder stack.DefaultFulfilmentProviderURL, with a synth warning
 	ctxFulfilmentProviderURL = "ddb-outbox:fulfilmentProviderUrl"
@@ -209,6 +213,7 @@ func fromContext(get func(string) any, cwd string) (appConfig, error) {
 	p.RedriveRoleArns = list(ctxRedriveRoleArns)
 	p.CustomerManagedKey = boolean(ctxCustomerManagedKey, false)
 	p.NotificationsTTLAttribute = str(ctxNotificationsTTL)
+	p.TelemetryLayerArn = str(ctxTelemetryLayerArn)
 	p.FulfilmentProviderURL = str(ctxFulfilmentProviderURL)
 	p.FulfilmentProviderSecretArn = str(ctxFulfilmentProviderSecretArn)
 	return cfg, errors.Join(errs...)

@@ -71,7 +71,13 @@ func runBench(ctx context.Context, args []string) error {
 	fs.BoolVar(&f.skipLambda, "skip-lambda", false, "skip the Lambda binary sizes and init times")
 	fs.BoolVar(&f.verbose, "v", false, "show every component's logs")
 	fs.Float64Var(&f.reorder, "reorder", 0.2, "share of bus deliveries made late (100-600 ms) in the extra ordering-cost level at the first load; 0 skips that level")
+	traceOverhead := fs.Bool("trace-overhead", false, "only measure tracing on (100% sampled, in-process sink) vs off on the write path and the relay (bench_trace.go), -trace-orders per arm and round")
+	traceOrders := fs.Int("trace-orders", 200, "with -trace-overhead: orders per arm and round")
+	traceRounds := fs.Int("trace-rounds", 4, "with -trace-overhead: rounds (each runs both arms, alternating which goes first)")
 	_ = fs.Parse(args)
+	if *traceOverhead {
+		return runTraceOverhead(ctx, f.out, *traceOrders, *traceRounds)
+	}
 	f.loads = strings.Split(*loads, ",")
 
 	started := time.Now()

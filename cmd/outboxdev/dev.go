@@ -27,7 +27,29 @@ func runDev(ctx context.Context, args []string) error {
 	awsAddr := fs.String("aws-addr", "127.0.0.1:4580", "listen address of the local AWS endpoint (SQS queues, EventBridge PutEvents, DynamoDB proxied) for outboxctl; empty: none")
 	rejectTypes := fs.String("reject-type", "", "comma-separated detail types the local bus refuses permanently, so their outbox records are parked (e.g. OrderShipped): try outboxctl parked/redrive")
 	rejectCode := fs.String("reject-code", devstack.DefaultRejectCode, "the PutEvents entry error code of -reject-type: MalformedDetail or InvalidArgument")
+	tracing := fs.Bool("trace", false, "trace every request and event with OpenTelemetry and open them in Jaeger: starts bin/jaeger (make bin/jaeger) with its UI on "+jaegerUI)
+	traceEndpoint := fs.String("trace-endpoint", "", "with -trace: export OTLP/HTTP to this HOST:PORT or URL instead of starting bin/jaeger")
+	jaegerBin := fs.String("jaeger", filepath.Join("bin", "jaeger"), "with -trace: the Jaeger binary to start")
+	traceViewAddr := fs.String("trace-view", "127.0.0.1:16687", "with -trace: listen address of the trace waterfall page over Jaeger's query API")
 	_ = fs.Parse(args)
+	traceUI := ""
+	if *tracing {
+		ui, stop, err := startTracing(ctx, *jaegerBin, *traceEndpoint)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		traceUI = ui
+	}
+	traceView := ""
+	if traceUI != "" {
+		v, closeView, err := serveTraceView(*traceViewAddr, traceUI)
+		if err != nil {
+			return err
+		}
+		defer closeView()
+		traceView = v
+	}
 	var reject []string
 	for _, t := range strings.Split(*rejectTypes, ",") {
 		if t = strings.TrimSpace(t); t != "" {
@@ -49,7 +71,7 @@ func runDev(ctx context.Context, args []string) error {
 		Endpoint: *endpoint, APIAddr: *addr, Prefix: *prefix,
 		ReconcileEvery: *every, ReconcileAfter: *after, Metrics: metrics,
 		DataFile: *data, CheckpointFile: *checkpoint, HopLog: true, Logger: slog.New(handler),
-		AWSAddr: *awsAddr, RejectDetailTypes: reject, RejectCode: *rejectCode,
+		AWSAddr: *awsAddr, RejectDetailTypes: reject, RejectCode: *rejectCode, Tracing: *tracing,
 	})
 	if err != nil {
 		return err
@@ -78,6 +100,13 @@ Try:
 Drive it from another terminal: make demo ARGS=-attach
 `, s.URL, s.Endpoint, *prefix, storage, s.URL)
 	printOperatorHelp(s, *prefix, reject)
+	switch {
+	case traceUI != "":
+		fmt.Printf("\nTraces (Jaeger, in memory): %s\n  one order's traces:  %s/?order=ORDER_ID\n  Jaeger search (JSON under /api/traces): %s\n",
+			traceUI, traceView, traceSearchURL(traceUI, "ORDER_ID"))
+	case *tracing:
+		fmt.Printf("\nTraces: exported over OTLP/HTTP to %s (service %s)\n", *traceEndpoint, traceServiceName)
+	}
 	fmt.Print("\nCtrl-C to stop.\n")
 	<-ctx.Done()
 	fmt.Println("stopping")

@@ -40,6 +40,8 @@ func main() {
 		err = runChaos(ctx, args)
 	case "bench":
 		err = runBench(ctx, args)
+	case "trace-screenshot":
+		err = runTraceScreenshot(ctx, args)
 	case "-h", "-help", "--help", "help":
 		usage()
 		return
@@ -63,6 +65,8 @@ commands:
   chaos  the same under seeded fault injection at every boundary, in epochs
   bench  measure throughput, latency, calls and cost per event, store saturation,
          write-path latency and Lambda init; report under results/
+  trace-screenshot  one order traced into Jaeger (a reconciler re-send and the
+         duplicates it causes forced), its trace page shot in headless Chromium
 
 Run "outboxdev <command> -h" for the flags of a command.
 `)

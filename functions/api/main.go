@@ -14,5 +14,5 @@ func main() {
 	s, cfg, log := app.LambdaInit()
 	h, err := app.NewAPI(s, dynamodb.NewFromConfig(cfg), log)
 	app.InitCheck(log, err)
-	lambda.Start(api.LambdaHandler(h))
+	lambda.Start(app.Traced(s, "api", api.LambdaHandler(h)))
 }

@@ -28,5 +28,5 @@ func main() {
 	app.InitCheck(log, err)
 	h, err := app.NewConsumerHandler(s, routing.ConsumerFulfilment, c.Handle, sqs.NewFromConfig(cfg), log)
 	app.InitCheck(log, err)
-	lambda.Start(h.Handle)
+	lambda.Start(app.Traced(s, "fulfilment", h.Handle))
 }

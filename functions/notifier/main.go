@@ -21,5 +21,5 @@ func main() {
 	app.InitCheck(log, err)
 	h, err := app.NewConsumerHandler(s, routing.ConsumerNotifier, c.Handle, sqs.NewFromConfig(cfg), log)
 	app.InitCheck(log, err)
-	lambda.Start(h.Handle)
+	lambda.Start(app.Traced(s, "notifier", h.Handle))
 }

@@ -20,5 +20,5 @@ func main() {
 		Queue:       sqs.NewFromConfig(cfg),
 	}, log)
 	app.InitCheck(log, err)
-	lambda.Start(r.Handle)
+	lambda.Start(app.TracedNoResult(s, "reconciler", r.Handle))
 }

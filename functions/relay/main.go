@@ -16,5 +16,5 @@ func main() {
 	s, cfg, log := app.LambdaInit()
 	r, err := app.NewRelay(s, eventbridge.NewFromConfig(cfg), dynamodb.NewFromConfig(cfg), sqs.NewFromConfig(cfg), log)
 	app.InitCheck(log, err)
-	lambda.Start(r.Handle)
+	lambda.Start(app.Traced(s, "relay", r.Handle))
 }

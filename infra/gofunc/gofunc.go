@@ -17,6 +17,18 @@
 // logs:CreateLogStream + logs:PutLogEvents on its own log group (instead of
 // the AWS managed AWSLambdaBasicExecutionRole policy, which allows writing to
 // any log group); callers add the rest with grants.
+//
+// Tracing: every function has X-Ray active tracing (TracingConfig Active):
+// Lambda samples invocations, records its own segments and continues the
+// trace an event brings (the X-Ray header EventBridge hands an SQS target
+// as the AWSTraceHeader attribute, or a caller's). CDK grants the role
+// xray:PutTraceSegments and xray:PutTelemetryRecords on "*" (X-Ray actions
+// support no resource-level permissions). The functions' own OpenTelemetry
+// spans (pkg/outboxtrace) are exported only with a telemetry layer
+// (Props.TelemetryLayerArn, e.g. the AWS Distro for OpenTelemetry collector
+// layer, whose collector receives OTLP on localhost:4318 and forwards to
+// X-Ray with the same permissions); without one, OUTBOX_TRACING stays off
+// and the functions pay nothing for tracing.
 package gofunc
 
 import (
@@ -32,6 +44,9 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
+	"github.com/cdklabs/cdk-nag-go/cdknag/v2"
+
+	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 )
 
 // Handler is the handler name of a provided.al2023 function: the runtime
@@ -78,7 +93,20 @@ type Props struct {
 	// once, and they are always available. 0 reserves none (the function
 	// shares the account's unreserved pool). Negative is an error.
 	ReservedConcurrency int
+	// TelemetryLayerArn, when set, adds this Lambda layer (an OTLP
+	// collector extension listening on localhost:4318, e.g. the ADOT
+	// collector layer for arm64 of the region) and turns the functions'
+	// OpenTelemetry tracing on: config.EnvTracing=config.TracingOn and
+	// OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4318. The bootstrap
+	// must then be built with OpenTelemetry (make build TRACING=1; a
+	// notrace build fails its init). Empty: X-Ray active tracing only.
+	TelemetryLayerArn string
 }
+
+// OTLPLocalEndpoint is the OTLP/HTTP endpoint of a collector extension
+// running in the execution environment (the ADOT collector layer's default
+// receiver).
+const OTLPLocalEndpoint = "http://localhost:4318"
 
 // New creates a Go function with id under scope, its log group (id +
 // "Logs") and its role (id + "Role"). It returns an error wrapping ErrMissingBootstrap when
@@ -127,6 +155,12 @@ func New(scope constructs.Construct, id string, p Props) (awslambda.Function, er
 	for k, v := range p.Environment {
 		env[k] = jsii.String(v)
 	}
+	var layers *[]awslambda.ILayerVersion
+	if p.TelemetryLayerArn != "" {
+		layers = &[]awslambda.ILayerVersion{awslambda.LayerVersion_FromLayerVersionArn(scope, jsii.String(id+"TelemetryLayer"), jsii.String(p.TelemetryLayerArn))}
+		env[config.EnvTracing] = jsii.String(config.TracingOn)
+		env["OTEL_EXPORTER_OTLP_ENDPOINT"] = jsii.String(OTLPLocalEndpoint)
+	}
 	var reserved *float64
 	if p.ReservedConcurrency > 0 {
 		reserved = jsii.Number(p.ReservedConcurrency)
@@ -145,6 +179,14 @@ func New(scope constructs.Construct, id string, p Props) (awslambda.Function, er
 		LoggingFormat:                awslambda.LoggingFormat_JSON,
 		ReservedConcurrentExecutions: reserved,
 		Role:                         role,
+		Tracing:                      awslambda.Tracing_ACTIVE,
+		Layers:                       layers,
 	})
+	cdknag.NagSuppressions_AddResourceSuppressions(role, &[]*cdknag.NagPackSuppression{{
+		Id: jsii.String("AwsSolutions-IAM5"),
+		Reason: jsii.String("X-Ray active tracing: xray:PutTraceSegments and xray:PutTelemetryRecords support no resource-level " +
+			"permissions, so their resource is * (Lambda's documented execution-role permissions for tracing)."),
+		AppliesTo: &[]any{jsii.String("Resource::*")},
+	}}, jsii.Bool(true))
 	return fn, nil
 }

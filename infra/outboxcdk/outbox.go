@@ -165,6 +165,8 @@ func New(scope constructs.Construct, id string, props Props) (*Outbox, error) {
 		Timeout:       props.RelayTimeout,
 		LogRetention:  props.LogRetention,
 		RemovalPolicy: props.RemovalPolicy,
+
+		TelemetryLayerArn: props.TelemetryLayerArn,
 	})
 	if err != nil {
 		return nil, err
@@ -186,6 +188,7 @@ func New(scope constructs.Construct, id string, props Props) (*Outbox, error) {
 		// one sweep at a time: two concurrent runs would re-send the same
 		// pending records twice
 		ReservedConcurrency: ReconcilerReservedConcurrency,
+		TelemetryLayerArn:   props.TelemetryLayerArn,
 	})
 	if err != nil {
 		return nil, err

@@ -118,6 +118,10 @@ var ErrInvalidProps = errors.New("outboxcdk: invalid props")
 // by New) checks the values after defaults are applied. Durations are Go
 // durations; the construct converts them to whole seconds or minutes.
 type Props struct {
+	// TelemetryLayerArn, when set, is the OTLP collector layer added to the
+	// relay and the reconciler, turning their OpenTelemetry spans on (see
+	// gofunc.Props.TelemetryLayerArn). X-Ray active tracing is on either way.
+	TelemetryLayerArn string
 	// EventBus is the EventBridge bus the relay and the reconciler publish
 	// to (events:PutEvents). Required.
 	EventBus awsevents.IEventBus

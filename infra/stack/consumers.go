@@ -180,6 +180,7 @@ func (s *OrdersStack) addConsumer(name, source string) error {
 		RemovalPolicy: removal,
 		// at least the mapping's MaximumConcurrency (Validate)
 		ReservedConcurrency: max(props.ReservedConcurrency[name], 0),
+		TelemetryLayerArn:   props.TelemetryLayerArn,
 	})
 	if err != nil {
 		return err

@@ -122,6 +122,12 @@ var ErrInvalidProps = errors.New("stack: invalid props")
 // OrdersStackProps configures the orders application stack. Zero fields
 // take the defaults.
 type OrdersStackProps struct {
+	// TelemetryLayerArn, when set, is an OTLP collector Lambda layer (e.g.
+	// the AWS Distro for OpenTelemetry collector layer for arm64 in the
+	// stack's region) added to every function, which turns the functions'
+	// OpenTelemetry spans on (gofunc.Props.TelemetryLayerArn). X-Ray active
+	// tracing is on either way. Context: ddb-outbox:telemetryLayerArn.
+	TelemetryLayerArn string
 	// StackProps are passed to awscdk.NewStack. Leave Env unset to keep the
 	// stack environment-agnostic (synth needs no credentials or lookups).
 	StackProps awscdk.StackProps

@@ -194,6 +194,7 @@ func NewOrdersStack(scope constructs.Construct, id string, props OrdersStackProp
 	}
 	op.RemovalPolicy = removal
 	op.LogRetention = props.LogRetention
+	op.TelemetryLayerArn = props.TelemetryLayerArn
 	ob, err := outboxcdk.New(st, "Outbox", op)
 	if err != nil {
 		return nil, err
@@ -211,6 +212,7 @@ func NewOrdersStack(scope constructs.Construct, id string, props OrdersStackProp
 		LogRetention:        props.LogRetention,
 		RemovalPolicy:       removal,
 		ReservedConcurrency: max(props.ReservedConcurrency[APIFunction], 0),
+		TelemetryLayerArn:   props.TelemetryLayerArn,
 	})
 	if err != nil {
 		return nil, err

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
@@ -33,7 +34,24 @@ func NewAPI(s Settings, ddb *dynamodb.Client, log *slog.Logger) (http.Handler, e
 	if err != nil {
 		return nil, err
 	}
-	return api.New(api.Config{Orders: repo, Logger: log, Callers: callers})
+	h, err := api.New(api.Config{Orders: repo, Logger: log, Callers: callers})
+	if err != nil || !s.Tracing {
+		return h, err
+	}
+	return instrumentHTTP(h), nil
+}
+
+// routeTemplate names a request path by its route, for a span name of low
+// cardinality: "/orders/{id}/pay" for "/orders/0193…/pay".
+func routeTemplate(p string) string {
+	rest, ok := strings.CutPrefix(p, "/orders/")
+	if !ok || rest == "" {
+		return p
+	}
+	if _, cmd, found := strings.Cut(rest, "/"); found {
+		return "/orders/{id}/" + cmd
+	}
+	return "/orders/{id}"
 }
 
 // CallerMode maps a config.EnvAPICallerMode value to the api.CallerMode:

@@ -14,7 +14,8 @@ import (
 // LambdaInit does what every function's init phase does once per execution
 // environment: a JSON slog logger with the Lambda request id
 // (lambdacontext.NewLogger), Settings from the environment and the default
-// SDK configuration. It exits the process (an init failure Lambda reports)
+// SDK configuration, and with config.EnvTracing on the OTLP tracer provider
+// and the AWS SDK instrumentation (see Traced). It exits the process (an init failure Lambda reports)
 // when either cannot be loaded; it is for main functions only, never for
 // handlers.
 func LambdaInit() (Settings, aws.Config, *slog.Logger) {
@@ -24,6 +25,7 @@ func LambdaInit() (Settings, aws.Config, *slog.Logger) {
 	InitCheck(log, err)
 	cfg, err := awsclient.Load(context.Background())
 	InitCheck(log, err)
+	InitCheck(log, initTracing(s, &cfg, log))
 	return s, cfg, log
 }
 

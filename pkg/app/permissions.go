@@ -183,6 +183,16 @@ var (
 		Grant: Grant{ResourceLogGroup, []string{"logs:CreateLogStream", "logs:PutLogEvents"}},
 		Why:   "Lambda writes the function's logs to its own log group (infra/gofunc, instead of AWSLambdaBasicExecutionRole)",
 	}
+	// xrayGrant is what X-Ray active tracing (every function: infra/gofunc,
+	// Tracing ACTIVE) needs: Lambda sends the function's segments, and an
+	// OTLP collector layer the spans, with the function's role. X-Ray
+	// actions support no resource-level permissions. Source: Lambda
+	// developer guide, "Visualize Lambda function invocations using AWS
+	// X-Ray" (execution role permissions).
+	xrayGrant = PlatformGrant{
+		Grant: Grant{ResourceAll, []string{"xray:PutTelemetryRecords", "xray:PutTraceSegments"}},
+		Why:   "X-Ray active tracing: Lambda and the telemetry layer write trace segments with the function's role (CDK Tracing.ACTIVE)",
+	}
 	sqsMappingGrant = PlatformGrant{
 		Grant: Grant{ResourceConsumerQueue, []string{
 			"sqs:ChangeMessageVisibility", "sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:ReceiveMessage",
@@ -226,7 +236,7 @@ func Permissions() []FunctionPermissions {
 			Platform: []PlatformGrant{sqsMappingGrant, logsGrant},
 		}
 	}
-	return []FunctionPermissions{
+	perms := []FunctionPermissions{
 		{
 			Function: FunctionAPI,
 			Calls: []Call{
@@ -268,6 +278,10 @@ func Permissions() []FunctionPermissions {
 		consumer(FunctionNotifier, ResourceNotificationsTable),
 		fulfilmentPermissions(),
 	}
+	for i := range perms {
+		perms[i].Platform = append(perms[i].Platform, xrayGrant)
+	}
+	return perms
 }
 
 // fulfilmentPermissions is the fulfilment consumer's access. Its effect is an

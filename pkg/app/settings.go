@@ -88,6 +88,11 @@ type Settings struct {
 	// relay and reconciler. Not read from the environment; nil means
 	// standard output (where Lambda ships them to CloudWatch).
 	Metrics io.Writer
+	// Tracing is config.EnvTracing = config.TracingOn: the functions
+	// instrument their HTTP server (otelhttp) and AWS SDK clients (otelaws)
+	// and LambdaInit installs the OTLP tracer provider (otelsetup.Setup).
+	// False: nothing is instrumented, no span is recorded.
+	Tracing bool
 }
 
 // SettingsFromEnv reads Settings from the environment variables in
@@ -114,6 +119,13 @@ func SettingsFromEnv() (Settings, error) {
 	}
 	var errs []error
 	var err error
+	switch v := config.String(config.EnvTracing, config.TracingOff); v {
+	case config.TracingOff:
+	case config.TracingOn:
+		s.Tracing = true
+	default:
+		errs = append(errs, fmt.Errorf("config: %s=%q is not %q or %q", config.EnvTracing, v, config.TracingOff, config.TracingOn))
+	}
 	if s.PendingShards, err = config.Int(config.EnvPendingShards, config.DefaultPendingShards); err != nil {
 		errs = append(errs, err)
 	}

@@ -88,6 +88,18 @@ const (
 	// APICallerModeIAMOnly for the IAM auth mode and APICallerModeOpenDemo
 	// for the NONE auth mode.
 	EnvAPICallerMode = "API_CALLER_MODE"
+	// EnvTracing turns OpenTelemetry tracing on in a function: TracingOn
+	// ("otlp") exports spans over OTLP/HTTP to the endpoint the standard
+	// OTEL_EXPORTER_OTLP_ENDPOINT names (on AWS: the ADOT collector layer's
+	// local receiver); TracingOff ("off", the default) installs nothing, so
+	// spans are no-ops. The CDK stack sets it with the collector layer.
+	EnvTracing = "OUTBOX_TRACING"
+)
+
+// Values of EnvTracing.
+const (
+	TracingOff = "off"
+	TracingOn  = "otlp"
 )
 
 // Values of EnvAPICallerMode (see pkg/api.CallerMode).

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
+	"github.com/ddb-outbox/ddb-outbox/pkg/outboxtrace"
 )
 
 // Attribute names of a dedup marker item.
@@ -239,6 +240,10 @@ func (a *Applier) Marker(env outbox.Envelope, now time.Time) types.TransactWrite
 //     condition) is there, which is returned at once as a *outbox.TxError.
 //
 // A failed read is returned as an error (redeliver).
+//
+// With tracing on, the outcome is recorded on ctx's span (the consumer's
+// per-message span, pkg/sqsconsumer): outboxtrace.OutcomeApplied,
+// OutcomeDuplicate (marker or ordering gate) or OutcomeHeld (early event).
 func (a *Applier) Apply(ctx context.Context, env outbox.Envelope, effects []types.TransactWriteItem) (bool, error) {
 	if err := env.Validate(); err != nil {
 		return false, err
@@ -269,6 +274,7 @@ func (a *Applier) Apply(ctx context.Context, env outbox.Envelope, effects []type
 		}
 		err := a.call(ctx, in)
 		if err == nil {
+			outboxtrace.SetOutcome(ctx, outboxtrace.OutcomeApplied)
 			return true, nil
 		}
 		err = outbox.TranslateTxError(err)
@@ -277,6 +283,7 @@ func (a *Applier) Apply(ctx context.Context, env outbox.Envelope, effects []type
 			return false, fmt.Errorf("dedup: apply event %s: %w", env.EventID, err)
 		}
 		if te.ConditionFailed(MarkerIndex) {
+			outboxtrace.SetOutcome(ctx, outboxtrace.OutcomeDuplicate)
 			return false, nil // already applied
 		}
 		if gate >= 0 && te.ConditionFailed(gate) {
@@ -285,8 +292,10 @@ func (a *Applier) Apply(ctx context.Context, env outbox.Envelope, effects []type
 			case err != nil:
 				return false, fmt.Errorf("dedup: apply event %s: ordering gate failed: %w", env.EventID, err)
 			case outcome == gateDuplicate:
+				outboxtrace.SetOutcome(ctx, outboxtrace.OutcomeDuplicate)
 				return false, nil
 			case outcome == gateEarly:
+				outboxtrace.SetOutcome(ctx, outboxtrace.OutcomeHeld)
 				return false, gap
 			}
 			// gateMoved: the gate's failure was a race, like a conflict.

@@ -156,6 +156,17 @@ type Options struct {
 	// the parked/redrive flow, tried locally.
 	RejectDetailTypes []string
 	RejectCode        string
+	// Tracing instruments the functions as config.EnvTracing does on AWS:
+	// the API's HTTP server (otelhttp) and the AWS SDK clients (otelaws);
+	// the relay, reconciler and consumers start their spans whenever a
+	// tracer provider is installed. The caller installs it
+	// (otelsetup.Setup: OTLP to a local Jaeger, or an in-memory exporter
+	// in tests). False: nothing is instrumented.
+	Tracing bool
+	// LoseAfterPublish, when set, forces the relay to lose the records it
+	// reports true for after publishing them (see crashAfterPublish): the
+	// reconciler re-sends them and the consumers absorb the duplicate.
+	LoseAfterPublish func(outbox.Envelope) bool
 }
 
 func (o *Options) setDefaults() {
@@ -276,8 +287,15 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	if opts.AWSConfig != nil {
 		opts.AWSConfig(&cfg)
 	}
-	s.DDB = dynamodb.NewFromConfig(cfg)
+	// The stream poller stands in for Lambda's event source mapping, which
+	// is AWS's, not traced by the functions: its client stays uninstrumented.
 	s.Streams = dynamodbstreams.NewFromConfig(cfg)
+	if opts.Tracing {
+		cfg = cfg.Copy()
+		cfg.APIOptions = append([]func(*middleware.Stack) error(nil), cfg.APIOptions...) // no aliasing
+		app.InstrumentAWS(&cfg)
+	}
+	s.DDB = dynamodb.NewFromConfig(cfg)
 
 	p := opts.Prefix
 	s.Settings = app.Settings{
@@ -307,6 +325,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		RelayRetryBudget:       opts.RelayRetryBudget,
 		RelayCallTimeout:       opts.RelayCallTimeout,
 		Metrics:                opts.Metrics,
+		Tracing:                opts.Tracing,
 	}
 	if least := relay.MinFunctionTimeout(app.RelayConfig(s.Settings, nil)); opts.RelayFunctionTimeout < least {
 		return nil, fmt.Errorf("devstack: RelayFunctionTimeout %s is shorter than %s, the relay's retry budget plus its marking reserve (relay.MinFunctionTimeout); the CDK construct refuses it too", opts.RelayFunctionTimeout, least)
@@ -391,6 +410,9 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	}
 
 	var streamHandler localrt.StreamHandler = s.Relay.Handle
+	if opts.LoseAfterPublish != nil {
+		streamHandler = crashAfterPublish(s.Relay.Publisher(), opts.LoseAfterPublish, streamHandler)
+	}
 	if opts.HopLog {
 		streamHandler = hopStream(log.With("fn", "relay"), streamHandler)
 	}

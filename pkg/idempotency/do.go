@@ -13,6 +13,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/google/uuid"
+
+	"github.com/ddb-outbox/ddb-outbox/pkg/outboxtrace"
 )
 
 // Source says where a Result came from.
@@ -75,6 +77,7 @@ func (s *Store) Do(ctx context.Context, key, payloadHash string, fn Effect) (Res
 				return Result{}, fmt.Errorf("%w: key %s", ErrPayloadMismatch, key)
 			}
 			s.n.cacheHits.Add(1)
+			outboxtrace.SetOutcome(ctx, outboxtrace.OutcomeDuplicate)
 			return Result{Data: bytes.Clone(e.data), Source: SourceCache}, nil
 		}
 	}
@@ -114,6 +117,7 @@ func (s *Store) Do(ctx context.Context, key, payloadHash string, fn Effect) (Res
 			if s.cache != nil {
 				s.cache.put(pk, cacheEntry{data: rec.data, hash: rec.hash, expiresAt: rec.expiresAt})
 			}
+			outboxtrace.SetOutcome(ctx, outboxtrace.OutcomeDuplicate)
 			return Result{Data: rec.data, Source: SourceStore}, nil
 		case rec.status == StatusInProgress && !rec.inProgressExpired(now) && !rec.expired(now):
 			s.n.inProgress.Add(1)
@@ -163,6 +167,7 @@ func (s *Store) Do(ctx context.Context, key, payloadHash string, fn Effect) (Res
 	if s.cache != nil {
 		s.cache.put(pk, cacheEntry{data: bytes.Clone(data), hash: payloadHash, expiresAt: expiresAt})
 	}
+	outboxtrace.SetOutcome(ctx, outboxtrace.OutcomeApplied)
 	return Result{Data: data, Source: SourceRun}, nil
 }
 

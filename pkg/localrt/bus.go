@@ -16,10 +16,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	ebtypes "github.com/aws/aws-sdk-go-v2/service/eventbridge/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
 	"github.com/google/uuid"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
+	"github.com/ddb-outbox/ddb-outbox/pkg/outboxtrace"
 	"github.com/ddb-outbox/ddb-outbox/pkg/routing"
 )
 
@@ -360,7 +362,11 @@ func (b *Bus) PutEvents(ctx context.Context, params *eventbridge.PutEventsInput,
 
 	now := b.cfg.Now().UTC()
 	out := &eventbridge.PutEventsOutput{Entries: make([]ebtypes.PutEventsResultEntry, len(params.Entries))}
-	var accepted []json.RawMessage
+	type acceptedEvent struct {
+		raw         json.RawMessage
+		traceHeader string
+	}
+	var accepted []acceptedEvent
 	for i, e := range params.Entries {
 		code, msg := b.checkEntry(e)
 		if code != "" {
@@ -391,10 +397,13 @@ func (b *Bus) PutEvents(ctx context.Context, params *eventbridge.PutEventsInput,
 			continue
 		}
 		out.Entries[i] = ebtypes.PutEventsResultEntry{EventId: aws.String(id)}
-		accepted = append(accepted, raw)
+		// EventBridge hands the entry's X-Ray TraceHeader to the targets
+		// (an SQS target gets it as the AWSTraceHeader system attribute), not
+		// inside the event: https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-related-service-xray.html
+		accepted = append(accepted, acceptedEvent{raw, aws.ToString(e.TraceHeader)})
 	}
-	for _, raw := range accepted {
-		b.route(raw)
+	for _, a := range accepted {
+		b.route(a.raw, a.traceHeader)
 	}
 	return out, nil
 }
@@ -459,7 +468,7 @@ func entrySize(e ebtypes.PutEventsRequestEntry) int {
 
 // route records an accepted event and starts one delivery per matching
 // rule with a subscribed consumer.
-func (b *Bus) route(raw json.RawMessage) {
+func (b *Bus) route(raw json.RawMessage, traceHeader string) {
 	v, _ := decodeJSON(raw)
 	m, _ := v.(map[string]any)
 	b.mu.Lock()
@@ -479,7 +488,7 @@ func (b *Bus) route(raw json.RawMessage) {
 			continue
 		}
 		b.inflight++
-		go b.deliver(r.rule, t, raw)
+		go b.deliver(r.rule, t, raw, traceHeader)
 	}
 	if !matched {
 		b.stats.Unmatched++
@@ -487,7 +496,7 @@ func (b *Bus) route(raw json.RawMessage) {
 }
 
 // deliver runs the target's attempts and dead-letters on exhaustion.
-func (b *Bus) deliver(rule routing.Rule, t busTarget, raw json.RawMessage) {
+func (b *Bus) deliver(rule routing.Rule, t busTarget, raw json.RawMessage, traceHeader string) {
 	defer b.done()
 	consumer := rule.Consumer
 	ctx := b.closeCtx
@@ -511,9 +520,9 @@ func (b *Bus) deliver(rule routing.Rule, t busTarget, raw json.RawMessage) {
 		}
 		b.count(func(s *BusStats) { s.Attempts[consumer]++ })
 		if t.queue != nil {
-			lastErr = b.send(ctx, t, raw)
+			lastErr = b.send(ctx, t, raw, traceHeader)
 		} else {
-			lastErr = b.attempt(ctx, consumer, ev, attempt, t.h)
+			lastErr = b.attempt(outboxtrace.ParentOrNew(ctx, outboxtrace.FromXRayHeader(traceHeader)), consumer, ev, attempt, t.h)
 		}
 		if lastErr == nil {
 			b.count(func(s *BusStats) { s.Deliveries[consumer]++ })
@@ -547,10 +556,18 @@ func (b *Bus) attempt(ctx context.Context, consumer string, ev events.EventBridg
 }
 
 // send delivers raw to a queue target.
-func (b *Bus) send(ctx context.Context, t busTarget, raw json.RawMessage) error {
+// The entry's X-Ray TraceHeader, if any, goes as the AWSTraceHeader
+// message system attribute, as EventBridge sends it.
+func (b *Bus) send(ctx context.Context, t busTarget, raw json.RawMessage, traceHeader string) error {
 	cctx, cancel := context.WithTimeout(ctx, b.cfg.HandlerTimeout)
 	defer cancel()
-	_, err := t.queue.SendMessage(cctx, &sqs.SendMessageInput{QueueUrl: aws.String(t.url), MessageBody: aws.String(string(raw))})
+	in := &sqs.SendMessageInput{QueueUrl: aws.String(t.url), MessageBody: aws.String(string(raw))}
+	if traceHeader != "" {
+		in.MessageSystemAttributes = map[string]sqstypes.MessageSystemAttributeValue{
+			outboxtrace.AWSTraceHeader: {DataType: aws.String("String"), StringValue: aws.String(traceHeader)},
+		}
+	}
+	_, err := t.queue.SendMessage(cctx, in)
 	return err
 }
 

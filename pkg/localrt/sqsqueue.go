@@ -95,6 +95,7 @@ type sqsMessage struct {
 	visibleAt    time.Time
 	receipt      string
 	sourceArn    string
+	traceHeader  string // the AWSTraceHeader message system attribute, if sent
 }
 
 // SQSQueue is an in-memory Amazon SQS standard queue with the behaviour the
@@ -238,10 +239,36 @@ func (q *SQSQueue) SendMessage(ctx context.Context, in *sqs.SendMessageInput, _ 
 	if in.DelaySeconds != 0 {
 		return nil, sqsErr("InvalidParameterValue", "DelaySeconds is not modelled by the local queue")
 	}
+	traceHeader, err := systemTraceHeader(in.MessageSystemAttributes)
+	if err != nil {
+		return nil, err
+	}
 	sum := md5.Sum([]byte(body))
-	m := &sqsMessage{id: uuid.NewString(), body: body, md5: hex.EncodeToString(sum[:]), attrs: maps.Clone(in.MessageAttributes), sentAt: q.cfg.Now()}
+	m := &sqsMessage{id: uuid.NewString(), body: body, md5: hex.EncodeToString(sum[:]), attrs: maps.Clone(in.MessageAttributes), sentAt: q.cfg.Now(), traceHeader: traceHeader}
 	q.put(m)
 	return &sqs.SendMessageOutput{MessageId: aws.String(m.id), MD5OfMessageBody: aws.String(m.md5)}, nil
+}
+
+// AttrAWSTraceHeader is the message system attribute carrying an X-Ray
+// trace header; returned with the message when it was sent with one.
+const AttrAWSTraceHeader = "AWSTraceHeader"
+
+// systemTraceHeader checks a SendMessage's MessageSystemAttributes as SQS
+// does: AWSTraceHeader is the only one supported, its DataType String
+// (https://docs.aws.amazon.com/AWSSimpleQueueService/latest/APIReference/API_SendMessage.html).
+// It returns the header ("" when absent) or an InvalidParameterValue error.
+func systemTraceHeader(attrs map[string]sqstypes.MessageSystemAttributeValue) (string, error) {
+	var h string
+	for k, v := range attrs {
+		if k != AttrAWSTraceHeader {
+			return "", sqsErr("InvalidParameterValue", fmt.Sprintf("Message system attribute name '%s' is invalid.", k))
+		}
+		if aws.ToString(v.DataType) != "String" || aws.ToString(v.StringValue) == "" {
+			return "", sqsErr("InvalidParameterValue", "Message system attribute AWSTraceHeader must be a non-empty String.")
+		}
+		h = aws.ToString(v.StringValue)
+	}
+	return h, nil
 }
 
 // put appends m and wakes long pollers.
@@ -392,6 +419,9 @@ func (m *sqsMessage) toSDK() sqstypes.Message {
 	}
 	if m.sourceArn != "" {
 		attrs[AttrDeadLetterQueueSourceArn] = m.sourceArn
+	}
+	if m.traceHeader != "" {
+		attrs[AttrAWSTraceHeader] = m.traceHeader
 	}
 	var ma map[string]sqstypes.MessageAttributeValue
 	if len(m.attrs) > 0 {

@@ -19,6 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
+	"github.com/ddb-outbox/ddb-outbox/pkg/outboxtrace"
 )
 
 // Orders table key scheme and attribute names. The table has a single
@@ -379,7 +380,11 @@ func (r *Repository) Create(ctx context.Context, o *Order, events []outbox.Event
 	if meta.CausationID == "" {
 		meta.CausationID = key
 	}
-	envs, err := envelopes(*o, 0, events, outbox.Metadata{CorrelationID: meta.CorrelationID, CausationID: meta.CausationID, Actor: meta.Actor})
+	// The trace context of ctx's span (the API request's) goes onto every
+	// envelope, so it is stored in the same transaction; built once, like
+	// the rest, so every attempt sends the identical transaction.
+	tp, ts := outboxtrace.Capture(ctx)
+	envs, err := envelopes(*o, 0, events, outbox.Metadata{CorrelationID: meta.CorrelationID, CausationID: meta.CausationID, Actor: meta.Actor, TraceParent: tp, TraceState: ts})
 	if err != nil {
 		return Order{}, false, err
 	}
@@ -531,7 +536,8 @@ func (r *Repository) Update(ctx context.Context, id string, fn UpdateFunc, meta 
 		if meta.Actor != "" {
 			next.UpdatedBy = meta.Actor
 		}
-		envs, err := envelopes(next, cur.Version, events, outbox.Metadata{CorrelationID: meta.CorrelationID, CausationID: meta.CausationID, Actor: meta.Actor})
+		tp, ts := outboxtrace.Capture(ctx) // the request's trace context, stored with the events
+		envs, err := envelopes(next, cur.Version, events, outbox.Metadata{CorrelationID: meta.CorrelationID, CausationID: meta.CausationID, Actor: meta.Actor, TraceParent: tp, TraceState: ts})
 		if err != nil {
 			return Order{}, err
 		}

@@ -46,6 +46,17 @@ type Envelope struct {
 	// by the producer, not proof of origin: a consumer trusts it only as far
 	// as it trusts the path the event came by (see docs/SECURITY-MODEL.md).
 	Actor string `json:"actor,omitempty"`
+	// TraceParent is the W3C Trace Context traceparent of the request that
+	// wrote the event ("00-<32 hex trace id>-<16 hex span id>-<2 hex
+	// flags>", https://www.w3.org/TR/trace-context/#traceparent-header),
+	// stored in the outbox record in the same transaction. Optional (added
+	// compatibly in v1, like Actor): empty when tracing was off. The relay
+	// and consumers continue the order's trace from it (pkg/outboxtrace). On
+	// Lambda its trace id is the X-Ray trace id of the API invocation.
+	TraceParent string `json:"traceparent,omitempty"`
+	// TraceState is the W3C tracestate that came with TraceParent
+	// (vendor entries, at most MaxTraceStateLen bytes). Optional.
+	TraceState string `json:"tracestate,omitempty"`
 	// Payload is the event body, always a JSON object.
 	Payload json.RawMessage `json:"payload"`
 }
@@ -73,7 +84,16 @@ type Metadata struct {
 	CausationID   string
 	// Actor becomes Envelope.Actor (optional; see there).
 	Actor string
+	// TraceParent and TraceState become the envelope's (optional; see
+	// there): the writer's span context, e.g. from outboxtrace.Capture.
+	TraceParent string
+	TraceState  string
 }
+
+// MaxTraceStateLen is the maximum Envelope.TraceState length in bytes: 512,
+// what W3C Trace Context asks every vendor to propagate
+// (https://www.w3.org/TR/trace-context/#tracestate-limits).
+const MaxTraceStateLen = 512
 
 // MaxActorLen is the maximum Envelope.Actor length in bytes: 2048, the
 // maximum length of an IAM ARN.
@@ -125,6 +145,8 @@ func NewEnvelope(agg Aggregate, ev Event, meta Metadata) (Envelope, error) {
 		CorrelationID: meta.CorrelationID,
 		CausationID:   meta.CausationID,
 		Actor:         meta.Actor,
+		TraceParent:   meta.TraceParent,
+		TraceState:    meta.TraceState,
 		Payload:       payload,
 	}
 	return env, env.ValidateForPublish()
@@ -171,7 +193,55 @@ func (e Envelope) ValidateForPublish() error {
 	if err := e.Validate(); err != nil {
 		return err
 	}
+	if err := e.CheckTrace(); err != nil {
+		return err
+	}
 	return e.CheckNumbers()
+}
+
+// CheckTrace checks the optional trace fields as the write side must store
+// them: TraceParent empty or "<2 hex version>-<32 hex trace id>-<16 hex
+// parent id>-<2 hex flags>" in lower case with a non-zero trace id and parent
+// id and a version other than ff; TraceState empty when TraceParent is, at
+// most MaxTraceStateLen bytes of printable ASCII or spaces. It returns an
+// error wrapping ErrInvalidEnvelope. Readers (Validate, consumers) do not
+// call it: a bad trace field never fails an event, it is only ignored.
+func (e Envelope) CheckTrace() error {
+	if e.TraceParent == "" {
+		if e.TraceState != "" {
+			return fmt.Errorf("%w: tracestate without traceparent", ErrInvalidEnvelope)
+		}
+		return nil
+	}
+	if !validTraceParent(e.TraceParent) {
+		return fmt.Errorf("%w: traceparent %q is not W3C Trace Context", ErrInvalidEnvelope, truncateText(e.TraceParent, 64))
+	}
+	if len(e.TraceState) > MaxTraceStateLen {
+		return fmt.Errorf("%w: tracestate longer than %d bytes", ErrInvalidEnvelope, MaxTraceStateLen)
+	}
+	for i := 0; i < len(e.TraceState); i++ {
+		if c := e.TraceState[i]; c < 0x20 || c > 0x7e {
+			return fmt.Errorf("%w: tracestate must be printable ASCII", ErrInvalidEnvelope)
+		}
+	}
+	return nil
+}
+
+// validTraceParent reports whether s is a W3C traceparent as the schemas
+// describe it.
+func validTraceParent(s string) bool {
+	if len(s) != 55 || s[2] != '-' || s[35] != '-' || s[52] != '-' || s[:2] == "ff" {
+		return false
+	}
+	for i, c := range []byte(s) {
+		if i == 2 || i == 35 || i == 52 {
+			continue
+		}
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return s[3:35] != strings.Repeat("0", 32) && s[36:52] != strings.Repeat("0", 16)
 }
 
 // CheckNumbers checks the publishing contract for numbers: every number the

@@ -27,6 +27,8 @@ const (
 	AttrCorrelationID = "correlation_id" // S, optional
 	AttrCausationID   = "causation_id"   // S, optional
 	AttrActor         = "actor"          // S, optional: Envelope.Actor, who made the change
+	AttrTraceParent   = "traceparent"    // S, optional: Envelope.TraceParent, the writer's W3C trace context
+	AttrTraceState    = "tracestate"     // S, optional: Envelope.TraceState
 	AttrPayload       = "payload"        // S, the payload JSON object as text (kept byte-exact)
 	AttrStatus        = "status"         // S: StatusPending, StatusPublished or StatusParked
 	AttrPendingShard  = "pending_shard"  // S, sparse: present only while pending
@@ -140,6 +142,12 @@ func (r Record) Item() map[string]types.AttributeValue {
 	if e.Actor != "" {
 		item[AttrActor] = &types.AttributeValueMemberS{Value: e.Actor}
 	}
+	if e.TraceParent != "" {
+		item[AttrTraceParent] = &types.AttributeValueMemberS{Value: e.TraceParent}
+	}
+	if e.TraceState != "" {
+		item[AttrTraceState] = &types.AttributeValueMemberS{Value: e.TraceState}
+	}
 	if r.PendingShard != "" {
 		item[AttrPendingShard] = &types.AttributeValueMemberS{Value: r.PendingShard}
 	}
@@ -207,6 +215,8 @@ func RecordFromItem(item map[string]types.AttributeValue) (Record, error) {
 	e.CorrelationID = str(AttrCorrelationID, false)
 	e.CausationID = str(AttrCausationID, false)
 	e.Actor = str(AttrActor, false)
+	e.TraceParent = str(AttrTraceParent, false)
+	e.TraceState = str(AttrTraceState, false)
 	e.Payload = json.RawMessage(str(AttrPayload, true))
 	r.Status = str(AttrStatus, false)
 	r.PendingShard = str(AttrPendingShard, false)

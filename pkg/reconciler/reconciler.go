@@ -71,9 +71,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
+	"github.com/ddb-outbox/ddb-outbox/pkg/outboxtrace"
 	"github.com/ddb-outbox/ddb-outbox/pkg/relay"
 )
 
@@ -309,16 +311,22 @@ func (r *Reconciler) Handle(ctx context.Context, ev events.EventBridgeEvent) err
 // and ReconcilerResent (ParkedRecords is emitted by the Marker per record). It returns the report and the joined
 // Query errors, if any (a failing shard does not stop the others); running
 // out of budget is not an error but sets Report.Truncated.
-func (r *Reconciler) Run(ctx context.Context) (Report, error) {
+func (r *Reconciler) Run(ctx context.Context) (rep Report, err error) {
+	ctx, span := outboxtrace.Tracer().Start(ctx, "outbox reconcile")
+	defer func() {
+		span.SetAttributes(attribute.Int("outbox.reconcile.pending", rep.Pending), attribute.Int("outbox.reconcile.resent", rep.Resent),
+			attribute.Int("outbox.reconcile.parked", rep.Parked), attribute.Bool("outbox.reconcile.truncated", rep.Truncated))
+		span.End()
+	}()
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.Budget)
 	defer cancel()
 	// Publishing stops early enough for marking (see the package invariants).
+	// Its publish spans are named as re-sends (relay.WithResend).
 	deadline, _ := ctx.Deadline()
-	pubCtx, cancelPub := context.WithDeadline(ctx, deadline.Add(-min(r.reserve, time.Until(deadline)/2)))
+	pubCtx, cancelPub := context.WithDeadline(relay.WithResend(ctx), deadline.Add(-min(r.reserve, time.Until(deadline)/2)))
 	defer cancelPub()
 	now := r.cfg.Now()
 	cutoff := now.Add(-r.cfg.ReconcileAfter).UnixMilli()
-	var rep Report
 	// Repair first: the sweep gets the whole budget, and the gauges below
 	// get what is left. Counting first let a tight budget (or a slow store)
 	// spend every run on the gauges and never reach the sweep, so a pending

@@ -256,9 +256,14 @@ type Mark struct {
 //     and a later publish of the same event (at-least-once) never
 //     overwrites its bus_event_id, published_at or TTL.
 //
+// With tracing on, each published or parked mark gets a span ("outbox mark
+// published", "outbox park") under its publish span (Result.Trace) with
+// the outcome (published, parked, failed).
+//
 // Source: https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_BatchExecuteStatement.html
 func (m *Marker) MarkAll(ctx context.Context, marks []Mark) []error {
 	errs := make([]error, len(marks))
+	defer traceMarks(ctx, time.Now(), marks, errs)
 	sem := make(chan struct{}, m.cfg.Concurrency)
 	var wg sync.WaitGroup
 	run := func(fn func()) {

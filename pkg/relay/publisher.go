@@ -15,6 +15,7 @@ import (
 	ebtypes "github.com/aws/aws-sdk-go-v2/service/eventbridge/types"
 	"github.com/aws/smithy-go"
 	"github.com/cenkalti/backoff/v5"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
@@ -127,6 +128,10 @@ type Result struct {
 	ErrorMessage string
 	// Attempts is how many PutEvents calls carried the entry (0 if never sent).
 	Attempts int
+	// Trace is the span context of the entry's publish span (its
+	// PutEvents TraceHeader), the parent of its mark or park span; invalid
+	// when the entry carried no trace context and tracing is off.
+	Trace trace.SpanContext
 }
 
 // PublisherConfig configures a Publisher. Zero values take the defaults.
@@ -276,14 +281,27 @@ type entry struct {
 //
 // Entries: Source from config, DetailType = event type, Detail =
 // Envelope.Detail(), Time = occurred_at, EventBusName from config.
+//
+// Tracing (pkg/outboxtrace): each envelope gets a publish span whose parent
+// is the envelope's stored trace context (linked to ctx's span, the relay
+// batch or reconciler sweep; named "outbox resend" under WithResend), ended
+// with the entry's status, error code, attempts and EventBridge EventId;
+// the entry's TraceHeader is that span in X-Ray format, so EventBridge hands
+// the trace to the targets. Tracing off: no span, and the TraceHeader only
+// forwards a stored context.
 func (p *Publisher) Publish(ctx context.Context, envs []outbox.Envelope) []Result {
 	results := make([]Result, len(envs))
+	pt := startPublishSpans(ctx, envs)
+	defer pt.end(results)
 	pending := make([]entry, 0, len(envs))
 	for i, env := range envs {
 		e, res, ok := p.buildEntry(i, env)
 		if !ok {
 			results[i] = res
 			continue
+		}
+		if h := pt.header(i); h != "" {
+			e.req.TraceHeader = aws.String(h)
 		}
 		pending = append(pending, e)
 	}

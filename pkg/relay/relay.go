@@ -9,8 +9,10 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
+	"github.com/ddb-outbox/ddb-outbox/pkg/outboxtrace"
 	"github.com/ddb-outbox/ddb-outbox/pkg/streamimage"
 )
 
@@ -131,7 +133,14 @@ type work struct {
 //
 // It returns ErrNoSequenceNumber (wrapped) when the record to report has no
 // sequence number.
+//
+// Tracing (pkg/outboxtrace): one "outbox relay batch" span per invocation;
+// the publish, mark and park spans of each record hang under the record's
+// stored trace context and link to it (see Publisher.Publish, MarkAll).
 func (r *Relay) Handle(ctx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
+	ctx, span := outboxtrace.Tracer().Start(ctx, "outbox relay batch", trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(outboxtrace.AttrBatchSize.Int(len(ev.Records))))
+	defer span.End()
 	for i, rec := range ev.Records {
 		if rec.EventName == string(events.DynamoDBOperationTypeInsert) && len(rec.Change.NewImage) == 0 {
 			return events.DynamoDBEventResponse{}, fmt.Errorf("%w (record %d, sequence number %s, stream view type %q)",

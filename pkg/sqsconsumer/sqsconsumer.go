@@ -55,8 +55,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/jsonstrict"
+	"github.com/ddb-outbox/ddb-outbox/pkg/outboxtrace"
 	"github.com/ddb-outbox/ddb-outbox/pkg/sqsmsg"
 )
 
@@ -280,12 +282,16 @@ func (h *Handler) one(ctx context.Context, stop time.Time, hasDeadline bool, m e
 	if err == nil {
 		err = json.Unmarshal([]byte(m.Body), &ev)
 	}
+	var span trace.Span
 	if err != nil {
+		mctx, span = h.startMessageSpan(mctx, m, nil)
 		err = Permanent(ReasonMalformedEvent, fmt.Errorf("message body is not an EventBridge event: %w", err))
 	} else {
+		mctx, span = h.startMessageSpan(mctx, m, &ev)
 		err = h.call(mctx, ev)
 	}
 	if err == nil {
+		endMessageSpan(span, "", "", nil) // the handler recorded applied / duplicate / ignored
 		return true
 	}
 	p, permanent := AsPermanent(err)
@@ -293,15 +299,22 @@ func (h *Handler) one(ctx context.Context, stop time.Time, hasDeadline bool, m e
 		h.log.WarnContext(ctx, "sqsconsumer: event failed, left for redelivery",
 			"message_id", m.MessageId, "receive_count", ReceiveCount(m), "error", err)
 		h.retryLater(ctx, m, err)
+		outcome := outboxtrace.OutcomeRetry
+		if handlerOutcome(span) == outboxtrace.OutcomeHeld {
+			outcome = "" // held for order: the handler said so
+		}
+		endMessageSpan(span, outcome, "", err)
 		return false
 	}
 	if derr := h.deadLetter(ctx, m, p); derr != nil {
 		h.log.ErrorContext(ctx, "sqsconsumer: dead-lettering failed, left for redelivery",
 			"message_id", m.MessageId, "reason", p.Reason, "error", err, "dlq_error", derr)
+		endMessageSpan(span, outboxtrace.OutcomeRetry, p.Reason, derr)
 		return false
 	}
 	h.log.ErrorContext(ctx, "sqsconsumer: event dead-lettered",
 		"message_id", m.MessageId, "reason", p.Reason, "error", err)
+	endMessageSpan(span, outboxtrace.OutcomeDeadLettered, p.Reason, err)
 	return true
 }
 

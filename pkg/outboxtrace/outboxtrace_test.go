@@ -1,0 +1,69 @@
+package outboxtrace_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/ddb-outbox/ddb-outbox/pkg/outboxtrace"
+)
+
+// TestCaptureRemoteXRayRoundTrip: a span context captured as W3C
+// traceparent/tracestate reads back as the same (remote) context, and its
+// X-Ray header has the documented shape Root=1-<8>-<24>;Parent=<16>;Sampled=1
+// and parses back to the same trace and parent ids.
+func TestCaptureRemoteXRayRoundTrip(t *testing.T) {
+	tid, _ := trace.TraceIDFromHex("665b7c01a3e2f4b5c6d7e8f901234567")
+	sid, _ := trace.SpanIDFromHex("53995c3f42cd8ad8")
+	ts, _ := trace.ParseTraceState("vendor=opaque")
+	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled, TraceState: ts})
+	tp, tst := outboxtrace.Capture(trace.ContextWithSpanContext(context.Background(), sc))
+	if tp != "00-665b7c01a3e2f4b5c6d7e8f901234567-53995c3f42cd8ad8-01" || tst != "vendor=opaque" {
+		t.Fatalf("Capture = %q, %q", tp, tst)
+	}
+	back := outboxtrace.Remote(tp, tst)
+	if !back.IsRemote() || back.TraceID() != tid || back.SpanID() != sid || !back.IsSampled() || back.TraceState().String() != "vendor=opaque" {
+		t.Fatalf("Remote = %+v", back)
+	}
+	h := outboxtrace.XRayHeader(back)
+	if h != "Root=1-665b7c01-a3e2f4b5c6d7e8f901234567;Parent=53995c3f42cd8ad8;Sampled=1" {
+		t.Fatalf("XRayHeader = %q", h)
+	}
+	x := outboxtrace.FromXRayHeader(h)
+	if x.TraceID() != tid || x.SpanID() != sid {
+		t.Fatalf("FromXRayHeader = %+v", x)
+	}
+}
+
+// TestCaptureNothingWhenOff: with no span and no Lambda trace header
+// nothing is captured; malformed stored values read as no context (a
+// tolerant reader) and give no TraceHeader.
+func TestCaptureNothingWhenOff(t *testing.T) {
+	if tp, ts := outboxtrace.Capture(context.Background()); tp != "" || ts != "" {
+		t.Fatalf("Capture without a span = %q, %q", tp, ts)
+	}
+	for _, bad := range []string{"", "garbage", "00-" + strings.Repeat("0", 32) + "-53995c3f42cd8ad8-01", "00-665b7c01a3e2f4b5c6d7e8f901234567-53995c3f42cd8ad8"} {
+		if sc := outboxtrace.Remote(bad, ""); sc.IsValid() {
+			t.Errorf("Remote(%q) is valid", bad)
+		}
+		if h := outboxtrace.XRayHeader(outboxtrace.Remote(bad, "")); h != "" {
+			t.Errorf("XRayHeader of %q = %q", bad, h)
+		}
+	}
+	if sc := outboxtrace.FromXRayHeader("Root=1-bad"); sc.IsValid() {
+		t.Errorf("FromXRayHeader of a bad header is valid")
+	}
+}
+
+// TestCaptureLambdaXRayWithoutOpenTelemetry: on Lambda with X-Ray active
+// tracing and OpenTelemetry off, the invocation's X-Ray header (context
+// value LambdaTraceKey) is what gets stored.
+func TestCaptureLambdaXRayWithoutOpenTelemetry(t *testing.T) {
+	ctx := context.WithValue(context.Background(), outboxtrace.LambdaTraceKey, "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1")
+	tp, _ := outboxtrace.Capture(ctx)
+	if tp != "00-5759e988bd862e3fe1be46a994272793-53995c3f42cd8ad8-01" {
+		t.Fatalf("Capture = %q", tp)
+	}
+}
