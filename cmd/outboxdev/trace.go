@@ -12,7 +12,6 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"time"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/outboxtrace/otelsetup"
@@ -39,7 +38,7 @@ func startTracing(ctx context.Context, jaegerBin, endpoint string) (ui string, s
 		if _, err := os.Stat(jaegerBin); err != nil {
 			return "", nil, fmt.Errorf("-trace needs Jaeger at %s: run `make bin/jaeger` (builds the tools/jaeger module's go tool), or pass -trace-endpoint HOST:PORT of an OTLP/HTTP receiver: %w", jaegerBin, err)
 		}
-		logf, err := os.Create(filepath.Join(os.TempDir(), "outboxdev-jaeger.log"))
+		logf, err := os.CreateTemp("", "outboxdev-jaeger-*.log")
 		if err != nil {
 			return "", nil, err
 		}

@@ -32,6 +32,7 @@ func TestTracedContinuesTheLambdaXRayTrace(t *testing.T) {
 		inner = trace.SpanContextFromContext(ctx)
 		return in * 2, boom
 	}
+	//nolint:staticcheck // SA1029: aws-lambda-go stores the header under this plain string key (lambda/invoke_loop.go), so the test must too
 	ctx := context.WithValue(context.Background(), outboxtrace.LambdaTraceKey, "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1")
 
 	out, err := Traced(Settings{}, "relay", h)(ctx, 2)

@@ -211,7 +211,7 @@ func hasChild(spans tracetest.SpanStubs, parent tracetest.SpanStub, pred func(tr
 func attr(s tracetest.SpanStub, k attribute.Key) string {
 	for _, kv := range s.Attributes {
 		if kv.Key == k {
-			return kv.Value.Emit()
+			return kv.Value.String()
 		}
 	}
 	return ""

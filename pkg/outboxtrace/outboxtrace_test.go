@@ -61,6 +61,7 @@ func TestCaptureNothingWhenOff(t *testing.T) {
 // tracing and OpenTelemetry off, the invocation's X-Ray header (context
 // value LambdaTraceKey) is what gets stored.
 func TestCaptureLambdaXRayWithoutOpenTelemetry(t *testing.T) {
+	//nolint:staticcheck // SA1029: aws-lambda-go stores the header under this plain string key (lambda/invoke_loop.go), so the test must too
 	ctx := context.WithValue(context.Background(), outboxtrace.LambdaTraceKey, "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1")
 	tp, _ := outboxtrace.Capture(ctx)
 	if tp != "00-5759e988bd862e3fe1be46a994272793-53995c3f42cd8ad8-01" {

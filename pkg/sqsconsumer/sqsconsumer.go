@@ -284,7 +284,7 @@ func (h *Handler) one(ctx context.Context, stop time.Time, hasDeadline bool, m e
 	}
 	var span trace.Span
 	if err != nil {
-		mctx, span = h.startMessageSpan(mctx, m, nil)
+		_, span = h.startMessageSpan(mctx, m, nil)
 		err = Permanent(ReasonMalformedEvent, fmt.Errorf("message body is not an EventBridge event: %w", err))
 	} else {
 		mctx, span = h.startMessageSpan(mctx, m, &ev)
