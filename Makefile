@@ -7,6 +7,7 @@ LAMBDA_GOOS := linux
 LAMBDA_GOARCH := arm64
 DIST := dist
 
+TOOLS := bin/tools
 export CDK_DISABLE_VERSION_CHECK := true
 export CDK_DISABLE_CLI_TELEMETRY := true
 
@@ -95,8 +96,8 @@ fuzz: deps ## run each fuzz target for FUZZTIME (default 30s): API requests, str
 	$(GO) test -run '^$$' -fuzz '^FuzzStreamRecord$$' -fuzztime $(FUZZTIME) ./pkg/relay
 	$(GO) test -run '^$$' -fuzz '^FuzzImageRoundTrip$$' -fuzztime $(FUZZTIME) ./pkg/streamimage
 
-# Mutation testing with gremlins (a Go tool pinned in go.mod: `go tool
-# gremlins`). Slow (each mutant reruns a package's tests, Dynoxide ones
+# Mutation testing with gremlins (a Go tool pinned in its own module,
+# tools/gremlins, built into bin/tools/gremlins). Slow (each mutant reruns a package's tests, Dynoxide ones
 # included), so not part of `make test`. One JSON report per package under
 # results/mutation/. MUTATION_PKGS= picks packages, MUTATION_WORKERS= the
 # mutants run in parallel (each test run gets one CPU; the timeout of a
@@ -109,11 +110,11 @@ MUTATION_WORKERS ?= 2
 MUTATION_TIMEOUT_COEFF ?= 10
 MUTATION_OUT := results/mutation
 
-mutation: deps ## mutation testing of the promise-critical packages, slow (MUTATION_PKGS='relay outbox', MUTATION_WORKERS=2)
+mutation: deps $(TOOLS)/gremlins ## mutation testing of the promise-critical packages, slow (MUTATION_PKGS='relay outbox', MUTATION_WORKERS=2)
 	@mkdir -p $(MUTATION_OUT)
 	@for p in $(MUTATION_PKGS); do \
 		echo "== mutation testing pkg/$$p"; \
-		$(GO) tool gremlins unleash ./pkg/$$p --workers $(MUTATION_WORKERS) --test-cpu 1 \
+		$(TOOLS)/gremlins unleash ./pkg/$$p --workers $(MUTATION_WORKERS) --test-cpu 1 \
 			--timeout-coefficient $(MUTATION_TIMEOUT_COEFF) -o $(MUTATION_OUT)/$$p.json || exit 1; \
 	done
 
@@ -122,7 +123,9 @@ mutation: deps ## mutation testing of the promise-critical packages, slow (MUTAT
 # (tools/lint, tools/actionlint, tools/licenses), not in the root go.mod that
 # library users import. They are built into bin/tools/ (go's build cache makes
 # a rebuild quick).
-TOOLS := bin/tools
+
+$(TOOLS)/gremlins: tools/gremlins/go.mod tools/gremlins/go.sum
+	cd tools/gremlins && $(GO) build -o ../../$@ github.com/go-gremlins/gremlins/cmd/gremlins
 
 $(TOOLS)/golangci-lint: tools/lint/go.mod tools/lint/go.sum
 	cd tools/lint && $(GO) build -o ../../$@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
