@@ -71,6 +71,7 @@ func runBench(ctx context.Context, args []string) error {
 	fs.BoolVar(&f.skipLambda, "skip-lambda", false, "skip the Lambda binary sizes and init times")
 	fs.BoolVar(&f.verbose, "v", false, "show every component's logs")
 	fs.Float64Var(&f.reorder, "reorder", 0.2, "share of bus deliveries made late (100-600 ms) in the extra ordering-cost level at the first load; 0 skips that level")
+	cloudOpts.register(fs) // issue 16: bench_cloud.go
 	_ = fs.Parse(args)
 	f.loads = strings.Split(*loads, ",")
 
@@ -96,7 +97,9 @@ func runBench(ctx context.Context, args []string) error {
 		run  func(context.Context) error
 	}{
 		{"lambda binaries", b.lambdas},
+		{"raw store rate before the pipeline", b.storeBefore}, // bench_cloud.go
 		{"pipeline", b.pipeline},
+		{"cloud latency", b.cloudLevel}, // bench_cloud.go
 		{"full batches", b.fullBatches},
 		{"ordering cost", b.orderingCost},
 		{"naive relay", b.naive},
@@ -109,9 +112,14 @@ func runBench(ctx context.Context, args []string) error {
 		}
 	}
 	b.derive()
+	b.deriveCloud() // bench_cloud.go: noise, capacity, summary additions
+	b.writePlots()
 	r.WallSeconds = time.Since(started).Seconds()
 
 	md := b.markdown()
+	if i := strings.LastIndex(md, "\n## Summary"); i >= 0 { // bench_cloud.go sections before the Summary
+		md = md[:i+1] + b.cloudMarkdown() + md[i+1:]
+	}
 	js, _ := json.MarshalIndent(r, "", "  ")
 	for name, data := range map[string][]byte{
 		"bench-" + ts + ".md": []byte(md), "bench-" + ts + ".json": js, "latest.md": []byte(md), "latest.json": js,
@@ -138,6 +146,9 @@ type benchRun struct {
 	// late during a level (the ordering-cost level).
 	reorder     *faults.Injector
 	reorderRate float64
+	// cloud, when set, injects AWS's hop latencies into a level
+	// (bench_cloud.go).
+	cloud *bench.Cloud
 }
 
 func progress(format string, args ...any) {
@@ -198,6 +209,7 @@ type levelRun struct {
 	AuditOK       bool               `json:"audit_ok"`
 	CPU           cpuSplit           `json:"cpu"`
 	Poller        localrtPollerStats `json:"poller"`
+	samples       []float64          // commit → applied per event, ms (plots)
 }
 
 type localrtPollerStats struct {
@@ -289,6 +301,9 @@ func (b *benchRun) runLevel(ctx context.Context, label string, rate float64, ord
 			return nr.Handle(ctx, ev)
 		}
 	}
+	if b.cloud != nil {
+		b.cloud.Apply(&opts) // bench_cloud.go
+	}
 	s, err = devstack.Start(ctx, opts)
 	if err != nil {
 		return nil, err
@@ -333,6 +348,7 @@ func (b *benchRun) runLevel(ctx context.Context, label string, rate float64, ord
 		return nil, fmt.Errorf("%s: %w", label, err)
 	}
 	lr.Apply = rec.Stats()
+	lr.samples = rec.LatencySamplesMs()
 	lr.Consumers = rec.ByConsumer()
 	lr.ReorderRate = b.reorderRate
 	end := loadEnd

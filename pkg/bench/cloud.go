@@ -154,7 +154,7 @@ type Cloud struct {
 	slots  map[int64]time.Duration            // stream poll slot → its draw
 	calls  map[int64]map[string]time.Duration // PutEvents call → target → draw
 	nextID int64
-	callOf map[string]int64 // event id → its PutEvents call
+	callOf map[string]callRef // event id → its PutEvents call
 	ev     map[string]*cloudSpan
 	ddb    map[string]time.Duration // injected DynamoDB latency by operation
 	ddbN   map[string]int64
@@ -186,7 +186,7 @@ func NewCloud(hops CloudHops) *Cloud {
 	return &Cloud{
 		hops: hops, rng: rand.New(rand.NewPCG(hops.Seed, hops.Seed^0x9e3779b97f4a7c15)),
 		slots: map[int64]time.Duration{}, calls: map[int64]map[string]time.Duration{},
-		callOf: map[string]int64{}, ev: map[string]*cloudSpan{}, ddb: map[string]time.Duration{}, ddbN: map[string]int64{},
+		callOf: map[string]callRef{}, ev: map[string]*cloudSpan{}, ddb: map[string]time.Duration{}, ddbN: map[string]int64{},
 	}
 }
 
@@ -384,17 +384,24 @@ type cloudEB struct {
 	c    *Cloud
 }
 
-type callKey struct{}
+// callRef is an entry's PutEvents call, when the call started and the
+// entry's index in it.
+type callRef struct {
+	id    int64
+	start time.Time
+	index int
+}
 
 func (e *cloudEB) PutEvents(ctx context.Context, in *eventbridge.PutEventsInput, optFns ...func(*eventbridge.Options)) (*eventbridge.PutEventsOutput, error) {
 	e.c.mu.Lock()
 	e.c.nextID++
 	call := e.c.nextID
 	ids := make([]string, len(in.Entries))
+	start := time.Now()
 	for i, en := range in.Entries {
 		ids[i] = detailEventID(json.RawMessage(aws.ToString(en.Detail)))
 		if ids[i] != "" {
-			e.c.callOf[ids[i]] = call
+			e.c.callOf[ids[i]] = callRef{id: call, start: start, index: i}
 		}
 	}
 	e.c.mu.Unlock()
@@ -430,37 +437,32 @@ func (q *cloudQueue) SendMessage(ctx context.Context, in *sqs.SendMessageInput, 
 	_ = json.Unmarshal([]byte(aws.ToString(in.MessageBody)), &env)
 	id := detailEventID(env.Detail)
 	q.c.mu.Lock()
-	call, ok := q.c.callOf[id]
+	ref, ok := q.c.callOf[id]
 	if !ok {
 		q.c.nextID++
-		call = q.c.nextID
+		ref = callRef{id: q.c.nextID, start: time.Now()}
 	}
-	m := q.c.calls[call]
+	m := q.c.calls[ref.id]
 	if m == nil {
 		m = map[string]time.Duration{}
-		q.c.calls[call] = m
+		q.c.calls[ref.id] = m
 	}
 	d, ok := m[q.consumer]
 	if !ok {
 		d = q.c.hops.EventBridge.sample(q.c.rng) + q.c.hops.SQS.sample(q.c.rng)
 		m[q.consumer] = d
 	}
-	var from time.Time
 	if id != "" {
-		s := q.c.span(id)
-		cs := s.consumer(q.consumer)
+		cs := q.c.span(id).consumer(q.consumer)
 		if cs.targetHop == 0 {
 			cs.targetHop = d
 		}
-		from = s.published
 	}
 	q.c.mu.Unlock()
-	// The hop runs from the PutEvents call (the source's producer stamps
-	// before publishing); the bus routes during the call, so from the send.
-	wait := d
-	if !from.IsZero() {
-		wait = time.Until(from.Add(d))
-	}
+	// The hop runs from the start of the PutEvents call (the source's
+	// producer stamps before publishing); entries of one call keep their
+	// order (10 µs apart: the bus sends each from its own goroutine).
+	wait := time.Until(ref.start.Add(d + time.Duration(ref.index)*10*time.Microsecond))
 	if wait > 0 {
 		t := time.NewTimer(wait)
 		select {
@@ -492,6 +494,12 @@ type CloudResult struct {
 	// invocation, the emulator's hand-offs (poll cadence after a hold, the
 	// local queue's receive).
 	Rest Quantiles `json:"queueing_and_emulator"`
+	// RestStream is relay invocation − (commit + stream hop): waiting
+	// behind the shard's previous invocation and the poll after a hold;
+	// RestTarget is the last consumer's first attempt − (PutEvents call +
+	// its hop): the local queue's receive and the consumer's own queue.
+	RestStream Quantiles `json:"rest_stream_side"`
+	RestTarget Quantiles `json:"rest_target_side"`
 	// OurShareP50Pct is median(ours) / median(total) × 100, and
 	// OurShareMeanPct the same with means.
 	OurShareP50Pct  float64 `json:"our_share_p50_pct"`
@@ -504,6 +512,13 @@ type CloudResult struct {
 	// operation, and DynamoDBCalls the calls.
 	DynamoDBInjectedMs map[string]float64 `json:"dynamodb_injected_mean_ms"`
 	DynamoDBCalls      map[string]int64   `json:"dynamodb_calls"`
+	// TargetsPerEvent is the mean number of consumers that applied an
+	// event; Consumer is one consumer's first attempt → success of the
+	// deliveries applied on their first attempt (a Lambda's duration), and
+	// Relay is relay invocation → PutEvents returned.
+	TargetsPerEvent float64   `json:"targets_per_event"`
+	Consumer        Quantiles `json:"consumer_first_attempt"`
+	Relay           Quantiles `json:"relay_to_published"`
 	// TotalSamples are the per-event commit → applied latencies in ms
 	// (sorted), for the CDF plot.
 	TotalSamples []float64 `json:"-"`
@@ -545,8 +560,9 @@ func (c *Cloud) Result() CloudResult {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r := CloudResult{Hops: c.hops, DynamoDBInjectedMs: map[string]float64{}, DynamoDBCalls: map[string]int64{}}
-	var total, inj, ours, rest []float64
-	for _, s := range c.ev {
+	var total, inj, ours, rest, cons, rel, rs, rt []float64
+	targets := 0
+	for id, s := range c.ev {
 		if s.commit.IsZero() || s.relayStart.IsZero() || s.published.IsZero() || len(s.consumers) == 0 {
 			continue
 		}
@@ -571,11 +587,27 @@ func (c *Cloud) Result() CloudResult {
 		i := max(sh, 0) + msOf(last.targetHop)
 		o := msOf(s.published.Sub(s.relayStart)) + msOf(last.applied.Sub(last.start))
 		total, inj, ours, rest = append(total, t), append(inj, i), append(ours, o), append(rest, t-i-o)
+		rs = append(rs, msOf(s.relayStart.Sub(s.commit))-max(sh, 0))
+		if ref, ok := c.callOf[id]; ok {
+			rt = append(rt, msOf(last.start.Sub(ref.start))-msOf(last.targetHop))
+		}
 		if last.attempts > 1 {
 			r.Retried++
 		}
+		targets += len(s.consumers)
+		rel = append(rel, msOf(s.published.Sub(s.relayStart)))
+		for _, cs := range s.consumers {
+			if cs.attempts == 1 {
+				cons = append(cons, msOf(cs.applied.Sub(cs.start)))
+			}
+		}
 	}
 	r.Events = len(total)
+	if r.Events > 0 {
+		r.TargetsPerEvent = round2(float64(targets) / float64(r.Events))
+	}
+	r.Consumer, r.Relay = NewQuantiles(cons), NewQuantiles(rel)
+	r.RestStream, r.RestTarget = NewQuantiles(rs), NewQuantiles(rt)
 	r.TotalSamples = append([]float64(nil), total...)
 	r.Total, r.Injected, r.Ours, r.Rest = NewQuantiles(total), NewQuantiles(inj), NewQuantiles(ours), NewQuantiles(rest)
 	sort.Float64s(r.TotalSamples)
