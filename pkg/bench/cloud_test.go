@@ -94,7 +94,8 @@ func TestCloudResultSplitsAnEvent(t *testing.T) {
 	if r.Events != 1 || r.Total.P50 != 400 || r.Injected.P50 != 350 || r.Ours.P50 != 35 || r.Rest.P50 != 15 {
 		t.Fatalf("split %+v", r)
 	}
-	if r.RestStream.P50 != 10 || r.RestTarget.P50 != 10 || r.OurShareP50Pct != 8.75 || r.TargetsPerEvent != 2 {
+	// predicted = injected + ours = 385; share 35 / 385 = 9.09 %.
+	if r.Predicted.P50 != 385 || r.RestStream.P50 != 10 || r.RestTarget.P50 != 10 || r.OurShareP50Pct != 9.09 || r.TargetsPerEvent != 2 {
 		t.Fatalf("stream rest %v, target rest %v, share %v, targets %v", r.RestStream.P50, r.RestTarget.P50, r.OurShareP50Pct, r.TargetsPerEvent)
 	}
 }

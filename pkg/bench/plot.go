@@ -34,8 +34,8 @@ func PlotLatencyCDF(path, title string, series []CDFSeries) error {
 	p.X.Scale = plot.LogScale{}
 	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
 	p.Y.Min, p.Y.Max = 0, 1
-	p.Legend.Top, p.Legend.Left = false, false
-	p.Legend.YOffs = vg.Points(20)
+	p.Legend.Top, p.Legend.Left = true, true
+	p.Legend.XOffs = vg.Points(8)
 	p.Add(plotter.NewGrid())
 	n := 0
 	for i, s := range series {
