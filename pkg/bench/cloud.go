@@ -158,6 +158,27 @@ type Cloud struct {
 	ev     map[string]*cloudSpan
 	ddb    map[string]time.Duration // injected DynamoDB latency by operation
 	ddbN   map[string]int64
+	fns    map[string]*fnTime // "relay", "consumer", "api" (calls outside both)
+}
+
+// fnTime accumulates one function's invocations: their wall time, the time
+// its DynamoDB calls spent in the local server, and the latency injected
+// into them (all ns).
+type fnTime struct {
+	invocations, wall, local, injected int64
+}
+
+type fnKey struct{}
+
+// FunctionTime is one function's time as measured here and as it would be
+// on AWS: Own = wall − local store time − injected latency (our code's
+// time); AWS = Own + injected (the local store's time replaced by AWS's).
+type FunctionTime struct {
+	Invocations int64   `json:"invocations"`
+	WallMs      float64 `json:"wall_ms"`
+	LocalMs     float64 `json:"local_store_ms"`
+	InjectedMs  float64 `json:"injected_ms"`
+	OwnMs       float64 `json:"own_ms"`
 }
 
 type cloudSpan struct {
@@ -186,6 +207,7 @@ func NewCloud(hops CloudHops) *Cloud {
 	return &Cloud{
 		hops: hops, rng: rand.New(rand.NewPCG(hops.Seed, hops.Seed^0x9e3779b97f4a7c15)),
 		slots: map[int64]time.Duration{}, calls: map[int64]map[string]time.Duration{},
+		fns:    map[string]*fnTime{"relay": {}, "consumer": {}, "api": {}},
 		callOf: map[string]callRef{}, ev: map[string]*cloudSpan{}, ddb: map[string]time.Duration{}, ddbN: map[string]int64{},
 	}
 }
@@ -235,6 +257,7 @@ func (c *Cloud) Apply(o *devstack.Options) {
 	o.ConsumerInterceptor = func(ctx context.Context, consumer string, ev events.EventBridgeEvent, attempt int, next localrt.EventHandler) error {
 		id := detailEventID(ev.Detail)
 		start := time.Now()
+		ctx = context.WithValue(ctx, fnKey{}, c.fns["consumer"])
 		var err error
 		if prevI != nil {
 			err = prevI(ctx, consumer, ev, attempt, next)
@@ -242,6 +265,10 @@ func (c *Cloud) Apply(o *devstack.Options) {
 			err = next(ctx, ev)
 		}
 		end := time.Now()
+		c.mu.Lock()
+		c.fns["consumer"].invocations++
+		c.fns["consumer"].wall += int64(end.Sub(start))
+		c.mu.Unlock()
 		if id != "" {
 			c.mu.Lock()
 			cs := c.span(id).consumer(consumer)
@@ -283,7 +310,9 @@ func (s *cloudSpan) consumer(name string) *consumerSpan {
 func (c *Cloud) registerDynamoDB(stack *middleware.Stack) error {
 	return stack.Deserialize.Add(middleware.DeserializeMiddlewareFunc("bench.CloudDynamoDBLatency",
 		func(ctx context.Context, in middleware.DeserializeInput, next middleware.DeserializeHandler) (middleware.DeserializeOutput, middleware.Metadata, error) {
+			start := time.Now()
 			out, md, err := next.HandleDeserialize(ctx, in)
+			local := time.Since(start)
 			if awsmiddleware.GetServiceID(ctx) != "DynamoDB" {
 				return out, md, err
 			}
@@ -296,6 +325,12 @@ func (c *Cloud) registerDynamoDB(stack *middleware.Stack) error {
 			d := h.sample(c.rng)
 			c.ddb[op] += d
 			c.ddbN[op]++
+			f, _ := ctx.Value(fnKey{}).(*fnTime)
+			if f == nil {
+				f = c.fns["api"]
+			}
+			f.local += int64(local)
+			f.injected += int64(d)
 			c.mu.Unlock()
 			t := time.NewTimer(d)
 			defer t.Stop()
@@ -363,7 +398,12 @@ func (c *Cloud) wrapStream(h localrt.StreamHandler) localrt.StreamHandler {
 			}
 		}
 		c.mu.Unlock()
-		return h(ctx, ev)
+		resp, err := h(context.WithValue(ctx, fnKey{}, c.fns["relay"]), ev)
+		c.mu.Lock()
+		c.fns["relay"].invocations++
+		c.fns["relay"].wall += int64(time.Since(now))
+		c.mu.Unlock()
+		return resp, err
 	}
 }
 
@@ -517,6 +557,10 @@ type CloudResult struct {
 	// operation, and DynamoDBCalls the calls.
 	DynamoDBInjectedMs map[string]float64 `json:"dynamodb_injected_mean_ms"`
 	DynamoDBCalls      map[string]int64   `json:"dynamodb_calls"`
+	// Functions is the time of the relay, the consumers (every attempt)
+	// and the DynamoDB calls made outside both (the API's, the
+	// reconciler's), for the capacity model's Lambda durations.
+	Functions map[string]FunctionTime `json:"functions"`
 	// TargetsPerEvent is the mean number of consumers that applied an
 	// event; Consumer is one consumer's first attempt → success of the
 	// deliveries applied on their first attempt (a Lambda's duration), and
@@ -623,6 +667,14 @@ func (c *Cloud) Result() CloudResult {
 	}
 	if r.Predicted.Mean > 0 {
 		r.OurShareMeanPct = round2(r.Ours.Mean / r.Predicted.Mean * 100)
+	}
+	r.Functions = map[string]FunctionTime{}
+	for name, f := range c.fns {
+		ft := FunctionTime{Invocations: f.invocations, WallMs: round2(float64(f.wall) / 1e6), LocalMs: round2(float64(f.local) / 1e6), InjectedMs: round2(float64(f.injected) / 1e6)}
+		if f.wall > 0 {
+			ft.OwnMs = round2(max(float64(f.wall-f.local-f.injected), 0) / 1e6)
+		}
+		r.Functions[name] = ft
 	}
 	for op, d := range c.ddb {
 		r.DynamoDBCalls[op] = c.ddbN[op]
