@@ -24,6 +24,7 @@ import (
 	"github.com/ddb-outbox/ddb-outbox/pkg/bench"
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/dynoxide"
+	"github.com/ddb-outbox/ddb-outbox/pkg/routing"
 )
 
 // cloudFlags are the knobs of the cloud-latency level, the capacity model
@@ -219,6 +220,16 @@ func (b *benchRun) capacity() capacityReport {
 		in.RelaySecondsPerEvent = (rl.OwnMs + rl.InjectedMs + float64(rl.Invocations)*cloudOpts.putEventsMs) / ev / 1000
 		in.ConsumerSeconds = (co.OwnMs + co.InjectedMs) / ev / max(in.TargetsPerEvent, 1) / 1000
 		in.APISeconds = (api.InjectedMs/ev + apiOwnMs) / 1000
+		in.ConsumerMaxConcurrency = config.DefaultConsumerMaxConcurrency
+		for name, n := range res.PerConsumer {
+			if n > in.BusiestConsumerPerEvent || (n == in.BusiestConsumerPerEvent && name < in.BusiestConsumer) {
+				in.BusiestConsumer, in.BusiestConsumerPerEvent = name, n
+			}
+		}
+		// The example ledger updates its per-currency balance in each
+		// OrderPaid transaction (2 WCU: transactional); the load uses one
+		// currency.
+		in.HotItemPerEvent = 2 * res.PerConsumer[routing.ConsumerLedger]
 		// A full batch: one PutEvents round trip, the marking's
 		// BatchExecuteStatement calls of 25 one after the other at the
 		// DynamoDB p50, and our own time per record.

@@ -20,6 +20,7 @@ const (
 	DocESMParams        = "https://docs.aws.amazon.com/lambda/latest/dg/services-ddb-params.html"
 	DocLambdaQuota      = "https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html"
 	DocSQSQuota         = "https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/quotas-messages.html"
+	DocSQSScaling       = "https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-scaling.html"
 )
 
 // RegionQuota is EventBridge's default PutEvents and target-invocation
@@ -82,6 +83,20 @@ type CapacityInputs struct {
 	RelayBatch             float64 `json:"relay_batch"`
 	RelayInvocationSeconds float64 `json:"relay_invocation_seconds"`
 	ParallelizationFactor  int     `json:"parallelization_factor"`
+	// ConsumerMaxConcurrency is each consumer's SQS event source mapping
+	// MaximumConcurrency (the stack's config.DefaultConsumerMaxConcurrency,
+	// 2..1000; 0: not modelled); a consumer handles a batch's messages one
+	// at a time, so it applies at most ConsumerMaxConcurrency ÷
+	// ConsumerSeconds deliveries/s. BusiestConsumerPerEvent is the
+	// deliveries per event of the consumer taking the most (BusiestConsumer).
+	ConsumerMaxConcurrency  int     `json:"consumer_max_concurrency"`
+	BusiestConsumer         string  `json:"busiest_consumer"`
+	BusiestConsumerPerEvent float64 `json:"busiest_consumer_deliveries_per_event"`
+	// HotItemPerEvent is the writes per event to one item every event of a
+	// kind touches (the example ledger's per-currency balance: one
+	// transactional update per OrderPaid, 2 WCU), against PartitionWCU. 0:
+	// none.
+	HotItemPerEvent float64 `json:"hot_item_wcu_per_event"`
 	// USDPerMillion is the cost model's USD per million events.
 	USDPerMillion float64 `json:"usd_per_million_events"`
 	// Utilisation is the share of a limit a plan allows itself (0.8).
@@ -118,6 +133,15 @@ func (in CapacityInputs) Limits() []Limit {
 			fmt.Sprintf("table WRU quota (now %.0f/s, adjustable)", in.TableWRUQuota), DocTableQuota},
 		{"DynamoDB on-demand table quota, dedup table", div(in.TableWRUQuota, in.DedupWRUPerEvent),
 			fmt.Sprintf("table WRU quota (now %.0f/s, adjustable)", in.TableWRUQuota), DocTableQuota},
+	}
+	if in.ConsumerMaxConcurrency > 0 {
+		ls = append(ls, Limit{fmt.Sprintf("consumer SQS event source mapping MaximumConcurrency %d, one message at a time (%s)", in.ConsumerMaxConcurrency, in.BusiestConsumer),
+			div(float64(in.ConsumerMaxConcurrency), in.ConsumerSeconds*in.BusiestConsumerPerEvent),
+			fmt.Sprintf("consumer MaximumConcurrency (now %d, 2..1000)", in.ConsumerMaxConcurrency), DocSQSScaling})
+	}
+	if in.HotItemPerEvent > 0 {
+		ls = append(ls, Limit{"example app: the ledger's per-currency balance, one item (1,000 WCU/s)", div(in.PartitionWCU, in.HotItemPerEvent),
+			"not a setting: split the balance item (app change)", DocPartitionLimit})
 	}
 	sort.SliceStable(ls, func(i, j int) bool { return ls[i].PerSec < ls[j].PerSec })
 	return ls
@@ -182,6 +206,19 @@ func (in CapacityInputs) PlanFor(target float64) Plan {
 		if w := math.Ceil(need * t.wru); w > in.TableWRUQuota {
 			p.Changes = append(p.Changes, fmt.Sprintf("%s table WRU quota ≥ %.0f/s", t.name, w))
 		}
+	}
+	if in.ConsumerMaxConcurrency > 0 {
+		if c := int(math.Ceil(need * in.ConsumerSeconds * in.BusiestConsumerPerEvent)); c > in.ConsumerMaxConcurrency {
+			if c > 1000 {
+				p.Reachable = false
+				p.Changes = append(p.Changes, fmt.Sprintf("consumer MaximumConcurrency %d: beyond 1000", c))
+			} else {
+				p.Changes = append(p.Changes, fmt.Sprintf("consumer MaximumConcurrency=%d", c))
+			}
+		}
+	}
+	if in.HotItemPerEvent > 0 && need*in.HotItemPerEvent > in.PartitionWCU {
+		p.Changes = append(p.Changes, "example app: split the ledger's balance item")
 	}
 	// One stream shard takes at most its partition's write ceiling (and at
 	// most the whole load): the relay of a shard must keep up with that.

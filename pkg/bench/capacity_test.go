@@ -91,3 +91,29 @@ func TestCapacityPlanWorkedExample(t *testing.T) {
 		t.Errorf("slow relay plan %q, want ParallelizationFactor=5", got)
 	}
 }
+
+// The consumer and hot-item rows, by hand: MaximumConcurrency 2 ÷ (0.02 s ×
+// 1 delivery per event) = 100 events/s, the first limit; the ledger's
+// balance item 1,000 WCU/s ÷ 1 WCU per event = 1,000. For 1,000 events/s
+// (plan for 1,250): concurrency ⌈1,250 × 0.02 × 1⌉ = 25; 1,250 > 1,000 on
+// the balance item; for 100,000 (125,000): ⌈2,500⌉ > 1,000, unreachable.
+func TestCapacityConsumerConcurrencyAndHotItem(t *testing.T) {
+	t.Parallel()
+	in := workedExample()
+	in.ConsumerMaxConcurrency, in.ConsumerSeconds, in.BusiestConsumer, in.BusiestConsumerPerEvent = 2, 0.02, "notifier", 1
+	in.HotItemPerEvent = 1
+	ls := in.Limits()
+	if !strings.HasPrefix(ls[0].Name, "consumer SQS event source mapping MaximumConcurrency 2") || math.Abs(ls[0].PerSec-100) > 0.01 {
+		t.Fatalf("first limit %q %.2f/s, want the consumer concurrency at 100/s", ls[0].Name, ls[0].PerSec)
+	}
+	if !strings.HasPrefix(ls[1].Name, "example app: the ledger") || math.Abs(ls[1].PerSec-1000) > 0.01 {
+		t.Fatalf("second limit %q %.2f/s, want the ledger balance at 1,000/s", ls[1].Name, ls[1].PerSec)
+	}
+	p := in.PlanFor(1000)
+	if got := strings.Join(p.Changes, "; "); !strings.Contains(got, "consumer MaximumConcurrency=25") || !strings.Contains(got, "split the ledger") || !p.Reachable {
+		t.Errorf("plan 1,000/s = %q (reachable %v)", got, p.Reachable)
+	}
+	if p := in.PlanFor(100000); p.Reachable {
+		t.Errorf("100,000/s reachable with %v; needs consumer concurrency 2,500 > 1,000", p.Changes)
+	}
+}

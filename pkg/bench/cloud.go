@@ -565,9 +565,11 @@ type CloudResult struct {
 	// event; Consumer is one consumer's first attempt → success of the
 	// deliveries applied on their first attempt (a Lambda's duration), and
 	// Relay is relay invocation → PutEvents returned.
-	TargetsPerEvent float64   `json:"targets_per_event"`
-	Consumer        Quantiles `json:"consumer_first_attempt"`
-	Relay           Quantiles `json:"relay_to_published"`
+	TargetsPerEvent float64 `json:"targets_per_event"`
+	// PerConsumer is each consumer's deliveries per event.
+	PerConsumer map[string]float64 `json:"deliveries_per_event_by_consumer"`
+	Consumer    Quantiles          `json:"consumer_first_attempt"`
+	Relay       Quantiles          `json:"relay_to_published"`
 	// TotalSamples are the per-event predicted commit → applied latencies
 	// in ms (sorted), for the CDF plot.
 	TotalSamples []float64 `json:"-"`
@@ -611,6 +613,7 @@ func (c *Cloud) Result() CloudResult {
 	r := CloudResult{Hops: c.hops, DynamoDBInjectedMs: map[string]float64{}, DynamoDBCalls: map[string]int64{}}
 	var total, inj, ours, rest, cons, rel, rs, rt, pred []float64
 	targets := 0
+	perCons := map[string]float64{}
 	for id, s := range c.ev {
 		if s.commit.IsZero() || s.relayStart.IsZero() || s.published.IsZero() || len(s.consumers) == 0 {
 			continue
@@ -645,6 +648,9 @@ func (c *Cloud) Result() CloudResult {
 			r.Retried++
 		}
 		targets += len(s.consumers)
+		for name := range s.consumers {
+			perCons[name]++
+		}
 		rel = append(rel, msOf(s.published.Sub(s.relayStart)))
 		for _, cs := range s.consumers {
 			if cs.attempts == 1 {
@@ -655,6 +661,10 @@ func (c *Cloud) Result() CloudResult {
 	r.Events = len(total)
 	if r.Events > 0 {
 		r.TargetsPerEvent = round2(float64(targets) / float64(r.Events))
+	}
+	r.PerConsumer = map[string]float64{}
+	for name, n := range perCons {
+		r.PerConsumer[name] = round2(n / float64(max(r.Events, 1)))
 	}
 	r.Consumer, r.Relay = NewQuantiles(cons), NewQuantiles(rel)
 	r.RestStream, r.RestTarget = NewQuantiles(rs), NewQuantiles(rt)
