@@ -47,8 +47,8 @@ var cloudOpts cloudFlags
 const apiOwnMs = 2.0
 
 func (c *cloudFlags) register(fs *flag.FlagSet) {
-	fs.IntVar(&c.orders, "cloud-orders", 600, "orders of the cloud-latency level (AWS hop latencies injected); 0 skips it")
-	fs.Float64Var(&c.rate, "cloud-rate", 25, "offered orders/s of the cloud-latency level")
+	fs.IntVar(&c.orders, "cloud-orders", 300, "orders of the cloud-latency level (AWS hop latencies injected); 0 skips it")
+	fs.Float64Var(&c.rate, "cloud-rate", 10, "offered orders/s of the cloud-latency level")
 	fs.Uint64Var(&c.seed, "cloud-seed", 16, "seed of the injected latency draws")
 	fs.BoolVar(&c.plots, "plots", true, "write the PNG plots next to the report")
 	fs.BoolVar(&c.storeBefore, "store-before", true, "measure the store's raw rate before the pipeline levels too (noise)")
