@@ -228,8 +228,10 @@ func (b *benchRun) capacity() capacityReport {
 		}
 		// The example ledger updates its per-currency balance in each
 		// OrderPaid transaction (2 WCU: transactional); the load uses one
-		// currency.
-		in.HotItemPerEvent = 2 * res.PerConsumer[routing.ConsumerLedger]
+		// currency, and OrderPaid is one of an order's two events.
+		if res.PerConsumer[routing.ConsumerLedger] > 0 {
+			in.HotItemPerEvent = 2 * 0.5
+		}
 		// A full batch: one PutEvents round trip, the marking's
 		// BatchExecuteStatement calls of 25 one after the other at the
 		// DynamoDB p50, and our own time per record.
