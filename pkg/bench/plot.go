@@ -35,7 +35,7 @@ func PlotLatencyCDF(path, title string, series []CDFSeries) error {
 	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
 	p.Y.Min, p.Y.Max = 0, 1
 	p.Legend.Top, p.Legend.Left = true, true
-	p.Legend.XOffs = vg.Points(8)
+	p.Legend.XOffs, p.Legend.YOffs = vg.Points(8), -vg.Points(6)
 	p.Add(plotter.NewGrid())
 	n := 0
 	for i, s := range series {
