@@ -467,10 +467,10 @@ func (b *benchRun) cloudMarkdown() string {
 
 func dominates(res bench.CloudResult) string {
 	if res.Retried > 0 && res.Ours.P99 > 900 {
-		return fmt.Sprintf("the ordered consumers' holds (an event that overtook its predecessor waits for redelivery: 1 s on its first receive) in the tail (ours p99 %.0f ms); at the median, the relay's part %.1f ms (its DynamoDB and marking calls) and one consumer's %.1f ms (its transaction: side effect + dedup marker).",
+		return fmt.Sprintf("the ordered consumers' holds (an event that overtook its predecessor waits for redelivery: 1 s on its first receive) in the tail (ours p99 %.0f ms); at the median, the relay's part %.1f ms (invocation → PutEvents returned; its marking comes after) and one consumer's %.1f ms (its transaction: side effect + dedup marker, and its reads).",
 			res.Ours.P99, res.Relay.P50, res.Consumer.P50)
 	}
-	return fmt.Sprintf("the relay's part %.1f ms (p50) and one consumer's %.1f ms (p50): their DynamoDB calls at AWS latency (%v).", res.Relay.P50, res.Consumer.P50, res.DynamoDBInjectedMs)
+	return fmt.Sprintf("the relay's part %.1f ms (p50, invocation → PutEvents returned) and one consumer's %.1f ms (p50): their DynamoDB calls at AWS latency (%v).", res.Relay.P50, res.Consumer.P50, res.DynamoDBInjectedMs)
 }
 
 func optMs(v float64) string {
