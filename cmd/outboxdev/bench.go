@@ -74,6 +74,7 @@ func runBench(ctx context.Context, args []string) error {
 	traceOverhead := fs.Bool("trace-overhead", false, "only measure tracing on (100% sampled, in-process sink) vs off on the write path and the relay (bench_trace.go), -trace-orders per arm and round")
 	traceOrders := fs.Int("trace-orders", 200, "with -trace-overhead: orders per arm and round")
 	traceRounds := fs.Int("trace-rounds", 4, "with -trace-overhead: rounds (each runs both arms, alternating which goes first)")
+	cloudOpts.register(fs) // issue 16: bench_cloud.go
 	_ = fs.Parse(args)
 	if *traceOverhead {
 		return runTraceOverhead(ctx, f.out, *traceOrders, *traceRounds)
@@ -102,7 +103,9 @@ func runBench(ctx context.Context, args []string) error {
 		run  func(context.Context) error
 	}{
 		{"lambda binaries", b.lambdas},
+		{"raw store rate before the pipeline", b.storeBefore}, // bench_cloud.go
 		{"pipeline", b.pipeline},
+		{"cloud latency", b.cloudLevel}, // bench_cloud.go
 		{"full batches", b.fullBatches},
 		{"ordering cost", b.orderingCost},
 		{"naive relay", b.naive},
@@ -115,9 +118,14 @@ func runBench(ctx context.Context, args []string) error {
 		}
 	}
 	b.derive()
+	b.deriveCloud() // bench_cloud.go: noise, capacity, summary additions
+	b.writePlots()
 	r.WallSeconds = time.Since(started).Seconds()
 
 	md := b.markdown()
+	if i := strings.LastIndex(md, "\n## Summary"); i >= 0 { // bench_cloud.go sections before the Summary
+		md = md[:i+1] + b.cloudMarkdown() + md[i+1:]
+	}
 	js, _ := json.MarshalIndent(r, "", "  ")
 	for name, data := range map[string][]byte{
 		"bench-" + ts + ".md": []byte(md), "bench-" + ts + ".json": js, "latest.md": []byte(md), "latest.json": js,
@@ -144,6 +152,9 @@ type benchRun struct {
 	// late during a level (the ordering-cost level).
 	reorder     *faults.Injector
 	reorderRate float64
+	// cloud, when set, injects AWS's hop latencies into a level
+	// (bench_cloud.go).
+	cloud *bench.Cloud
 }
 
 func progress(format string, args ...any) {
@@ -204,6 +215,7 @@ type levelRun struct {
 	AuditOK       bool               `json:"audit_ok"`
 	CPU           cpuSplit           `json:"cpu"`
 	Poller        localrtPollerStats `json:"poller"`
+	samples       []float64          // commit → applied per event, ms (plots)
 }
 
 type localrtPollerStats struct {
@@ -295,6 +307,9 @@ func (b *benchRun) runLevel(ctx context.Context, label string, rate float64, ord
 			return nr.Handle(ctx, ev)
 		}
 	}
+	if b.cloud != nil {
+		b.cloud.Apply(&opts) // bench_cloud.go
+	}
 	s, err = devstack.Start(ctx, opts)
 	if err != nil {
 		return nil, err
@@ -339,6 +354,7 @@ func (b *benchRun) runLevel(ctx context.Context, label string, rate float64, ord
 		return nil, fmt.Errorf("%s: %w", label, err)
 	}
 	lr.Apply = rec.Stats()
+	lr.samples = rec.LatencySamplesMs()
 	lr.Consumers = rec.ByConsumer()
 	lr.ReorderRate = b.reorderRate
 	end := loadEnd

@@ -41,6 +41,7 @@ type benchReport struct {
 	ProfileTop     string                `json:"cpu_profile_top,omitempty"`
 	AuditOK        bool                  `json:"audit_ok"`
 	Summary        string                `json:"summary"`
+	Cloud          *cloudReport          `json:"cloud,omitempty"` // bench_cloud.go
 }
 
 type dualRun struct {

@@ -11,6 +11,7 @@ package devstack
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -145,6 +146,10 @@ type Options struct {
 	// StreamRetries is the event source mapping's MaximumRetryAttempts
 	// (default 10).
 	StreamRetries int
+	// StreamDeliverAt, when set, holds each stream record until the time
+	// it returns (localrt.StreamPollerConfig.DeliverAt): make bench's
+	// cloud-latency level injects AWS's stream → Lambda latency here.
+	StreamDeliverAt func(record json.RawMessage) time.Time
 	// AWSAddr, when set, is the listen address of the AWS front (see
 	// startAWSFront): the stack's SQS queues, its bus (PutEvents) and its
 	// DynamoDB endpoint over the AWS JSON protocols, for outboxctl. Empty:
@@ -434,6 +439,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		OnFailure:                  s.OnFailureQueue,
 		OnFailureQueueURL:          s.OnFailureQueue.URL(),
 		Logger:                     log.With("fn", "event-source-mapping"),
+		DeliverAt:                  opts.StreamDeliverAt,
 	}
 	var streamARN string
 	if opts.CheckpointFile != "" {

@@ -200,6 +200,16 @@ type StreamPollerConfig struct {
 	ShardDiscoveryInterval time.Duration
 	// Logger receives the poller's logs (default slog.Default()).
 	Logger *slog.Logger
+
+	// DeliverAt, when set, is a delivery delay the emulator does not have
+	// and AWS does (make bench's cloud-latency level injects AWS's
+	// measured stream → Lambda latency here): a record read from the shard
+	// is held until DeliverAt(record) (a zero time: no hold), where record
+	// is the record as Lambda delivers it (JSON). The shard keeps being
+	// polled while records are held, and a batch is only ever a prefix of
+	// the records already due, so shard order is kept (a held record holds
+	// the ones behind it, as a slow record would on AWS). nil: no hold.
+	DeliverAt func(record json.RawMessage) time.Time
 }
 
 func (c *StreamPollerConfig) setDefaults() {
@@ -414,6 +424,7 @@ type item struct {
 	raw     json.RawMessage
 	matched bool
 	arrival time.Time
+	due     time.Time // StreamPollerConfig.DeliverAt; zero: deliverable now
 }
 
 // NewStreamPoller validates cfg (after defaults) and returns a poller that
@@ -727,8 +738,9 @@ func (p *StreamPoller) runShard(ctx context.Context, s *shardState) {
 			ended = iter == ""
 		}
 
-		polledEmpty := false
+		polledEmpty, polled := false, false
 		if !ended && matchedCount(buf) < p.cfg.BatchSize && payloadSize(buf) < MaxInvokePayloadBytes {
+			polled = true
 			pollNo := p.startPoll(s)
 			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			out, err := p.cfg.Streams.GetRecords(cctx, &dynamodbstreams.GetRecordsInput{ShardIterator: aws.String(iter), Limit: aws.Int32(getRecordsLimit)})
@@ -781,10 +793,11 @@ func (p *StreamPoller) runShard(ctx context.Context, s *shardState) {
 			}
 		}
 
-		if len(buf) > 0 && (ended || p.cfg.MaxBatchingWindow <= 0 ||
-			matchedCount(buf) >= p.cfg.BatchSize || payloadSize(buf) >= MaxInvokePayloadBytes ||
+		ready := buf[:duePrefix(buf, time.Now())]
+		if len(ready) > 0 && (ended || p.cfg.MaxBatchingWindow <= 0 ||
+			matchedCount(ready) >= p.cfg.BatchSize || payloadSize(ready) >= MaxInvokePayloadBytes ||
 			time.Since(windowStart) >= p.cfg.MaxBatchingWindow) {
-			n := p.takeBatch(buf)
+			n := p.takeBatch(ready)
 			if err := p.deliver(ctx, s, buf[:n]); err != nil {
 				return
 			}
@@ -803,10 +816,18 @@ func (p *StreamPoller) runShard(ctx context.Context, s *shardState) {
 			log.Info("shard finished")
 			return
 		}
-		if polledEmpty {
+		held := len(ready) < len(buf)
+		if polledEmpty || (held && !polled) {
 			wait := p.cfg.PollInterval
 			if len(buf) > 0 {
-				if rem := p.cfg.MaxBatchingWindow - time.Since(windowStart); rem < wait {
+				// (a window already run out while records are held: wait
+				// for the first due record below, not a negative time)
+				if rem := p.cfg.MaxBatchingWindow - time.Since(windowStart); rem < wait && (rem > 0 || !held) {
+					wait = rem
+				}
+			}
+			if held {
+				if rem := time.Until(buf[len(ready)].due); rem < wait {
 					wait = rem
 				}
 			}
@@ -855,6 +876,9 @@ func (p *StreamPoller) newItem(r streamtypes.Record) (*item, error) {
 		return it, fmt.Errorf("record %s: %w", it.seq, err)
 	}
 	it.raw = raw
+	if p.cfg.DeliverAt != nil {
+		it.due = p.cfg.DeliverAt(raw)
+	}
 	if len(p.filters) == 0 {
 		it.matched = true
 		return it, nil
@@ -893,6 +917,17 @@ func (p *StreamPoller) count(f func(*StreamPollerStats)) {
 	p.mu.Lock()
 	f(&p.stats)
 	p.mu.Unlock()
+}
+
+// duePrefix is the length of buf's prefix whose records are due at now
+// (StreamPollerConfig.DeliverAt): all of buf without a hold.
+func duePrefix(buf []*item, now time.Time) int {
+	for i, it := range buf {
+		if !it.due.IsZero() && it.due.After(now) {
+			return i
+		}
+	}
+	return len(buf)
 }
 
 func matchedCount(buf []*item) int {

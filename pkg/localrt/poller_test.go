@@ -647,3 +647,60 @@ func TestPollerExpiredIteratorResumesAfterCheckpoint(t *testing.T) {
 		t.Errorf("ExpiredIterators = %d", st.ExpiredIterators)
 	}
 }
+
+// DeliverAt holds a record until its time and, shard order being kept, the
+// records behind it too; the ones before it go at once.
+func TestPollerDeliverAtHoldsRecordAndTheOnesBehindIt(t *testing.T) {
+	t.Parallel()
+	f := newStreamFixture(t)
+	for i := range 4 {
+		f.putOutbox(t, i)
+	}
+	const hold = 400 * time.Millisecond
+	var mu sync.Mutex
+	var due time.Time
+	var invoked []time.Time
+	rec := &recorder{respond: func(_ int, _ events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
+		mu.Lock()
+		invoked = append(invoked, time.Now())
+		mu.Unlock()
+		return events.DynamoDBEventResponse{}, nil
+	}}
+	cfg := f.config()
+	cfg.DeliverAt = func(raw json.RawMessage) time.Time {
+		var r events.DynamoDBEventRecord
+		if err := json.Unmarshal(raw, &r); err != nil {
+			t.Errorf("DeliverAt got a record that is not Lambda's shape: %v", err)
+			return time.Time{}
+		}
+		if r.Change.NewImage[outbox.AttrAggregateID].String() != "o-1" {
+			return time.Time{}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		due = time.Now().Add(hold)
+		return due
+	}
+	p, err := NewStreamPoller(cfg, rec.handle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	startPoller(t, p)
+	waitCaughtUp(t, p)
+	var got []string
+	calls := rec.calls()
+	for _, c := range calls {
+		got = append(got, aggIDs(c)...)
+	}
+	if strings.Join(got, ",") != "o-0,o-1,o-2,o-3" {
+		t.Fatalf("delivered %v, want o-0..o-3 in order", got)
+	}
+	if len(calls) < 2 || strings.Join(aggIDs(calls[0]), ",") != "o-0" {
+		t.Fatalf("first batch %v, want o-0 alone (the held o-1 holds the rest)", aggIDs(calls[0]))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if due.IsZero() || invoked[1].Before(due) {
+		t.Fatalf("o-1 invoked at %v, before its DeliverAt %v", invoked[1], due)
+	}
+}
