@@ -580,7 +580,7 @@ func (b *benchRun) lambdas(ctx context.Context) error {
 		return nil
 	}
 	fns := []string{"api", "relay", "reconciler", "ledger", "notifier"}
-	ldflags := []string{"-tags", "lambda.norpc", "-trimpath", "-ldflags=-s -w"}
+	ldflags := []string{"-tags", "lambda.norpc,notrace", "-trimpath", "-ldflags=-s -w"}
 	for _, fn := range fns {
 		p := filepath.Join("dist", fn, "bootstrap")
 		if bench.FileSize(p) < 0 {

@@ -355,7 +355,7 @@ func (b *benchRun) markdown() string {
 	if len(r.Lambdas) == 0 {
 		p("(skipped)")
 	} else {
-		p("Size of dist/<name>/bootstrap (`make build`: linux/arm64, -trimpath -s -w, lambda.norpc). Init = process start → first `GET /2018-06-01/runtime/invocation/next` on an in-process fake Runtime API, host build (%s/%s, same flags), median of %d starts, dummy credentials, AWS_ENDPOINT_URL = a local Dynoxide.", runtime.GOOS, runtime.GOARCH, b.f.initRuns)
+		p("Size of dist/<name>/bootstrap (`make build`: linux/arm64, -trimpath -s -w, tags lambda.norpc,notrace as `make build`). Init = process start → first `GET /2018-06-01/runtime/invocation/next` on an in-process fake Runtime API, host build (%s/%s, same flags), median of %d starts, dummy credentials, AWS_ENDPOINT_URL = a local Dynoxide.", runtime.GOOS, runtime.GOARCH, b.f.initRuns)
 		p("")
 		p("| function | dist arm64 MB | host build MB | init median ms | runs ms |")
 		p("|---|---|---|---|---|")
