@@ -20,14 +20,31 @@ REPORT=docs/THIRD-PARTY-LICENSES.md
 # Licences compatible with distributing this project under Apache-2.0
 # (permissive, no copyleft). Add one only after reading it. LICENSES_ALLOWED
 # overrides the list (to see the check fail, e.g. without MIT).
-ALLOWED=${LICENSES_ALLOWED:-Apache-2.0,MIT,BSD-2-Clause,BSD-3-Clause,ISC}
+# CC-BY-4.0 and FTL (permissive, attribution in NOTICE) came with the plots:
+# see REVIEWED below.
+ALLOWED=${LICENSES_ALLOWED:-Apache-2.0,MIT,BSD-2-Clause,BSD-3-Clause,ISC,CC-BY-4.0,FTL}
+
+# Licences go-licenses reports as "Unknown" (its classifier does not know
+# the text), each read by hand; a row is rewritten only for this exact
+# package. Both are permissive with attribution, credited in NOTICE, and
+# reach only the bench's plots (gonum/plot in cmd/outboxdev), no library or
+# Lambda function:
+#   github.com/ajstarks/svgo        CC-BY-4.0 (LICENSE, LICENSE-link.txt)
+#   github.com/golang/freetype/...  FTL, chosen from "FTL or GPL-2.0+" (LICENSE)
+REVIEWED='github.com/ajstarks/svgo=CC-BY-4.0
+github.com/golang/freetype/raster=FTL'
 
 # go_report DIR ARGS...: one Markdown row per package of DIR's module build
 # (tests included for the root module), this project's own packages left out.
 go_report() {
 	local dir=$1
 	shift
-	(cd "$dir" && "$GO_LICENSES" report ./... "$@" --ignore "$OWN" --template "$TEMPLATE" 2>/dev/null) | sed '/^$/d' | LC_ALL=C sort
+	(cd "$dir" && "$GO_LICENSES" report ./... "$@" --ignore "$OWN" --template "$TEMPLATE" 2>/dev/null) | sed '/^$/d' |
+		REVIEWED=$REVIEWED awk -F' [|] ' '
+			BEGIN { n = split(ENVIRON["REVIEWED"], r, "\n"); for (i = 1; i <= n; i++) { k = r[i]; sub(/=.*/, "", k); v = r[i]; sub(/^[^=]*=/, "", v); lic[k] = v } }
+			{ name = $1; sub(/^[|] `/, "", name); sub(/`$/, "", name)
+			  if ((name in lic) && $3 == "Unknown |") { print $1 " | " $2 " | " lic[name] " |"; next } print }' |
+		LC_ALL=C sort
 }
 
 npm_report() {
@@ -47,7 +64,11 @@ ddb-outbox is licensed under Apache-2.0 (see [LICENSE](../LICENSE)). This page l
 every third-party package it is built with, as read from each package's licence file by
 [go-licenses](https://github.com/google/go-licenses) (Go) and from `package-lock.json` (Node).
 It is generated: run `make licenses` after changing a dependency. `make lint` fails if a licence
-is not one of Apache-2.0, MIT, BSD-2-Clause, BSD-3-Clause or ISC, or if this page is stale.
+is not one of Apache-2.0, MIT, BSD-2-Clause, BSD-3-Clause, ISC, CC-BY-4.0 or FTL, or if this page is
+stale. Two rows were classified by hand because go-licenses reports their text as unknown
+(`REVIEWED` in `tools/licenses/licenses.sh`): `github.com/ajstarks/svgo` (CC-BY-4.0) and
+`github.com/golang/freetype/raster` (FTL, chosen from FTL or GPL-2.0-or-later); both reach only
+the bench's plots (gonum/plot in `cmd/outboxdev`) and are credited in NOTICE.
 
 None of these packages is copied into this repository; the Go and npm tools fetch them when you
 build. A module that imports this library links only the packages its own imports reach.
