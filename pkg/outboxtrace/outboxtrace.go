@@ -2,6 +2,7 @@ package outboxtrace
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 
 	"go.opentelemetry.io/contrib/propagators/aws/xray"
@@ -94,7 +95,51 @@ func Capture(ctx context.Context) (traceparent, tracestate string) {
 	}
 	c := propagation.MapCarrier{}
 	w3c.Inject(ctx, c)
-	return c["traceparent"], c["tracestate"]
+	return c["traceparent"], boundTraceState(sc.TraceState())
+}
+
+// MaxTraceStateLen is the longest tracestate Capture returns, in bytes:
+// 512, what W3C Trace Context asks every vendor to propagate
+// (https://www.w3.org/TR/trace-context/#tracestate-limits) and the most an
+// outbox envelope stores (outbox.MaxTraceStateLen).
+const MaxTraceStateLen = 512
+
+// boundTraceState returns ts as a header value of at most MaxTraceStateLen
+// bytes, truncated as W3C Trace Context section 3.3.1.5 (tracestate
+// limits) says: list members longer than 128 characters are removed
+// first (from the left, only as many as needed), then members from the
+// end. A caller's tracestate can be longer
+// (OpenTelemetry's parser accepts 32 members of up to 513 characters each):
+// trimming it here keeps a client's header from ever making the outbox
+// write refuse the envelope.
+func boundTraceState(ts trace.TraceState) string {
+	s := ts.String()
+	if len(s) <= MaxTraceStateLen {
+		return s
+	}
+	var members []string
+	ts.Walk(func(k, v string) bool {
+		members = append(members, k+"="+v)
+		return true
+	})
+	size := func(ms []string) int {
+		n := 0
+		for _, m := range ms {
+			n += len(m) + 1
+		}
+		return n - 1
+	}
+	kept := members[:0:0]
+	for i, m := range members {
+		if len(m) > 128 && size(append(kept, members[i:]...)) > MaxTraceStateLen {
+			continue
+		}
+		kept = append(kept, m)
+	}
+	for len(kept) > 0 && size(kept) > MaxTraceStateLen {
+		kept = kept[:len(kept)-1]
+	}
+	return strings.Join(kept, ",")
 }
 
 // Remote returns the span context a stored traceparent/tracestate pair

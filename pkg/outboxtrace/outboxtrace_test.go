@@ -2,6 +2,7 @@ package outboxtrace_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -66,5 +67,45 @@ func TestCaptureLambdaXRayWithoutOpenTelemetry(t *testing.T) {
 	tp, _ := outboxtrace.Capture(ctx)
 	if tp != "00-5759e988bd862e3fe1be46a994272793-53995c3f42cd8ad8-01" {
 		t.Fatalf("Capture = %q", tp)
+	}
+}
+
+// TestCaptureBoundsTraceState: a caller's tracestate longer than 512
+// characters (OpenTelemetry's parser accepts up to 32 members of any
+// length) is truncated as W3C Trace Context's tracestate limits say:
+// members over 128 characters go first, then members from the end; what
+// is left is at most MaxTraceStateLen and a valid tracestate.
+func TestCaptureBoundsTraceState(t *testing.T) {
+	tid, _ := trace.TraceIDFromHex("665b7c01a3e2f4b5c6d7e8f901234567")
+	sid, _ := trace.SpanIDFromHex("53995c3f42cd8ad8")
+	var members []string
+	for i := 0; i < 32; i++ {
+		members = append(members, fmt.Sprintf("v%02d=%s", i, strings.Repeat("x", 26))) // 30 chars each
+	}
+	thirty := strings.Join(members, ",")
+	big := "big" + strings.Repeat("b", 197) + "=" + strings.Repeat("y", 100) // 301 chars
+	tests := []struct{ name, in, want string }{
+		{"short kept", "a=1,b=2", "a=1,b=2"},
+		{"exactly 512 kept", strings.Repeat("k", 256) + "=" + strings.Repeat("v", 255), strings.Repeat("k", 256) + "=" + strings.Repeat("v", 255)},
+		{"from the end", thirty, strings.Join(members[:16], ",")},                                                             // 16*31-1 = 495
+		{"long member first", "a=1," + big + "," + strings.Join(members[:12], ","), "a=1," + strings.Join(members[:12], ",")}, // 4+372 fits without big
+		{"long members as needed", big + "," + big[:3] + "z" + big[3:] + ",c=3", big[:3] + "z" + big[3:] + ",c=3"},            // 304+1+305+4 > 512: the first goes
+	}
+	for _, tt := range tests {
+		ts, err := trace.ParseTraceState(tt.in)
+		if err != nil {
+			t.Fatalf("%s: parse: %v", tt.name, err)
+		}
+		sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceState: ts})
+		_, got := outboxtrace.Capture(trace.ContextWithSpanContext(context.Background(), sc))
+		if got != tt.want {
+			t.Errorf("%s: Capture tracestate = %q (%d bytes), want %q", tt.name, got, len(got), tt.want)
+		}
+		if len(got) > outboxtrace.MaxTraceStateLen {
+			t.Errorf("%s: %d bytes", tt.name, len(got))
+		}
+		if _, err := trace.ParseTraceState(got); err != nil {
+			t.Errorf("%s: result does not parse: %v", tt.name, err)
+		}
 	}
 }
