@@ -317,6 +317,38 @@ func (e Envelope) Detail() ([]byte, error) {
 	return b, nil
 }
 
+// UnmarshalJSON decodes an envelope as encoding/json does, except that the
+// optional trace fields are read tolerantly: a traceparent or tracestate
+// that is not a JSON string (a number, an object, null: only a forged or
+// foreign event has one) decodes as "" instead of failing the whole
+// envelope, as docs/TRACING.md promises every reader (a bad trace field is
+// ignored, never a reason to dead-letter an event). String values are kept
+// as they are: Validate does not judge them, CheckTrace does on the write
+// side.
+func (e *Envelope) UnmarshalJSON(b []byte) error {
+	type plain Envelope // no UnmarshalJSON: no recursion
+	v := struct {
+		*plain
+		TraceParent json.RawMessage `json:"traceparent"`
+		TraceState  json.RawMessage `json:"tracestate"`
+	}{plain: (*plain)(e)}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	e.TraceParent, e.TraceState = jsonStringOrEmpty(v.TraceParent), jsonStringOrEmpty(v.TraceState)
+	return nil
+}
+
+// jsonStringOrEmpty returns the string the JSON text b holds, or "" when b
+// is absent or not a JSON string.
+func jsonStringOrEmpty(b json.RawMessage) string {
+	var s string
+	if len(b) == 0 || b[0] != '"' || json.Unmarshal(b, &s) != nil {
+		return ""
+	}
+	return s
+}
+
 // printableASCII reports whether s holds only bytes 0x21..0x7e (true for "").
 func printableASCII(s string) bool {
 	for i := 0; i < len(s); i++ {

@@ -84,3 +84,30 @@ func TestEnvelopeTraceContext(t *testing.T) {
 		})
 	}
 }
+
+// TestEnvelopeDecodesTraceFieldsTolerantly: a detail whose traceparent or
+// tracestate is not a JSON string (a forged event) decodes with the field
+// empty and every other field intact; string values are kept as they are.
+func TestEnvelopeDecodesTraceFieldsTolerantly(t *testing.T) {
+	t.Parallel()
+	const base = `{"event_id":"e-1","event_type":"OrderPlaced","event_version":1,"aggregate_type":"Order","aggregate_id":"o-1","sequence":1,"occurred_at":"2024-05-06T07:08:09Z","actor":"me","payload":{"a":1}`
+	for _, tt := range []struct{ fields, tp, ts string }{
+		{`,"traceparent":123,"tracestate":{"a":1}`, "", ""},
+		{`,"traceparent":null,"tracestate":["x"]`, "", ""},
+		{`,"traceparent":true`, "", ""},
+		{`,"traceparent":"garbage","tracestate":"a=1"`, "garbage", "a=1"},
+		{``, "", ""},
+	} {
+		var env outbox.Envelope
+		if err := json.Unmarshal([]byte(base+tt.fields+"}"), &env); err != nil {
+			t.Fatalf("%s: %v", tt.fields, err)
+		}
+		if env.TraceParent != tt.tp || env.TraceState != tt.ts || env.EventID != "e-1" || env.Actor != "me" || env.Sequence != 1 || string(env.Payload) != `{"a":1}` || env.Validate() != nil {
+			t.Fatalf("%s: decoded %+v", tt.fields, env)
+		}
+	}
+	var env outbox.Envelope
+	if err := json.Unmarshal([]byte(`{"event_id":5}`), &env); err == nil {
+		t.Fatal("a wrongly typed required field decoded without error")
+	}
+}
