@@ -2,6 +2,9 @@ package relay_test
 
 import (
 	"context"
+	"regexp"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -39,5 +42,56 @@ func TestTraceHeaderCarriesTheStoredContext(t *testing.T) {
 	}
 	if !res[0].Trace.IsValid() || res[1].Trace.IsValid() {
 		t.Errorf("Result.Trace: traced %v, plain %v", res[0].Trace, res[1].Trace)
+	}
+}
+
+// TestTraceHeaderFromHostileStoredContext: a record stored by something
+// other than the Writer may carry any trace strings. Each is still
+// published; its entry gets either no TraceHeader or a well-formed X-Ray
+// header within PutEventsRequestEntry.TraceHeader's 1..500 characters
+// (https://docs.aws.amazon.com/eventbridge/latest/APIReference/API_PutEventsRequestEntry.html),
+// never the stored bytes.
+func TestTraceHeaderFromHostileStoredContext(t *testing.T) {
+	eb := &fakeEventBridge{}
+	pub, err := relay.NewPublisher(eb, testConfig().Publisher)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const tp = "00-665b7c01a3e2f4b5c6d7e8f901234567-53995c3f42cd8ad8-01"
+	hostile := []struct{ tp, ts string }{
+		{"ff" + tp[2:], ""},
+		{strings.ToUpper(tp), ""},
+		{tp + "-extra", ""},
+		{"cc" + tp[2:] + "-" + strings.Repeat("x", 5000), strings.Repeat("a=b,", 5000)},
+		{tp[:53] + "ff", "a=1\r\nX-Evil: 1"},
+		{tp + "\r\nX-Evil: 1", ""},
+		{"00-00000000000000000000000000000000-53995c3f42cd8ad8-01", ""},
+		{strings.Repeat("0", 10_000), "é=ü"},
+		{"", strings.Repeat("z", 10_000)},
+	}
+	var envs []outbox.Envelope
+	for i, h := range hostile {
+		e := envelope(t, "o-"+strconv.Itoa(i), 1, 10)
+		e.TraceParent, e.TraceState = h.tp, h.ts
+		envs = append(envs, e)
+	}
+	res := pub.Publish(context.Background(), envs)
+	xr := regexp.MustCompile(`^Root=1-[0-9a-f]{8}-[0-9a-f]{24};Parent=[0-9a-f]{16};Sampled=[01]$`)
+	n := 0
+	for _, c := range eb.calls {
+		for _, e := range c {
+			n++
+			if e.TraceHeader != nil && (!xr.MatchString(*e.TraceHeader) || len(*e.TraceHeader) > 500) {
+				t.Errorf("TraceHeader %q", *e.TraceHeader)
+			}
+		}
+	}
+	for i, r := range res {
+		if r.Status != relay.Published {
+			t.Errorf("envelope %d (%.40q): %+v", i, hostile[i].tp, r)
+		}
+	}
+	if n != len(hostile) {
+		t.Fatalf("%d entries sent, want %d", n, len(hostile))
 	}
 }
