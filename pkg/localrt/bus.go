@@ -46,6 +46,10 @@ const (
 	DefaultMaxEntryBytes = config.DefaultMaxEntryBytes
 	// MaxDetailTypeLength is the DetailType limit in characters.
 	MaxDetailTypeLength = 128
+	// MaxTraceHeaderLength is the TraceHeader limit in characters (length
+	// constraints 1..500, API_PutEventsRequestEntry); out of bounds, the
+	// whole request fails with ValidationException.
+	MaxTraceHeaderLength = 500
 	// ErrorCodeInvalidArgument: missing Source/DetailType/Detail or too long
 	// DetailType. Not retryable.
 	ErrorCodeInvalidArgument = "InvalidArgument"
@@ -335,7 +339,14 @@ func (b *Bus) PutEvents(ctx context.Context, params *eventbridge.PutEventsInput,
 			Message: fmt.Sprintf("1 validation error detected: Value at 'entries' failed to satisfy constraint: Member must have length less than or equal to %d and greater than or equal to 1 (got %d)", MaxPutEventsEntries, n)}
 	}
 	total := 0
-	for _, e := range params.Entries {
+	for i, e := range params.Entries {
+		// TraceHeader: length 1..500 (API_PutEventsRequestEntry), a
+		// constraint EventBridge validates on the request as a whole.
+		if h := e.TraceHeader; h != nil && (*h == "" || utf8.RuneCountInString(*h) > MaxTraceHeaderLength) {
+			b.reject()
+			return nil, &smithy.GenericAPIError{Code: "ValidationException", Fault: smithy.FaultClient,
+				Message: fmt.Sprintf("1 validation error detected: Value at 'entries.%d.member.traceHeader' failed to satisfy constraint: Member must have length less than or equal to %d and greater than or equal to 1", i+1, MaxTraceHeaderLength)}
+		}
 		if aws.ToString(e.EventBusName) != "" && !b.isThisBus(aws.ToString(e.EventBusName)) ||
 			aws.ToString(e.EventBusName) == "" && b.cfg.Name != DefaultBusName {
 			b.reject()

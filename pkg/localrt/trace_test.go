@@ -61,3 +61,39 @@ func TestSQSQueueMessageSystemAttributes(t *testing.T) {
 		t.Fatalf("SendMessage with a system attribute other than AWSTraceHeader: %v", err)
 	}
 }
+
+// TestBusRefusesTraceHeaderOutOfBounds: PutEventsRequestEntry.TraceHeader
+// has length constraints 1..500
+// (https://docs.aws.amazon.com/eventbridge/latest/APIReference/API_PutEventsRequestEntry.html);
+// like EventBridge, which validates them on the request, the bus refuses
+// the whole call with ValidationException and routes nothing; 500
+// characters pass.
+func TestBusRefusesTraceHeaderOutOfBounds(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		h    string
+		ok   bool
+	}{
+		{"500 characters", strings.Repeat("a", 500), true},
+		{"501 characters", strings.Repeat("a", 501), false},
+		{"empty", "", false},
+	} {
+		b := newTestBus(t, nil)
+		e := entry(order.EventOrderPlaced, `{"event_id":"e1"}`)
+		e.TraceHeader = aws.String(tt.h)
+		out, err := b.PutEvents(context.Background(), &eventbridge.PutEventsInput{Entries: []ebtypes.PutEventsRequestEntry{entry(order.EventOrderPlaced, `{"event_id":"e0"}`), e}})
+		if tt.ok {
+			if err != nil || out.FailedEntryCount != 0 {
+				t.Errorf("%s: PutEvents = %+v, %v", tt.name, out, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), "ValidationException") || !strings.Contains(err.Error(), "entries.2.member.traceHeader") {
+			t.Errorf("%s: PutEvents error = %v, want ValidationException on entries.2.member.traceHeader", tt.name, err)
+		}
+		if got := b.Stats().Accepted; got != 0 {
+			t.Errorf("%s: %d events accepted", tt.name, got)
+		}
+	}
+}
