@@ -78,6 +78,30 @@ func TestHostileTraceHeadersNeverFailAWrite(t *testing.T) {
 		{"xray version 2", map[string]string{"X-Amzn-Trace-Id": "Root=2-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8"}},
 		{"xray lineage and extra", map[string]string{"X-Amzn-Trace-Id": "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1;Lineage=a87bd80c:1|68fd508a:5;Foo=" + strings.Repeat("b", 2000)}},
 	}
+	// An idempotent replay whose trace context differs (an HTTP client's
+	// retry is a new span, often a new trace) is still recognised: 200,
+	// the first order, nothing written.
+	t.Run("idempotent replay with another trace", func(t *testing.T) {
+		body := `{"customer_id":"c-1","amount_minor":1999,"currency":"EUR"}`
+		var statuses []int
+		for i, h := range []string{tp, "00-5759e988bd862e3fe1be46a994272793-0123456789abcdef-00"} {
+			req, _ := http.NewRequest("POST", srv.URL+"/orders", strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Idempotency-Key", "trace-replay")
+			req.Header.Set("traceparent", h)
+			req.Header.Set("tracestate", fmt.Sprintf("a=%d", i))
+			resp, err := srv.Client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			statuses = append(statuses, resp.StatusCode)
+		}
+		if statuses[0] != http.StatusCreated || statuses[1] != http.StatusOK {
+			t.Fatalf("statuses %v, want [201 200]", statuses)
+		}
+	})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			send := func(method, path, body string) (int, string) {

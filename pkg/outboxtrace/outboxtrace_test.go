@@ -8,6 +8,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outboxtrace"
 )
 
@@ -106,6 +107,39 @@ func TestCaptureBoundsTraceState(t *testing.T) {
 		}
 		if _, err := trace.ParseTraceState(got); err != nil {
 			t.Errorf("%s: result does not parse: %v", tt.name, err)
+		}
+	}
+}
+
+// TestCaptureHostileLambdaXRayHeader: whatever X-Ray header the Lambda
+// runtime hands the invocation (a caller's Root can reach it), Capture
+// stores nothing or a traceparent the write side accepts
+// (outbox.Envelope.CheckTrace), never the header's bytes.
+func TestCaptureHostileLambdaXRayHeader(t *testing.T) {
+	const ok = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1"
+	for _, h := range []string{
+		ok,
+		ok + ";Lineage=a87bd80c:1|68fd508a:5;Self=1-abc",
+		"Root=1-5759E988-BD862E3FE1BE46A994272793;Parent=53995C3F42CD8AD8;Sampled=1",
+		"Root=1-00000000-000000000000000000000000;Parent=53995c3f42cd8ad8",
+		"Root=1-5759e988-bd862e3fe1be46a994272793;Parent=0000000000000000",
+		"Root=1-5759e988-bd862e3fe1be46a994272793;Parent=" + strings.Repeat("a", 10_000),
+		"Root=1-5759e988-bd862e3fe1be46a994272793;Root=1-00000000-000000000000000000000000;Parent=53995c3f42cd8ad8",
+		"Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8\r\nX-Evil: 1",
+		"Root=2-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8",
+		"Root=1-5759e988-bd862e3fe1be46a99427279é;Parent=53995c3f42cd8ad8",
+		";;;==;Root=;Parent",
+		"Sampled=1",
+	} {
+		//nolint:staticcheck // SA1029: aws-lambda-go's plain string key
+		ctx := context.WithValue(context.Background(), outboxtrace.LambdaTraceKey, h)
+		tp, ts := outboxtrace.Capture(ctx)
+		env := outbox.Envelope{TraceParent: tp, TraceState: ts}
+		if err := env.CheckTrace(); err != nil {
+			t.Errorf("Capture(%.60q) = %q, %q: %v", h, tp, ts, err)
+		}
+		if h == ok && tp != "00-5759e988bd862e3fe1be46a994272793-53995c3f42cd8ad8-01" {
+			t.Errorf("Capture of a valid header = %q", tp)
 		}
 	}
 }
