@@ -85,7 +85,7 @@ func TestHostileTraceHeadersNeverFailAWrite(t *testing.T) {
 		body := `{"customer_id":"c-1","amount_minor":1999,"currency":"EUR"}`
 		var statuses []int
 		for i, h := range []string{tp, "00-5759e988bd862e3fe1be46a994272793-0123456789abcdef-00"} {
-			req, _ := http.NewRequest("POST", srv.URL+"/orders", strings.NewReader(body))
+			req, _ := http.NewRequest(http.MethodPost, srv.URL+"/orders", strings.NewReader(body))
 			req.Header.Set("Content-Type", "application/json")
 			req.Header.Set("Idempotency-Key", "trace-replay")
 			req.Header.Set("traceparent", h)
