@@ -24,6 +24,7 @@ import (
 // pending index, claimed, re-published through the relay's Publisher and
 // marked through its Marker. On AWS, an EventBridge schedule invokes
 // Reconciler.Handle; here Run is called once with a clock 10 minutes ahead.
+// The report counts what is still pending after the run's repair: 0.
 //
 // The example runs against Dynoxide, a local DynamoDB-compatible server
 // (make deps installs it), and the local EventBridge bus.
@@ -109,7 +110,7 @@ func Example_sweepWhatTheRelayMissed() {
 	rep, err = rc.Run(ctx)
 	fmt.Printf("next run: pending=%d resent=%d err=%v\n", rep.Pending, rep.Resent, err)
 	// Output:
-	// run: pending=1 resent=1 parked=0 failed=0 err=<nil>
+	// run: pending=0 resent=1 parked=0 failed=0 err=<nil>
 	// record: PUBLISHED
 	// next run: pending=0 resent=0 err=<nil>
 }
