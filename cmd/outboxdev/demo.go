@@ -47,7 +47,9 @@ func runDemo(ctx context.Context, args []string) error {
 	})
 	fmt.Printf("driven in %s: %s\n", rep.Elapsed.Round(time.Millisecond), rep)
 	fmt.Println("draining the pipeline ...")
-	dctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	// Bounded by the ordered consumers' hold (a held event waits up to
+	// 321 s in all before it is dead-lettered; typically seconds).
+	dctx, cancel := context.WithTimeout(ctx, demoSettleTimeout)
 	defer cancel()
 	if err := s.Drain(dctx); err != nil {
 		return err
@@ -92,7 +94,7 @@ func runDemoAttached(ctx context.Context, orders, conc int, seed uint64) error {
 	})
 	fmt.Printf("driven in %s: %s\n", rep.Elapsed.Round(time.Millisecond), rep)
 	fmt.Println("waiting for the pipeline to settle ...")
-	wctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	wctx, cancel := context.WithTimeout(ctx, demoSettleTimeout)
 	defer cancel()
 	a, err := s.WaitSettled(wctx, time.Second)
 	if err != nil {
@@ -108,3 +110,8 @@ func runDemoAttached(ctx context.Context, orders, conc int, seed uint64) error {
 	}
 	return nil
 }
+
+// demoSettleTimeout bounds the wait for the pipeline after driving: longer
+// than an ordered consumer's whole hold (app.retryDelay, 321 s), so a demo
+// never fails while an event is still legitimately held.
+const demoSettleTimeout = 6 * time.Minute

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -168,35 +169,52 @@ const MaxVisibilityTimeout = 12 * time.Hour
 // dedup.ErrSequenceGap)), dead-lettered with sequence_gap on receive
 // gapMax, must wait longer than the event it waits for can spend failing,
 // or a gap would be dead-lettered while its missing event is still being
-// retried: it comes back after min(HeldRetryBase, most) on its first
-// receive, then after failed(n)·k on receives 2..gapMax-1, k chosen so that
-// the hold lasts at least W + failed(1) (one base delay for the missing
-// event's arrival lag). With base 10 s, most 180 s and gapMax 5 (the stack's
-// defaults): W = 10+20+40+80+160 = 310 s and the held delays are 1 s, 46 s,
-// 92 s, 183 s (322 s). With gapMax ≤ 2 there is no early retry: the first
-// wait is the whole W + failed(1). Delays are capped at
-// MaxVisibilityTimeout.
+// retried. So its waits grow geometrically from min(HeldRetryBase, most)
+// — early retries catch the common case of a predecessor a few hundred
+// milliseconds or seconds behind — by the ratio that makes the whole hold
+// (receives 1..gapMax-1) at least W + failed(1) (one base delay for the
+// missing event's arrival lag), each wait rounded up to the second. With
+// base 10 s, most 180 s and gapMax 5 (the stack's defaults): W = 10 + 20 +
+// 40 + 80 + 160 = 310 s and the held waits are 1, 7, 42, 271 s (321 s).
+// With gapMax ≤ 2 there is no early retry: the one wait is W + failed(1).
+// Delays are capped at MaxVisibilityTimeout.
 func retryDelay(base, most time.Duration, gapMax int) func(int, error) time.Duration {
 	failed := sqsconsumer.RetryDelays(base, most)
 	var window time.Duration
 	for n := 1; n <= gapMax; n++ {
 		window += failed(n, nil)
 	}
-	target := window + failed(1, nil)
-	first := min(HeldRetryBase, most)
-	var shape time.Duration
-	for n := 2; n < gapMax; n++ {
-		shape += failed(n, nil)
+	target := float64(window + failed(1, nil))
+	first := float64(min(HeldRetryBase, most))
+	// ratio r ≥ 1 with first·(1 + r + … + r^(gapMax-2)) ≥ target, by bisection
+	sum := func(r float64) float64 {
+		t, term := 0.0, first
+		for n := 1; n < gapMax; n++ {
+			t += term
+			term *= r
+		}
+		return t
 	}
+	lo, hi := 1.0, 2.0
+	for sum(hi) < target && hi < 1e9 {
+		hi *= 2
+	}
+	for range 100 {
+		if mid := (lo + hi) / 2; sum(mid) < target {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	ratio := hi
 	held := func(n int) time.Duration {
 		switch {
 		case gapMax <= 2:
-			return target
+			return time.Duration(target)
 		case n <= 1:
-			return first
+			return time.Duration(first)
 		}
-		// failed(n) · (target − first) / shape, rounded up to the second
-		d := time.Duration(float64(failed(min(n, gapMax-1), nil)) * float64(target-first) / float64(shape))
+		d := time.Duration(first * math.Pow(ratio, float64(min(n, gapMax-1)-1)))
 		return (d + time.Second - 1).Truncate(time.Second)
 	}
 	return func(n int, err error) time.Duration {

@@ -144,8 +144,9 @@ func TestRetryDelayHeldEventsComeBackSooner(t *testing.T) {
 		err  error
 		want time.Duration
 	}{
-		// 1 s first; then 20, 40, 80 s scaled by 319/140 and rounded up
-		{1, held, time.Second}, {2, held, 46 * time.Second}, {3, held, 92 * time.Second}, {4, held, 183 * time.Second},
+		// 1 s first, then growing by the ratio r (≈ 6.47) with
+		// 1 + r + r² + r³ = 320 s, rounded up to the second
+		{1, held, time.Second}, {2, held, 7 * time.Second}, {3, held, 42 * time.Second}, {4, held, 271 * time.Second},
 		{1, failed, 10 * time.Second}, {2, failed, 20 * time.Second}, {4, failed, 80 * time.Second}, {5, failed, 160 * time.Second}, {9, failed, 180 * time.Second},
 	} {
 		if got := d(tc.n, tc.err); got != tc.want {

@@ -145,7 +145,7 @@ const (
 	// redelivery. It equals DefaultConsumerMaxReceiveCount, the last receive
 	// the queue's redrive policy allows, and the held event's waits are
 	// longer than the missing event's whole retry window on the queue
-	// (app.retryDelay: 1 + 46 + 92 + 183 = 322 s against 310 s), so a gap
+	// (app.retryDelay: 1 + 7 + 42 + 271 = 321 s against 310 s), so a gap
 	// is dead-lettered, with a reason, only once the missing event was
 	// dead-lettered, parked or stuck upstream. Set it to the queue's
 	// maxReceiveCount when that differs (dedup.ConsumerConfig.GapMaxReceives;
