@@ -49,7 +49,7 @@ trace-screenshot: deps $(OUTBOXDEV) $(JAEGER) ## one order traced into Jaeger (r
 	exec $(OUTBOXDEV) trace-screenshot $(ARGS)
 # ------------------------------------------------------------------------------
 
-dev: deps $(OUTBOXDEV) $(if $(findstring -trace,$(ARGS)),$(JAEGER)) ## run the whole stack locally: Dynoxide, tables, API on :8080, relay, consumers, reconciler (ARGS='-data dev.db' keeps data; ARGS=-trace: traces in Jaeger)
+dev: deps $(OUTBOXDEV) $(if $(findstring -trace,$(ARGS)),$(JAEGER)) ## run the whole stack locally: Dynoxide, tables, API on :8080, relay, consumers, reconciler (ARGS='-data .outboxdev/dev.db' keeps data; ARGS=-trace: traces in Jaeger)
 	exec $(OUTBOXDEV) dev $(ARGS)
 
 demo: deps $(OUTBOXDEV) ## drive a few hundred orders through a fresh local stack (ARGS=-attach: the one make dev runs), audit, print the summary

@@ -1,0 +1,59 @@
+package config_test
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestREADMEConfigurationListsEveryVariable keeps the README's
+// Configuration table complete: every Env* constant of this package (the
+// names the functions read and the construct sets) must appear in it as
+// `NAME`.
+func TestREADMEConfigurationListsEveryVariable(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := strings.Index(string(readme), "## Configuration")
+	end := strings.Index(string(readme), "## Deploy")
+	if start < 0 || end < start {
+		t.Fatal("README has no Configuration section before Deploy")
+	}
+	section := string(readme[start:end])
+	f, err := parser.ParseFile(token.NewFileSet(), "config.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, d := range f.Decls {
+		g, ok := d.(*ast.GenDecl)
+		if !ok || g.Tok != token.CONST {
+			continue
+		}
+		for _, spec := range g.Specs {
+			vs := spec.(*ast.ValueSpec)
+			for i, name := range vs.Names {
+				if !strings.HasPrefix(name.Name, "Env") || i >= len(vs.Values) {
+					continue
+				}
+				lit, ok := vs.Values[i].(*ast.BasicLit)
+				if !ok || lit.Kind != token.STRING {
+					continue
+				}
+				v, _ := strconv.Unquote(lit.Value)
+				n++
+				if !strings.Contains(section, "`"+v+"`") {
+					t.Errorf("%s (%s) is missing from the README's Configuration table", name.Name, v)
+				}
+			}
+		}
+	}
+	if n < 20 {
+		t.Fatalf("found only %d Env constants in config.go: the parse is wrong", n)
+	}
+}
