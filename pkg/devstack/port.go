@@ -72,3 +72,21 @@ func socketOwner(inode string) (string, string) {
 	}
 	return "", ""
 }
+
+// checkFree reports whether addr ("host:port") can be listened on now, with
+// the error Start would return later (naming the holder), so that a stack
+// whose ports are taken fails before it starts Dynoxide on a data file
+// another stack may be using. An empty addr or port 0 is always free.
+func checkFree(what, addr string) error {
+	if addr == "" {
+		return nil
+	}
+	if _, port, err := net.SplitHostPort(addr); err == nil && port == "0" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("devstack: %s: listen on %s: %w%s", what, addr, err, portHolder(addr))
+	}
+	return ln.Close()
+}

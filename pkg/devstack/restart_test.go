@@ -119,3 +119,24 @@ func TestPortInUseNamesTheHolder(t *testing.T) {
 		t.Fatalf("Start = %v, want it to name pid %d", err, os.Getpid())
 	}
 }
+
+// TestPortInUseStartsNoServerOnTheDataFile: a second stack whose port is
+// taken fails before it starts Dynoxide, so it never opens the data file
+// a running stack may be using.
+func TestPortInUseStartsNoServerOnTheDataFile(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	data := filepath.Join(t.TempDir(), "state", "dev.db")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err = devstack.Start(ctx, devstack.Options{AWSAddr: ln.Addr().String(), DataFile: data, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err == nil || !strings.Contains(err.Error(), "AWS front") {
+		t.Fatalf("Start = %v, want the AWS front's port refused", err)
+	}
+	if _, err := os.Stat(filepath.Dir(data)); !os.IsNotExist(err) {
+		t.Fatalf("the data file's directory exists (%v): Dynoxide was started before the port check", err)
+	}
+}

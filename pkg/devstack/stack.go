@@ -276,6 +276,14 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 			s.Close()
 		}
 	}()
+	// Ports first: a second stack must not start a Dynoxide on the data
+	// file of a running one before it finds its ports taken.
+	if err := checkFree("API", opts.APIAddr); err != nil {
+		return nil, err
+	}
+	if err := checkFree("AWS front", opts.AWSAddr); err != nil {
+		return nil, err
+	}
 	if s.Endpoint == "" {
 		if opts.DataFile != "" {
 			if err := os.MkdirAll(filepath.Dir(opts.DataFile), 0o755); err != nil {
