@@ -216,7 +216,7 @@ func (b *benchRun) markdown() string {
 	p("")
 	p("## a2) Cost of order: ordered consumers beside an unordered one")
 	p("")
-	p("Commit → applied per consumer. The ledger and the notifier apply an order's events in sequence order (an event that arrives before the one it follows waits for redelivery: 1 s on its first receive, then 10 s doubling); fulfilment applies whatever arrives. The `late deliveries` level makes a share of the bus's deliveries 100–600 ms late, so later events overtake earlier ones.")
+	p("Commit → applied per consumer. The ledger and the notifier apply an order's events in sequence order (an event that arrives before the one it follows waits for redelivery: 1 s on its first receive, then 7, 42 and 271 s, a 321 s bound before sequence_gap); fulfilment applies whatever arrives. The `late deliveries` level makes a share of the bus's deliveries 100–600 ms late, so later events overtake earlier ones.")
 	p("")
 	p("| level | consumer | events | p50 ms | p95 ms | p99 ms | max ms |")
 	p("|---|---|---|---|---|---|---|")
