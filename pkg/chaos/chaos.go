@@ -543,27 +543,31 @@ func drainRedriveAndAudit(ctx context.Context, s *devstack.Stack, inj *faults.In
 		return devstack.Audit{}, c, err
 	}
 	inj.EndOutages()
-	// Ordered consumers hold an aggregate's later events behind a parked
-	// one: redrive those parked records first and let the reconciler
-	// publish them, then redrive the consumer DLQs.
-	parked, n, err := redriveParkedPredecessors(ctx, s)
-	if err != nil {
-		return devstack.Audit{}, c, err
-	}
-	c.parked, c.parkedRedriven = parked, n
-	if n > 0 {
-		// the reconciler publishes them (drainAndAudit waits for no record
-		// pending; its losses are the held events the DLQ redrive below
-		// brings back)
-		if _, err := drainAndAudit(ctx, s); err != nil {
-			return devstack.Audit{}, c, err
-		}
-	}
 	// An event redriven can fail again while the pipeline settles (an
 	// ordered consumer waiting for an event redriven with it, a
 	// cancellation that overtook its payment): like an operator, redrive
-	// until the DLQs stay empty after a drain (bounded rounds).
+	// until the DLQs stay empty after a drain (bounded rounds). Each round
+	// first redrives the parked records an ordered consumer waits for (a
+	// record can be parked during the rounds too: a re-send refused for
+	// good) and lets the reconciler publish them, then the consumer DLQs.
+	c.parked = map[string][]int64{}
 	for round := 0; round < maxRedriveRounds; round++ {
+		parked, n, err := redriveParkedPredecessors(ctx, s)
+		if err != nil {
+			return devstack.Audit{}, c, err
+		}
+		for agg, seqs := range parked {
+			c.parked[agg] = append(c.parked[agg], seqs...)
+		}
+		c.parkedRedriven += n
+		if n > 0 {
+			// the reconciler publishes them (drainAndAudit waits for no
+			// record pending; its losses are the held events the DLQ
+			// redrive below brings back)
+			if _, err := drainAndAudit(ctx, s); err != nil {
+				return devstack.Audit{}, c, err
+			}
+		}
 		moved := 0
 		for name, p := range s.Consumers {
 			n, err := sqsconsumer.Redrive(ctx, p.DLQ, p.DLQ.URL(), p.Queue, p.Queue.URL(), sqsconsumer.RedriveOptions{
