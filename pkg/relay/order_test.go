@@ -169,10 +169,11 @@ func sorted(s []string) []string {
 	return out
 }
 
-// TestPublishInOrderCalls states the cost of waves in PutEvents calls for a
-// stream batch of 100 small events: ceil(|wave|/10) per wave, so
-// per-aggregate order is free when each aggregate has one event in the
-// batch and costs one call per event when all 100 are one aggregate's.
+// TestPublishInOrderCalls states the cost of per-aggregate order in
+// PutEvents calls for a stream batch of 100 small events of equal-length
+// aggregates: free while no aggregate has more than 10 events in the
+// batch, one call per event when all 100 are one aggregate's (mixed
+// lengths: TestPublishInOrderPacksPartialWaves).
 func TestPublishInOrderCalls(t *testing.T) {
 	t.Parallel()
 	tests := []struct {

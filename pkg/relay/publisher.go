@@ -290,16 +290,38 @@ type entry struct {
 // the trace to the targets. Tracing off: no span, and the TraceHeader only
 // forwards a stored context.
 func (p *Publisher) Publish(ctx context.Context, envs []outbox.Envelope) []Result {
+	return p.publish(ctx, envs, nil)
+}
+
+// builtEntry is an envelope turned into a request entry (ok), or the
+// permanent failure that keeps it from being sent.
+type builtEntry struct {
+	e   entry
+	res Result
+	ok  bool
+}
+
+// publish is Publish with the entries already built (PublishInOrder builds
+// them once for its schedule); built, when not nil, has envs' length and
+// built[i].e.idx is ignored.
+func (p *Publisher) publish(ctx context.Context, envs []outbox.Envelope, built []builtEntry) []Result {
 	results := make([]Result, len(envs))
 	pt := startPublishSpans(ctx, envs)
 	defer pt.end(results)
 	pending := make([]entry, 0, len(envs))
 	for i, env := range envs {
-		e, res, ok := p.buildEntry(i, env)
+		var b builtEntry
+		if built != nil {
+			b = built[i]
+		} else {
+			b.e, b.res, b.ok = p.buildEntry(i, env)
+		}
+		e, res, ok := b.e, b.res, b.ok
 		if !ok {
 			results[i] = res
 			continue
 		}
+		e.idx = i
 		if h := pt.header(i); h != "" {
 			e.req.TraceHeader = aws.String(h)
 		}

@@ -112,9 +112,11 @@ type work struct {
 //     anything is published: the whole batch is retried, never acknowledged.
 //   - A record whose NewImage does not decode as an outbox record (poison) is
 //     parked, keyed by the record's Keys.
-//   - Decodable records are published in waves (Publisher.PublishInOrder):
-//     wave k holds the k-th event of every aggregate in the batch, ordered
-//     by key (sequence, index). When an aggregate's event is not published
+//   - Decodable records are published in order (Publisher.PublishInOrder):
+//     an aggregate's event, ordered by key (sequence, index), is sent only
+//     after its previous one in the batch was answered, in calls packed to
+//     the floor (10 calls per 100 events unless one aggregate has more than
+//     10 events in the batch). When an aggregate's event is not published
 //     (a retryable failure), its later events in the batch are held back
 //     (not sent, ErrorCode CodeHeldBack) while other aggregates flow, so an
 //     aggregate's events never overtake each other on redelivery (I4).
