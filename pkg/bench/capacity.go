@@ -21,6 +21,39 @@ const (
 	DocLambdaQuota      = "https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html"
 	DocSQSQuota         = "https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/quotas-messages.html"
 	DocSQSScaling       = "https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-scaling.html"
+	// DocSQSScalingConfig: MaximumConcurrency 2..1000.
+	DocSQSScalingConfig = "https://docs.aws.amazon.com/lambda/latest/dg/API_ScalingConfig.html"
+	// DocSQSProvisioned: provisioned mode, MinimumPollers ≥ 2, MaximumPollers
+	// (SQS: default 200; the API reference says up to 2,000 in one version
+	// and 10,000 in another), each poller ≈ 5 MB/s.
+	DocSQSProvisioned = "https://docs.aws.amazon.com/lambda/latest/api/API_ProvisionedPollerConfig.html"
+	// DocSQSProvisionedBlog: provisioned mode "up to 20,000 concurrency"
+	// (AWS News Blog, 2025-11-14).
+	DocSQSProvisionedBlog = "https://aws.amazon.com/blogs/aws/aws-lambda-enhances-sqs-processing-with-new-provisioned-mode-3x-faster-scaling-16x-higher-capacity"
+	// DocSQSQueueQuota: about 120,000 in-flight messages per standard queue.
+	DocSQSQueueQuota = "https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/quotas-queues.html"
+	// DocSQSThroughput: standard queues, "a nearly unlimited number of API
+	// calls per second, per API action".
+	DocSQSThroughput = "https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/DistributedQueues.html"
+	// DocLambdaScaling: 1,000 execution environments every 10 s per function.
+	DocLambdaScaling = "https://docs.aws.amazon.com/lambda/latest/dg/scaling-behavior.html"
+)
+
+// Documented ceilings of the consumers' SQS event source mapping.
+const (
+	// MaxConsumerMaxConcurrency is the largest MaximumConcurrency
+	// (ScalingConfig, DocSQSScalingConfig).
+	MaxConsumerMaxConcurrency = 1000
+	// ProvisionedInvokesPerPoller and MaxProvisionedConcurrency: in
+	// provisioned mode each event poller runs up to 10 concurrent invokes,
+	// up to 20,000 per mapping (DocSQSProvisionedBlog; AWS's scaling page
+	// says "up to 16 times higher processing capacity" than standard
+	// mode's 1,250). Not confirmed on an API reference page.
+	ProvisionedInvokesPerPoller = 10
+	MaxProvisionedConcurrency   = 20000
+	// SQSInFlightPerQueue is a standard queue's in-flight message quota
+	// (about 120,000; DocSQSQueueQuota).
+	SQSInFlightPerQueue = 120000
 )
 
 // RegionQuota is EventBridge's default PutEvents and target-invocation
@@ -85,22 +118,77 @@ type CapacityInputs struct {
 	ParallelizationFactor  int     `json:"parallelization_factor"`
 	// ConsumerMaxConcurrency is each consumer's SQS event source mapping
 	// MaximumConcurrency (the stack's config.DefaultConsumerMaxConcurrency,
-	// 2..1000; 0: not modelled); a consumer handles a batch's messages one
-	// at a time, so it applies at most ConsumerMaxConcurrency ÷
-	// ConsumerSeconds deliveries/s. BusiestConsumerPerEvent is the
-	// deliveries per event of the consumer taking the most (BusiestConsumer).
-	ConsumerMaxConcurrency  int     `json:"consumer_max_concurrency"`
-	BusiestConsumer         string  `json:"busiest_consumer"`
-	BusiestConsumerPerEvent float64 `json:"busiest_consumer_deliveries_per_event"`
+	// 2..1000; 0: not modelled). ConsumerProvisionedMaxPollers, when > 0,
+	// models the mapping in provisioned mode instead (the two exclude each
+	// other): at most ProvisionedInvokesPerPoller invokes per poller.
+	// BusiestConsumerPerEvent is the deliveries per event of the consumer
+	// taking the most (BusiestConsumer).
+	ConsumerMaxConcurrency        int     `json:"consumer_max_concurrency"`
+	ConsumerProvisionedMaxPollers int     `json:"consumer_provisioned_max_pollers,omitempty"`
+	BusiestConsumer               string  `json:"busiest_consumer"`
+	BusiestConsumerPerEvent       float64 `json:"busiest_consumer_deliveries_per_event"`
+	// ConsumerBatchSize is the mapping's BatchSize N (the stack's
+	// config.DefaultConsumerBatchSize; 0 or 1: one message per
+	// invocation). A consumer processes a batch's messages grouped by
+	// aggregate, each group in sequence, groups at once (pkg/sqsconsumer),
+	// so an invocation of N messages takes the time of its messages ÷
+	// ConsumerParallel() = min(N, ConsumerGroupsPerBatch,
+	// ConsumerGroupConcurrency) rather than their sum: an assumption (the
+	// groups' messages take equal time and the function's CPU does not
+	// bind; DynamoDB round trips dominate a delivery).
+	// ConsumerGroupsPerBatch is the distinct aggregates expected among a
+	// batch's N messages (0: N); ConsumerGroupConcurrency bounds the
+	// groups run at once (0: no bound).
+	ConsumerBatchSize        int     `json:"consumer_batch_size"`
+	ConsumerGroupsPerBatch   float64 `json:"consumer_groups_per_batch"`
+	ConsumerGroupConcurrency int     `json:"consumer_group_concurrency,omitempty"`
 	// HotItemPerEvent is the writes per event to one item every event of a
 	// kind touches (the example ledger's per-currency balance: one
-	// transactional update per OrderPaid, 2 WCU), against PartitionWCU. 0:
-	// none.
+	// transactional update per OrderPaid, 2 WCU), against PartitionWCU,
+	// spread over HotItemShards write shards (0 or 1: one item). 0: none.
 	HotItemPerEvent float64 `json:"hot_item_wcu_per_event"`
+	HotItemShards   int     `json:"hot_item_shards,omitempty"`
 	// USDPerMillion is the cost model's USD per million events.
 	USDPerMillion float64 `json:"usd_per_million_events"`
 	// Utilisation is the share of a limit a plan allows itself (0.8).
 	Utilisation float64 `json:"utilisation"`
+}
+
+// ConsumerParallel is the messages a consumer invocation processes at
+// once: min(batch size, groups per batch, group bound), at least 1.
+func (in CapacityInputs) ConsumerParallel() float64 {
+	n := float64(max(in.ConsumerBatchSize, 1))
+	p := n
+	if in.ConsumerGroupsPerBatch > 0 {
+		p = min(p, in.ConsumerGroupsPerBatch)
+	}
+	if in.ConsumerGroupConcurrency > 0 {
+		p = min(p, float64(in.ConsumerGroupConcurrency))
+	}
+	return max(p, 1)
+}
+
+// ConsumerInvocationSeconds is one consumer invocation's time for a full
+// batch: N deliveries × ConsumerSeconds ÷ ConsumerParallel().
+func (in CapacityInputs) ConsumerInvocationSeconds() float64 {
+	return float64(max(in.ConsumerBatchSize, 1)) * in.ConsumerSeconds / in.ConsumerParallel()
+}
+
+// consumerConcurrency is the mapping's concurrency ceiling of the
+// configuration, and how it is set.
+func (in CapacityInputs) consumerConcurrency() (float64, string) {
+	if in.ConsumerProvisionedMaxPollers > 0 {
+		c := min(in.ConsumerProvisionedMaxPollers*ProvisionedInvokesPerPoller, MaxProvisionedConcurrency)
+		return float64(c), fmt.Sprintf("provisioned mode, MaximumPollers %d (× %d invokes)", in.ConsumerProvisionedMaxPollers, ProvisionedInvokesPerPoller)
+	}
+	return float64(in.ConsumerMaxConcurrency), fmt.Sprintf("MaximumConcurrency %d", in.ConsumerMaxConcurrency)
+}
+
+// lambdaSecondsPerEvent is the Lambda concurrency one event per second
+// holds: the API, each target consumer (its share of an invocation that
+// processes ConsumerParallel() messages at once), the relay.
+func (in CapacityInputs) lambdaSecondsPerEvent() float64 {
+	return in.APISeconds + in.TargetsPerEvent*in.ConsumerSeconds/in.ConsumerParallel() + in.RelaySecondsPerEvent
 }
 
 // Limit is one ceiling on sustained events/s.
@@ -111,7 +199,8 @@ type Limit struct {
 	Doc     string  `json:"doc"`
 }
 
-// Limits computes every ceiling of in, lowest first.
+// Limits computes every ceiling of in, lowest first. A ceiling whose
+// per-event figure is 0 (not measured) is left out.
 func (in CapacityInputs) Limits() []Limit {
 	div := func(a, b float64) float64 {
 		if b <= 0 {
@@ -119,7 +208,7 @@ func (in CapacityInputs) Limits() []Limit {
 		}
 		return a / b
 	}
-	perEventConc := in.APISeconds + in.TargetsPerEvent*in.ConsumerSeconds + in.RelaySecondsPerEvent
+	perEventConc := in.lambdaSecondsPerEvent()
 	ls := []Limit{
 		{"pending index: one partition-key value per shard, 1,000 WCU/s each", div(float64(in.PendingShards)*in.PartitionWCU, in.PendingWCUPerEvent),
 			fmt.Sprintf("PENDING_SHARDS (now %d, at most %d)", in.PendingShards, in.MaxPendingShards), DocPartitionLimit},
@@ -134,17 +223,37 @@ func (in CapacityInputs) Limits() []Limit {
 		{"DynamoDB on-demand table quota, dedup table", div(in.TableWRUQuota, in.DedupWRUPerEvent),
 			fmt.Sprintf("table WRU quota (now %.0f/s, adjustable)", in.TableWRUQuota), DocTableQuota},
 	}
-	if in.ConsumerMaxConcurrency > 0 {
-		ls = append(ls, Limit{fmt.Sprintf("consumer SQS event source mapping MaximumConcurrency %d, one message at a time (%s)", in.ConsumerMaxConcurrency, in.BusiestConsumer),
-			div(float64(in.ConsumerMaxConcurrency), in.ConsumerSeconds*in.BusiestConsumerPerEvent),
-			fmt.Sprintf("consumer MaximumConcurrency (now %d, 2..1000)", in.ConsumerMaxConcurrency), DocSQSScaling})
+	if conc, how := in.consumerConcurrency(); conc > 0 {
+		par := in.ConsumerParallel()
+		ls = append(ls, Limit{fmt.Sprintf("consumer SQS event source mapping %s, %s messages at once per invocation (batch %d; %s)",
+			how, fmtNum(par), max(in.ConsumerBatchSize, 1), in.BusiestConsumer),
+			div(conc*par, in.ConsumerSeconds*in.BusiestConsumerPerEvent),
+			fmt.Sprintf("consumer MaximumConcurrency (now %d, 2..%d) or provisioned mode (≤ %d concurrent invokes)", in.ConsumerMaxConcurrency, MaxConsumerMaxConcurrency, MaxProvisionedConcurrency), DocSQSScaling})
+		if inv := in.ConsumerInvocationSeconds(); inv > 0 {
+			ls = append(ls, Limit{fmt.Sprintf("SQS standard queue in-flight messages (about %s per queue; a message is in flight for one invocation, %.0f ms)", fmtNum(SQSInFlightPerQueue), inv*1000),
+				div(SQSInFlightPerQueue, inv*in.BusiestConsumerPerEvent), "one queue per consumer (split a consumer's queue)", DocSQSQueueQuota})
+		}
 	}
 	if in.HotItemPerEvent > 0 {
-		ls = append(ls, Limit{"example app: the ledger's per-currency balance, one item (1,000 WCU/s)", div(in.PartitionWCU, in.HotItemPerEvent),
-			"not a setting: split the balance item (app change)", DocPartitionLimit})
+		shards := max(in.HotItemShards, 1)
+		name := "example app: the ledger's per-currency balance, one item (1,000 WCU/s)"
+		if shards > 1 {
+			name = fmt.Sprintf("example app: the ledger's per-currency balance, %d write shards (1,000 WCU/s each)", shards)
+		}
+		ls = append(ls, Limit{name, div(float64(shards)*in.PartitionWCU, in.HotItemPerEvent),
+			"not a setting: more balance write shards (app change)", DocPartitionLimit})
 	}
-	sort.SliceStable(ls, func(i, j int) bool { return ls[i].PerSec < ls[j].PerSec })
-	return ls
+	// A ceiling whose per-event cost was not measured (0: no cloud-latency
+	// level) is not a limit the model knows: left out, never +Inf (which
+	// JSON cannot carry).
+	out := ls[:0]
+	for _, l := range ls {
+		if !math.IsInf(l.PerSec, 0) && !math.IsNaN(l.PerSec) {
+			out = append(out, l)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].PerSec < out[j].PerSec })
+	return out
 }
 
 // ShardCheck compares one stream shard's relay rate with the most events a
@@ -196,7 +305,7 @@ func (in CapacityInputs) PlanFor(target float64) Plan {
 	if q := math.Ceil(need * in.TargetsPerEvent); q > in.Quota.InvocationsTPS {
 		p.Changes = append(p.Changes, fmt.Sprintf("invocations quota ≥ %.0f/s", q))
 	}
-	if c := math.Ceil(need * (in.APISeconds + in.TargetsPerEvent*in.ConsumerSeconds + in.RelaySecondsPerEvent)); c > in.LambdaConcurrency {
+	if c := math.Ceil(need * in.lambdaSecondsPerEvent()); c > in.LambdaConcurrency {
 		p.Changes = append(p.Changes, fmt.Sprintf("Lambda concurrency ≥ %.0f", c))
 	}
 	for _, t := range []struct {
@@ -207,18 +316,23 @@ func (in CapacityInputs) PlanFor(target float64) Plan {
 			p.Changes = append(p.Changes, fmt.Sprintf("%s table WRU quota ≥ %.0f/s", t.name, w))
 		}
 	}
-	if in.ConsumerMaxConcurrency > 0 {
-		if c := int(math.Ceil(need * in.ConsumerSeconds * in.BusiestConsumerPerEvent)); c > in.ConsumerMaxConcurrency {
-			if c > 1000 {
-				p.Reachable = false
-				p.Changes = append(p.Changes, fmt.Sprintf("consumer MaximumConcurrency %d: beyond 1000", c))
-			} else {
-				p.Changes = append(p.Changes, fmt.Sprintf("consumer MaximumConcurrency=%d", c))
-			}
+	if conc, _ := in.consumerConcurrency(); conc > 0 {
+		c := int(math.Ceil(need * in.ConsumerSeconds * in.BusiestConsumerPerEvent / in.ConsumerParallel()))
+		switch {
+		case float64(c) <= conc:
+		case c <= MaxConsumerMaxConcurrency && in.ConsumerProvisionedMaxPollers == 0:
+			p.Changes = append(p.Changes, fmt.Sprintf("consumer MaximumConcurrency=%d", c))
+		case c <= MaxProvisionedConcurrency:
+			p.Changes = append(p.Changes, fmt.Sprintf("consumer mappings in provisioned mode, MaximumPollers=%d", (c+ProvisionedInvokesPerPoller-1)/ProvisionedInvokesPerPoller))
+		default:
+			p.Reachable = false
+			p.Changes = append(p.Changes, fmt.Sprintf("consumer concurrency %d: beyond provisioned mode's %d", c, MaxProvisionedConcurrency))
 		}
 	}
-	if in.HotItemPerEvent > 0 && need*in.HotItemPerEvent > in.PartitionWCU {
-		p.Changes = append(p.Changes, "example app: split the ledger's balance item")
+	if in.HotItemPerEvent > 0 {
+		if s := int(math.Ceil(need * in.HotItemPerEvent / in.PartitionWCU)); s > max(in.HotItemShards, 1) {
+			p.Changes = append(p.Changes, fmt.Sprintf("example app: the ledger's balance in ≥ %d write shards", s))
+		}
 	}
 	// One stream shard takes at most its partition's write ceiling (and at
 	// most the whole load): the relay of a shard must keep up with that.
@@ -237,4 +351,21 @@ func (in CapacityInputs) PlanFor(target float64) Plan {
 		p.Changes = []string{"none (defaults)"}
 	}
 	return p
+}
+
+// fmtNum prints v without a fraction when it is whole, with thousands
+// separators ("1,250", "2.5").
+func fmtNum(v float64) string {
+	if v != math.Trunc(v) {
+		return fmt.Sprintf("%.1f", v)
+	}
+	str := fmt.Sprintf("%.0f", v)
+	var out []byte
+	for i := range str {
+		if i > 0 && (len(str)-i)%3 == 0 && str[i-1] != '-' {
+			out = append(out, ',')
+		}
+		out = append(out, str[i])
+	}
+	return string(out)
 }

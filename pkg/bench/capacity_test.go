@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"encoding/json"
 	"math"
 	"strings"
 	"testing"
@@ -92,28 +93,114 @@ func TestCapacityPlanWorkedExample(t *testing.T) {
 	}
 }
 
-// The consumer and hot-item rows, by hand: MaximumConcurrency 2 ÷ (0.02 s ×
-// 1 delivery per event) = 100 events/s, the first limit; the ledger's
-// balance item 1,000 WCU/s ÷ 1 WCU per event = 1,000. For 1,000 events/s
-// (plan for 1,250): concurrency ⌈1,250 × 0.02 × 1⌉ = 25; 1,250 > 1,000 on
-// the balance item; for 100,000 (125,000): ⌈2,500⌉ > 1,000, unreachable.
+// The consumer and hot-item rows, by hand, one message per invocation
+// (batch size 0): MaximumConcurrency 2 ÷ (0.02 s × 1 delivery per event) =
+// 100 events/s, the first limit; the ledger's balance item 1,000 WCU/s ÷ 1
+// WCU per event = 1,000. For 1,000 events/s (plan for 1,250): concurrency
+// ⌈1,250 × 0.02 × 1⌉ = 25; ⌈1,250 ÷ 1,000⌉ = 2 balance shards. For 100,000
+// (125,000): ⌈2,500⌉ > 1,000 = MaximumConcurrency's ceiling → provisioned
+// mode, ⌈2,500 ÷ 10⌉ = 250 pollers; 125 balance shards. A consumer of 0.2 s
+// per delivery needs 25,000 > 20,000 (provisioned mode's ceiling):
+// unreachable.
 func TestCapacityConsumerConcurrencyAndHotItem(t *testing.T) {
 	t.Parallel()
 	in := workedExample()
 	in.ConsumerMaxConcurrency, in.ConsumerSeconds, in.BusiestConsumer, in.BusiestConsumerPerEvent = 2, 0.02, "notifier", 1
 	in.HotItemPerEvent = 1
 	ls := in.Limits()
-	if !strings.HasPrefix(ls[0].Name, "consumer SQS event source mapping MaximumConcurrency 2") || math.Abs(ls[0].PerSec-100) > 0.01 {
+	if !strings.HasPrefix(ls[0].Name, "consumer SQS event source mapping MaximumConcurrency 2, 1 messages at once") || math.Abs(ls[0].PerSec-100) > 0.01 {
 		t.Fatalf("first limit %q %.2f/s, want the consumer concurrency at 100/s", ls[0].Name, ls[0].PerSec)
 	}
 	if !strings.HasPrefix(ls[1].Name, "example app: the ledger") || math.Abs(ls[1].PerSec-1000) > 0.01 {
 		t.Fatalf("second limit %q %.2f/s, want the ledger balance at 1,000/s", ls[1].Name, ls[1].PerSec)
 	}
 	p := in.PlanFor(1000)
-	if got := strings.Join(p.Changes, "; "); !strings.Contains(got, "consumer MaximumConcurrency=25") || !strings.Contains(got, "split the ledger") || !p.Reachable {
+	if got := strings.Join(p.Changes, "; "); got != "consumer MaximumConcurrency=25; example app: the ledger's balance in ≥ 2 write shards" || !p.Reachable {
 		t.Errorf("plan 1,000/s = %q (reachable %v)", got, p.Reachable)
 	}
-	if p := in.PlanFor(100000); p.Reachable {
-		t.Errorf("100,000/s reachable with %v; needs consumer concurrency 2,500 > 1,000", p.Changes)
+	p = in.PlanFor(100000)
+	if got := strings.Join(p.Changes, "; "); !strings.Contains(got, "consumer mappings in provisioned mode, MaximumPollers=250") || !strings.Contains(got, "≥ 125 write shards") || !p.Reachable {
+		t.Errorf("plan 100,000/s = %q (reachable %v), want provisioned mode with 250 pollers and 125 balance shards", got, p.Reachable)
+	}
+	in.ConsumerSeconds = 0.2
+	if p := in.PlanFor(100000); p.Reachable || !strings.Contains(strings.Join(p.Changes, "; "), "consumer concurrency 25000: beyond provisioned mode's 20000") {
+		t.Errorf("100,000/s at 0.2 s per delivery: reachable %v with %v; needs 25,000 concurrent invokes > 20,000", p.Reachable, p.Changes)
+	}
+}
+
+// A batch's messages run at once, one group per aggregate, by hand: batch
+// 10, 5 aggregates per batch (each order's two events in one batch),
+// 16 ms per delivery: an invocation takes 10 × 16 ÷ 5 = 32 ms, so
+// MaximumConcurrency 2 applies 2 × 5 ÷ 0.016 = 625 events/s (one message at
+// a time: 125). Lambda: 1,000 ÷ (0.03 + 1.5 × 0.016 ÷ 5 + 0.001 = 0.0358 s)
+// ≈ 27,932.96. In flight: 120,000 ÷ 0.032 s = 3,750,000. A bound of 2
+// groups at once: 2 × 2 ÷ 0.016 = 250. 4 balance shards: 4,000. Plan for
+// 1,000 (1,250): concurrency ⌈1,250 × 0.016 ÷ 5⌉ = 4.
+func TestCapacityConsumerProcessesBatchConcurrently(t *testing.T) {
+	t.Parallel()
+	in := workedExample()
+	in.ConsumerMaxConcurrency, in.ConsumerSeconds, in.BusiestConsumer, in.BusiestConsumerPerEvent = 2, 0.016, "ledger", 1
+	in.ConsumerBatchSize, in.ConsumerGroupsPerBatch = 10, 5
+	in.HotItemPerEvent, in.HotItemShards = 1, 4
+	find := func(ls []Limit, prefix string) Limit {
+		t.Helper()
+		for _, l := range ls {
+			if strings.HasPrefix(l.Name, prefix) {
+				return l
+			}
+		}
+		t.Fatalf("no limit %q in %+v", prefix, ls)
+		return Limit{}
+	}
+	ls := in.Limits()
+	for _, w := range []struct {
+		prefix string
+		v      float64
+	}{
+		{"consumer SQS event source mapping MaximumConcurrency 2, 5 messages at once per invocation (batch 10; ledger)", 625},
+		{"Lambda concurrent", 27932.96},
+		{"SQS standard queue in-flight messages (about 120,000 per queue; a message is in flight for one invocation, 32 ms)", 3750000},
+		{"example app: the ledger's per-currency balance, 4 write shards", 4000},
+	} {
+		if l := find(ls, w.prefix); math.Abs(l.PerSec-w.v) > 0.01 || !strings.HasPrefix(l.Doc, "https://docs.aws.amazon.com/") {
+			t.Errorf("%q = %.2f/s (doc %s), want %.2f/s and an AWS doc", l.Name, l.PerSec, l.Doc, w.v)
+		}
+	}
+	if got := strings.Join(in.PlanFor(1000).Changes, "; "); got != "consumer MaximumConcurrency=4" {
+		t.Errorf("plan 1,000/s = %q, want consumer MaximumConcurrency=4", got)
+	}
+	in.ConsumerGroupConcurrency = 2
+	if l := find(in.Limits(), "consumer SQS"); math.Abs(l.PerSec-250) > 0.01 {
+		t.Errorf("two groups at once: %.2f/s, want 250", l.PerSec)
+	}
+	in.ConsumerGroupConcurrency, in.ConsumerProvisionedMaxPollers = 0, 2
+	if l := find(in.Limits(), "consumer SQS event source mapping provisioned mode, MaximumPollers 2"); math.Abs(l.PerSec-2*10*5/0.016) > 0.01 {
+		t.Errorf("provisioned mode, 2 pollers: %.2f/s, want %.2f", l.PerSec, 2*10*5/0.016)
+	}
+}
+
+// Without measured function times (a run without the cloud-latency level)
+// the Lambda and consumer ceilings are unknown: they are left out, not
+// +Inf, and the limits encode as JSON (make bench wrote an empty
+// bench-<ts>.json when one was +Inf).
+func TestCapacityLimitsWithoutMeasuredTimesEncode(t *testing.T) {
+	t.Parallel()
+	in := workedExample()
+	in.APISeconds, in.ConsumerSeconds, in.RelaySecondsPerEvent = 0, 0, 0
+	in.ConsumerMaxConcurrency, in.ConsumerBatchSize = 2, 10
+	ls := in.Limits()
+	for _, l := range ls {
+		if strings.HasPrefix(l.Name, "Lambda") || strings.HasPrefix(l.Name, "consumer") {
+			t.Errorf("unmeasured ceiling %q = %v listed", l.Name, l.PerSec)
+		}
+	}
+	if len(ls) != 5 {
+		t.Errorf("%d limits, want the 5 measured ones: %+v", len(ls), ls)
+	}
+	if _, err := json.Marshal(struct {
+		Limits []Limit
+		Plan   Plan
+	}{ls, in.PlanFor(1000)}); err != nil {
+		t.Errorf("limits do not encode: %v", err)
 	}
 }
