@@ -124,9 +124,13 @@ func runBench(ctx context.Context, args []string) error {
 
 	md := b.markdown()
 	if i := strings.LastIndex(md, "\n## Summary"); i >= 0 { // bench_cloud.go sections before the Summary
-		md = md[:i+1] + b.cloudMarkdown() + md[i+1:]
+		md = md[:i+1] + b.cloudMarkdown() + b.doneWhenMarkdown() + md[i+1:]
 	}
-	js, _ := json.MarshalIndent(r, "", "  ")
+	js, jerr := json.MarshalIndent(r, "", "  ")
+	if jerr != nil {
+		// Never an empty .json beside a report: say what failed.
+		js = []byte(fmt.Sprintf("{\"error\": %q}\n", "encode the report: "+jerr.Error()))
+	}
 	for name, data := range map[string][]byte{
 		"bench-" + ts + ".md": []byte(md), "bench-" + ts + ".json": js, "latest.md": []byte(md), "latest.json": js,
 	} {
@@ -139,6 +143,12 @@ func runBench(ctx context.Context, args []string) error {
 	fmt.Println(r.Summary)
 	if !r.AuditOK {
 		return bench.ErrAuditFailed
+	}
+	if jerr != nil {
+		return fmt.Errorf("bench: JSON report: %w", jerr)
+	}
+	if !r.InitOK {
+		return bench.ErrInitFailed
 	}
 	return nil
 }
@@ -579,7 +589,11 @@ func (b *benchRun) lambdas(ctx context.Context) error {
 	if b.f.skipLambda {
 		return nil
 	}
-	fns := []string{"api", "relay", "reconciler", "ledger", "notifier"}
+	// Every function make build builds (functions/<name>/main.go).
+	fns, err := bench.Functions("functions")
+	if err != nil {
+		return err
+	}
 	ldflags := []string{"-tags", "lambda.norpc,notrace", "-trimpath", "-ldflags=-s -w"}
 	for _, fn := range fns {
 		p := filepath.Join("dist", fn, "bootstrap")
@@ -618,22 +632,13 @@ func (b *benchRun) lambdas(ctx context.Context) error {
 	}
 	defer dx.Stop()
 	// A complete, minimal environment: dummy credentials, an explicit local
-	// endpoint, no shared config files, no instance metadata; never AWS.
-	env := []string{
-		"AWS_REGION=us-east-1", "AWS_ACCESS_KEY_ID=local", "AWS_SECRET_ACCESS_KEY=local",
-		"AWS_ENDPOINT_URL=" + dx.Endpoint, "AWS_EC2_METADATA_DISABLED=true",
-		"AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null",
-		"AWS_LAMBDA_FUNCTION_NAME=bench", "AWS_LAMBDA_FUNCTION_MEMORY_SIZE=128", "AWS_LAMBDA_FUNCTION_VERSION=$LATEST",
-		"AWS_LAMBDA_LOG_GROUP_NAME=/aws/lambda/bench", "AWS_LAMBDA_LOG_STREAM_NAME=bench",
-		config.EnvOutboxTable + "=bench-outbox", config.EnvOrdersTable + "=bench-orders", config.EnvDedupTable + "=bench-dedup",
-		config.EnvLedgerTable + "=bench-ledger", config.EnvNotificationsTable + "=bench-notifications",
-		config.EnvEventBusName + "=bench-bus", config.EnvParkedQueueURL + "=https://sqs.us-east-1.amazonaws.com/000000000000/bench-parked",
-		"AWS_ENDPOINT_URL_SQS=" + dx.Endpoint, "AWS_ENDPOINT_URL_EVENTBRIDGE=" + dx.Endpoint,
-	}
+	// endpoint, no shared config files, no instance metadata, every
+	// variable a function requires at init; never AWS.
+	env := bench.InitEnv(dx.Endpoint)
 	for _, fn := range fns {
 		lr := lambdaRow{Name: fn, DistBytes: bench.FileSize(filepath.Join("dist", fn, "bootstrap")), HostBytes: bench.FileSize(filepath.Join(tmp, fn))}
 		lr.Init = bench.MeasureInit(ctx, fn, filepath.Join(tmp, fn), env, b.f.initRuns)
-		progress("lambda: %-10s dist %5.1f MB, init median %.1f ms %s", fn, float64(lr.DistBytes)/1e6, lr.Init.MedianMs, lr.Init.Error)
+		progress("lambda: %-10s dist %5.1f MB, init median %s ms %s", fn, float64(lr.DistBytes)/1e6, lr.Init.Median(), lr.Init.Error)
 		b.rep.Lambdas = append(b.rep.Lambdas, lr)
 	}
 	return nil

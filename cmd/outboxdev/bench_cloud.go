@@ -17,6 +17,7 @@ import (
 	"runtime"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
@@ -181,6 +182,153 @@ func (b *benchRun) deriveCloud() {
 	if c.Noise.Verdict != "" {
 		r.Summary += fmt.Sprintf(" store_ratio_verdict=%s", c.Noise.Verdict)
 	}
+	r.DoneWhen = b.doneWhen()
+	r.Summary += " " + bench.DoneWhenSummary(r.DoneWhen)
+}
+
+// doneWhen puts each Done-when figure of issue 22 beside its target, from
+// this run's levels, prediction and capacity model. A figure whose level did
+// not run as the target defines it is NOT MEASURED, never guessed.
+func (b *benchRun) doneWhen() []bench.Figure {
+	r := &b.rep
+	c := b.cloudRep()
+	p99s := func(l *levelRun) map[string]float64 {
+		m := map[string]float64{}
+		for name, q := range l.Consumers {
+			if q.N > 0 {
+				m[name] = q.P99
+			}
+		}
+		return m
+	}
+	var figs []bench.Figure
+
+	// 25 orders/s: ordered beside unordered, and the 150 ms cap.
+	const at = 25.0
+	key, name := "ordered_p99_at_25_ms", "25 orders/s: the ordered consumers' p99 commit → applied beside the unordered consumer's"
+	target := fmt.Sprintf("≤ max(%.1f × unordered p99, unordered p99 + %d ms) and ≤ %d ms", bench.OrderCostRatio, bench.LocalOrderSlackMs, bench.OrderedP99CapMs)
+	var l25 *levelRun
+	for _, l := range r.Levels {
+		if l.OfferedPerSec == at {
+			l25 = l
+			break
+		}
+	}
+	if l25 == nil {
+		figs = append(figs, bench.Unmeasured(key, name, target, "no 25/s level in -loads"))
+	} else {
+		figs = append(figs, bench.OrderedLatencyFigure(key, name+" (`"+l25.Label+"`)", p99s(l25), orderedConsumers, bench.LocalOrderSlackMs, bench.OrderedP99CapMs))
+	}
+
+	// The closed loop of 16 clients.
+	var closed *levelRun
+	for _, l := range r.Levels {
+		if l.OfferedPerSec == 0 {
+			closed = l
+		}
+	}
+	pk, pn := "closed_loop_p99_ms", fmt.Sprintf("closed loop of %d clients: p99 commit → applied", bench.ClosedLoopClients)
+	rk, rn := "pipeline_to_store_ratio", fmt.Sprintf("closed loop of %d clients: pipeline_to_store_ratio", bench.ClosedLoopClients)
+	switch {
+	case closed == nil:
+		figs = append(figs, bench.Unmeasured(pk, pn, fmt.Sprintf("≤ %d ms", bench.ClosedLoopP99Ms), "no max level in -loads"),
+			bench.Unmeasured(rk, rn, fmt.Sprintf("≥ %.2f", bench.StoreRatioTarget), "no max level in -loads"))
+	case closed.Concurrency != bench.ClosedLoopClients:
+		why := fmt.Sprintf("the closed loop ran %d clients (-concurrency), not %d", closed.Concurrency, bench.ClosedLoopClients)
+		figs = append(figs, bench.Unmeasured(pk, pn, fmt.Sprintf("≤ %d ms", bench.ClosedLoopP99Ms), why),
+			bench.Unmeasured(rk, rn, fmt.Sprintf("≥ %.2f", bench.StoreRatioTarget), why))
+	default:
+		if closed.Apply.Events == 0 {
+			figs = append(figs, bench.Unmeasured(pk, pn, fmt.Sprintf("≤ %d ms", bench.ClosedLoopP99Ms), "no event applied"))
+		} else {
+			figs = append(figs, bench.AtMost(pk, pn+" (`"+closed.Label+"`)", closed.Apply.Latency.P99, bench.ClosedLoopP99Ms, "%.0f"))
+		}
+		if r.Store.PerSecond <= 0 {
+			figs = append(figs, bench.Unmeasured(rk, rn, fmt.Sprintf("≥ %.2f", bench.StoreRatioTarget), "the raw store rate was not measured"))
+			break
+		}
+		f := bench.AtLeast(rk, rn+" (`"+closed.Label+"`, write calls/s ÷ the raw store rate after the levels)", closed.StoreRatio, bench.StoreRatioTarget, "%.2f")
+		if n := c.Noise; n.Verdict != "" {
+			f.Measured += fmt.Sprintf(" (%.2f – %.2f against the raw rate before and after: %s)", n.RatioLow, n.RatioHigh, n.Verdict)
+		}
+		figs = append(figs, f)
+	}
+
+	// The AWS prediction.
+	ak, an := "aws_ordered_p99_ms", "predicted on AWS: the ordered consumers' p99 commit → applied beside the unordered consumer's"
+	if c.Level == nil {
+		figs = append(figs, bench.Unmeasured(ak, an, fmt.Sprintf("≤ max(%.1f × unordered p99, unordered p99 + %d ms)", bench.OrderCostRatio, bench.AWSOrderSlackMs), "no cloud-latency level (-cloud-orders 0)"))
+	} else {
+		m := map[string]float64{}
+		for name, q := range c.Result.PredictedByConsumer {
+			if q.N > 0 {
+				m[name] = q.P99
+			}
+		}
+		figs = append(figs, bench.OrderedLatencyFigure(ak, an+" (`"+c.Level.Label+"`, section g)", m, orderedConsumers, bench.AWSOrderSlackMs, 0))
+	}
+
+	// The capacity model.
+	ck, cn := "capacity_default_events_per_s", "capacity model: events/s the default configuration sustains (section h)"
+	hk, hn := "capacity_100k_reachable", "capacity model: 100,000 events/s reachable with documented quotas and settings (section h)"
+	cp := c.Capacity
+	if len(cp.Limits) == 0 || cp.Inputs.ConsumerSeconds == 0 {
+		why := "no cloud-latency level: the consumers' and functions' times are not measured"
+		figs = append(figs, bench.Unmeasured(ck, cn, fmt.Sprintf("≥ %d", bench.CapacityDefaultTarget), why), bench.Unmeasured(hk, hn, "reachable", why))
+	} else {
+		f := bench.AtLeast(ck, cn, cp.Limits[0].PerSec, bench.CapacityDefaultTarget, "%.0f")
+		f.Measured += " (first limit: " + cp.Limits[0].Name + ")"
+		figs = append(figs, f)
+		reach := bench.Figure{Key: hk, Name: hn, Target: "reachable", Verdict: bench.Fail, Short: "unreachable", Measured: "no plan for 100,000 events/s"}
+		for _, pl := range cp.Plans {
+			if pl.Target != bench.CapacityReachTarget {
+				continue
+			}
+			reach.Measured = strings.Join(pl.Changes, "; ")
+			if pl.Reachable {
+				reach.Verdict, reach.Short = bench.Pass, "reachable"
+			}
+		}
+		figs = append(figs, reach)
+	}
+
+	// Relay calls at full batches.
+	lk, ln := "relay_calls_per_1000", "relay calls per 1,000 events at full batches (section c)"
+	if r.Batched == nil || len(r.Designs) == 0 {
+		figs = append(figs, bench.Unmeasured(lk, ln, fmt.Sprintf("≤ %d", bench.RelayCallsTarget), "no full-batch level (-batching-window 0)"))
+	} else {
+		f := bench.AtMost(lk, ln+" (`"+r.Batched.Label+"`)", r.Designs[0].Total, bench.RelayCallsTarget, "%.1f")
+		bs := r.Batched.Batches
+		f.Measured += fmt.Sprintf(" (%d of %d invocations full; PutEvents floor of these batches %.1f per 1,000)", bs.Full, bs.Invocations,
+			float64(bs.PutEventsFloor)*1000/float64(max(r.Batched.Audit.Events, 1)))
+		figs = append(figs, f)
+	}
+	return figs
+}
+
+// doneWhenMarkdown is the Done-when section, placed before the Summary.
+func (b *benchRun) doneWhenMarkdown() string {
+	r := &b.rep
+	if len(r.DoneWhen) == 0 {
+		return ""
+	}
+	var w strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&w, format+"\n", args...) }
+	p("## Done when (issue 22): each figure beside its target")
+	p("")
+	p("The targets are for `make bench` at its defaults on a quiet 2-core machine; this run's load average at the end was %s (1 / 5 / 15 min) on %d CPUs. A figure is NOT MEASURED when its level did not run as the target defines it.", loadAvg(), runtime.NumCPU())
+	p("")
+	p("| figure | measured | target | verdict |")
+	p("|---|---|---|---|")
+	for _, f := range r.DoneWhen {
+		v := string(f.Verdict)
+		if f.Verdict != bench.Pass {
+			v = "**" + v + "**"
+		}
+		p("| %s | %s | %s | %s |", f.Name, f.Measured, f.Target, v)
+	}
+	p("")
+	return w.String()
 }
 
 func (b *benchRun) capacity() capacityReport {
@@ -198,6 +346,9 @@ func (b *benchRun) capacity() capacityReport {
 		PendingWCUPerEvent: 2, TableWRUQuota: 40000, OutboxWRUPerEvent: 3,
 		LambdaConcurrency: 1000, RelayBatch: float64(r.BatchSize), ParallelizationFactor: 1, Utilisation: 0.8,
 		TargetsPerEvent: 1,
+		// The consumers' SQS event source mapping as the stack deploys it
+		// (pkg/config, shared with infra/).
+		ConsumerMaxConcurrency: config.DefaultConsumerMaxConcurrency, ConsumerBatchSize: config.DefaultConsumerBatchSize,
 	}
 	if pe := fb.Relay.Calls("EventBridge", "PutEvents"); pe > 0 {
 		in.EntriesPerPutEvents = float64(fb.Audit.Events) / float64(pe)
@@ -220,11 +371,17 @@ func (b *benchRun) capacity() capacityReport {
 		in.RelaySecondsPerEvent = (rl.OwnMs + rl.InjectedMs + float64(rl.Invocations)*cloudOpts.putEventsMs) / ev / 1000
 		in.ConsumerSeconds = (co.OwnMs + co.InjectedMs) / ev / max(in.TargetsPerEvent, 1) / 1000
 		in.APISeconds = (api.InjectedMs/ev + apiOwnMs) / 1000
-		in.ConsumerMaxConcurrency = config.DefaultConsumerMaxConcurrency
 		for name, n := range res.PerConsumer {
 			if n > in.BusiestConsumerPerEvent || (n == in.BusiestConsumerPerEvent && name < in.BusiestConsumer) {
 				in.BusiestConsumer, in.BusiestConsumerPerEvent = name, n
 			}
+		}
+		// Groups per consumer batch: the worst case for a batch processed
+		// by aggregate, every delivery of an order to the busiest consumer
+		// in the same batch (events per order × its deliveries per event).
+		if orders := c.Level.Load.Orders; orders > 0 && in.BusiestConsumerPerEvent > 0 {
+			perAggregate := ev / float64(orders) * in.BusiestConsumerPerEvent
+			in.ConsumerGroupsPerBatch = math.Max(float64(in.ConsumerBatchSize)/math.Max(perAggregate, 1), 1)
 		}
 		// The example ledger updates its per-currency balance in each
 		// OrderPaid transaction (2 WCU: transactional); the load uses one
@@ -269,16 +426,12 @@ func (b *benchRun) writePlots() {
 		levels = append(levels, r.Batched)
 	}
 	for _, l := range levels {
-		series = append(series, bench.CDFSeries{Name: "local " + l.Label, Ms: l.samples})
+		series = append(series, bench.CDFSeries{Name: "measured here: " + strings.ReplaceAll(plotLabel(l), "\n", ", "), Ms: l.samples})
 	}
 	if c.Level != nil {
-		series = append(series, bench.CDFSeries{Name: "predicted AWS (" + c.Level.Label + ")", Ms: c.Result.TotalSamples, Dashed: true})
+		series = append(series, bench.CDFSeries{Name: fmt.Sprintf("predicted on AWS (%g orders/s paced, AWS hop latencies injected)", c.Level.OfferedPerSec), Ms: c.Result.TotalSamples, Dashed: true})
 	}
-	var pts []bench.LoadPoint
-	for _, l := range levels {
-		_, per := per1000(l.Relay, int64(l.Audit.Events))
-		pts = append(pts, bench.LoadPoint{Label: l.Label, Offered: 2 * l.OfferedPerSec, Achieved: l.EventsPerSec, RelayCallsPer1000: per, P99Ms: l.Apply.Latency.P99})
-	}
+	pts := loadPoints(levels)
 	var cost []bench.CostPoint
 	for _, p := range c.Capacity.Plans {
 		cost = append(cost, bench.CostPoint{EventsPerSec: p.Target, USDPerMonth: p.USDPerMonth})
@@ -303,6 +456,38 @@ func (b *benchRun) writePlots() {
 			}
 		}
 	}
+}
+
+// plotLabel names a level on the plots, by what its load is: orders/s
+// paced, or a closed loop of clients ("\n" breaks the line).
+func plotLabel(l *levelRun) string {
+	var s string
+	if l.OfferedPerSec > 0 {
+		s = fmt.Sprintf("%g orders/s\npaced", l.OfferedPerSec)
+	} else {
+		s = fmt.Sprintf("closed loop\n%d clients", l.Concurrency)
+	}
+	if l.WindowMs > 0 {
+		s = strings.ReplaceAll(s, "\n", ", ") + fmt.Sprintf("\nbatching window %s", time.Duration(l.WindowMs*1e6))
+	}
+	return s
+}
+
+// loadPoints are the throughput plot's bars: per level, the events/s the
+// load committed (acknowledged commands ÷ the load's duration: one event
+// per command, 2 per order) and the events/s the consumers applied, the
+// relay's calls per 1,000 events and the p99 commit → applied.
+func loadPoints(levels []*levelRun) []bench.LoadPoint {
+	var pts []bench.LoadPoint
+	for _, l := range levels {
+		_, per := per1000(l.Relay, int64(l.Audit.Events))
+		committed := 0.0
+		if l.Load.Elapsed > 0 {
+			committed = float64(l.Load.Commands) / l.Load.Elapsed.Seconds()
+		}
+		pts = append(pts, bench.LoadPoint{Label: plotLabel(l), Committed: committed, Applied: l.EventsPerSec, RelayCallsPer1000: per, P99Ms: l.Apply.Latency.P99})
+	}
+	return pts
 }
 
 // cloudMarkdown is the issue-16 part of the report, placed before the
@@ -418,11 +603,29 @@ func (b *benchRun) cloudMarkdown() string {
 		}
 		p("| %s | %.0f | %s | %s |", name, l.PerSec, l.Setting, l.Doc)
 	}
-	p("| SQS standard queues (consumer queues) | not a limit | nearly unlimited API calls per second | %s |", bench.DocSQSQuota)
+	p("| SQS standard queues (consumer queues), API calls | not a limit | \"a nearly unlimited number of API calls per second, per API action\" | %s |", bench.DocSQSThroughput)
+	p("| consumer mapping concurrency, documented ceilings | – | MaximumConcurrency 2..%d (%s); standard mode scales to 1,250 concurrent invokes per mapping, provisioned mode (excludes MaximumConcurrency) to %s (MaximumPollers × %d invokes; %s, %s) | %s |",
+		bench.MaxConsumerMaxConcurrency, bench.DocSQSScalingConfig, commas(bench.MaxProvisionedConcurrency), bench.ProvisionedInvokesPerPoller, bench.DocSQSProvisioned, bench.DocSQSProvisionedBlog, bench.DocSQSScaling)
+	p("| Lambda scaling rate | not a steady-state limit | 1,000 execution environments every 10 s per function (a ramp to 100,000 events/s takes minutes, not hours) | %s |", bench.DocLambdaScaling)
 	p("| stream shard (one per table partition) | relay %.0f events/s per shard at ParallelizationFactor %d vs ≤ %.0f events/s a partition can take (1,000 WCU/s ÷ %.0f) | ParallelizationFactor 1–10, BatchSize 100 | %s |", cp.RelayPer, in.ParallelizationFactor, cp.Inflow, in.OutboxWRUPerEvent, bench.DocESMParams)
 	p("")
 	if len(cp.Limits) > 0 {
 		p("**Sustained events/s of the default configuration (%s): %.0f; the first limit hit: %s.** PutEvents carries ≤ 10 entries and ≤ 256 KB per call (%s); partition ceilings 1,000 WCU/s and 3,000 RCU/s (%s).", in.Quota.Region, cp.Limits[0].PerSec, cp.Limits[0].Name, bench.DocPutEventsEntries, bench.DocPartitionLimit)
+	}
+	p("")
+	p("Consumers (the assumption of this model): each consumer's SQS event source mapping is the stack's, from pkg/config: BatchSize %d (config.DefaultConsumerBatchSize), MaximumConcurrency %d (config.DefaultConsumerMaxConcurrency). An invocation processes its batch's messages grouped by aggregate, each group in sequence and the groups at once (pkg/sqsconsumer), so a batch of N takes the time of its messages ÷ min(N, groups) rather than their sum: %.1f ms per delivery measured, %s groups per batch of %d assumed (the worst case: every delivery of an order to %s in the same batch, %.2f deliveries per event), so %s messages at once and %.1f ms per full-batch invocation. The groups' messages are assumed to take equal time and the function's CPU not to bind (a delivery is mostly DynamoDB round trips). Fewer groups per batch, or a bound on the groups run at once, lowers the consumer row in proportion.",
+		in.ConsumerBatchSize, in.ConsumerMaxConcurrency, in.ConsumerSeconds*1000, optNum(in.ConsumerGroupsPerBatch), in.ConsumerBatchSize, in.BusiestConsumer, in.BusiestConsumerPerEvent,
+		optNum(in.ConsumerParallel()), in.ConsumerInvocationSeconds()*1000)
+	for _, pl := range cp.Plans {
+		if pl.Target != bench.CapacityReachTarget {
+			continue
+		}
+		p("")
+		if pl.Reachable {
+			p("**100,000 events/s: reachable** with documented settings and adjustable quotas (%s): %s. No documented hard limit stops it; the quota increases are requests AWS must grant (the quota pages give no maximum for them).", in.Quota.Region, strings.Join(pl.Changes, "; "))
+		} else {
+			p("**100,000 events/s: not reachable** with documented limits (%s): %s.", in.Quota.Region, strings.Join(pl.Changes, "; "))
+		}
 	}
 	p("")
 	p("By region (EventBridge's default quotas differ; %s):", bench.DocEventBridgeQuota)
@@ -508,4 +711,12 @@ func loadAvg() string {
 		return "n/a"
 	}
 	return strings.Join(f[:3], " / ")
+}
+
+// optNum prints a model input: "2.5", "5".
+func optNum(v float64) string {
+	if v == math.Trunc(v) {
+		return fmt.Sprintf("%.0f", v)
+	}
+	return fmt.Sprintf("%.1f", v)
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"os/exec"
 	"runtime"
 	"sort"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/bench"
 	"github.com/ddb-outbox/ddb-outbox/pkg/callcount"
+	"github.com/ddb-outbox/ddb-outbox/pkg/routing"
 )
 
 // benchReport is everything `outboxdev bench` measured in one run; it is
@@ -40,7 +42,12 @@ type benchReport struct {
 	ProfilePath    string                `json:"cpu_profile,omitempty"`
 	ProfileTop     string                `json:"cpu_profile_top,omitempty"`
 	AuditOK        bool                  `json:"audit_ok"`
-	Summary        string                `json:"summary"`
+	// InitOK is false when a Lambda binary's init could not be measured
+	// (section f shows the failure; the run exits with bench.ErrInitFailed).
+	InitOK bool `json:"lambda_init_ok"`
+	// DoneWhen are issue 22's figures beside their targets (bench_cloud.go).
+	DoneWhen []bench.Figure `json:"done_when,omitempty"`
+	Summary  string         `json:"summary"`
 	Cloud          *cloudReport          `json:"cloud,omitempty"` // bench_cloud.go
 }
 
@@ -107,6 +114,7 @@ func capacity(t callcount.Table, ops ...string) float64 {
 // profile's top when the store is not kept busy enough.
 func (b *benchRun) derive() {
 	r := &b.rep
+	r.InitOK = len(initFailures(r.Lambdas)) == 0
 	if len(r.Levels) == 0 {
 		r.Summary = errNoLevels.Error()
 		return
@@ -165,6 +173,24 @@ func (b *benchRun) derive() {
 	}
 	r.Summary = fmt.Sprintf("relay_calls_per_1000=%.1f naive_relay_calls_per_1000=%.1f pipeline_to_store_ratio=%.2f p99_commit_to_applied_ms=%.0f",
 		r.Designs[0].Total, naiveTotal, r.Ratio, r.P99Ms)
+	switch failed := initFailures(r.Lambdas); {
+	case len(r.Lambdas) == 0:
+	case r.InitOK:
+		r.Summary += " lambda_init=ok"
+	default:
+		r.Summary += " lambda_init=FAILED(" + strings.Join(failed, ",") + ")"
+	}
+}
+
+// initFailures names the functions whose init could not be measured.
+func initFailures(ls []lambdaRow) []string {
+	var failed []string
+	for _, l := range ls {
+		if !l.Init.OK() {
+			failed = append(failed, l.Name)
+		}
+	}
+	return failed
 }
 
 // relayLevel is the run this relay's calls per 1,000 events (section c,
@@ -216,22 +242,27 @@ func (b *benchRun) markdown() string {
 	p("")
 	p("## a2) Cost of order: ordered consumers beside an unordered one")
 	p("")
-	p("Commit → applied per consumer. The ledger and the notifier apply an order's events in sequence order (an event that arrives before the one it follows waits for redelivery: 1 s on its first receive, then 7, 42 and 271 s, a 321 s bound before sequence_gap); fulfilment applies whatever arrives. The `late deliveries` level makes a share of the bus's deliveries 100–600 ms late, so later events overtake earlier ones.")
+	p("Commit → applied per consumer, at every level of this run. The ledger and the notifier keep each order's events in sequence order (docs/ORDERING.md: an event that arrives before the one it follows is not applied before it; what that costs is what this table measures); fulfilment applies whatever arrives. The `late deliveries` level makes a share of the bus's deliveries 100–600 ms late, so later events overtake earlier ones; the `AWS hops injected` level is section g's (its AWS prediction per consumer is in the Done-when section). For each ordered consumer: its p99 beside the unordered consumer's, and issue 22's bound max(%.1f × unordered p99, unordered p99 + %d ms).", bench.OrderCostRatio, bench.LocalOrderSlackMs)
 	p("")
-	p("| level | consumer | events | p50 ms | p95 ms | p99 ms | max ms |")
-	p("|---|---|---|---|---|---|---|")
-	for _, l := range []*levelRun{r.Levels[0], r.Reordered} {
-		if l == nil {
-			continue
-		}
-		names := make([]string, 0, len(l.Consumers))
-		for c := range l.Consumers {
-			names = append(names, c)
-		}
-		sort.Strings(names)
-		for _, c := range names {
+	p("| level | consumer | mode | events | p50 ms | p95 ms | p99 ms | max ms | p99 − unordered p99 ms | p99 ÷ unordered p99 | within the bound |")
+	p("|---|---|---|---|---|---|---|---|---|---|---|")
+	for _, l := range b.consumerLevels() {
+		un := unorderedP99(l.Consumers)
+		for _, c := range sortedKeys(l.Consumers) {
 			q := l.Consumers[c]
-			p("| %s | %s | %d | %.0f | %.0f | %.0f | %.0f |", l.Label, c, q.N, q.P50, q.P95, q.P99, q.Max)
+			mode, diff, ratio, within := "unordered", "", "", ""
+			if orderedConsumers[c] {
+				mode = "ordered"
+				if un >= 0 {
+					diff = fmt.Sprintf("%+.0f", q.P99-un)
+					ratio = fmt.Sprintf("%.2f", q.P99/math.Max(un, 1))
+					within = "yes"
+					if q.P99 > bench.OrderCostBound(un, bench.OrderCostRatio, bench.LocalOrderSlackMs) {
+						within = "**no**"
+					}
+				}
+			}
+			p("| %s | %s | %s | %d | %.0f | %.0f | %.0f | %.0f | %s | %s | %s |", l.Label, c, mode, q.N, q.P50, q.P95, q.P99, q.Max, diff, ratio, within)
 		}
 	}
 	p("")
@@ -294,8 +325,8 @@ func (b *benchRun) markdown() string {
 	p("")
 	p("This relay at each load. Without a batching window an invocation carries what the polls found since the last one, so batches are only as big as the arrival rate × the poll cycle; with the window they fill to the batch size:")
 	p("")
-	p("| level | batching window | events | relay invocations | records per invocation mean / median / max | full batches | PutEvents /1000 | BatchExecuteStatement /1000 | UpdateItem /1000 | total /1000 |")
-	p("|---|---|---|---|---|---|---|---|---|---|")
+	p("| level | batching window | events | relay invocations | records per invocation mean / median / max | full batches | PutEvents /1000 | PutEvents floor /1000 | BatchExecuteStatement /1000 | UpdateItem /1000 | total /1000 |")
+	p("|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, l := range levels {
 		m, t := per1000(l.Relay, int64(l.Audit.Events))
 		win := "none"
@@ -306,9 +337,12 @@ func (b *benchRun) markdown() string {
 		if l == fb {
 			tot = "**" + tot + "**"
 		}
-		p("| %s | %s | %d | %d | %.1f / %.0f / %d | %d | %.1f | %.1f | %.1f | %s |", l.Label, win, l.Audit.Events, l.RelayInvokes, l.Batches.Mean, l.Batches.Median, l.Batches.Max, l.Batches.Full,
-			m["PutEvents"], m["BatchExecuteStatement"], m["UpdateItem"], tot)
+		floor := float64(l.Batches.PutEventsFloor) * 1000 / float64(max(l.Audit.Events, 1))
+		p("| %s | %s | %d | %d | %.1f / %.0f / %d | %d | %.1f | %.1f | %.1f | %.1f | %s |", l.Label, win, l.Audit.Events, l.RelayInvokes, l.Batches.Mean, l.Batches.Median, l.Batches.Max, l.Batches.Full,
+			m["PutEvents"], floor, m["BatchExecuteStatement"], m["UpdateItem"], tot)
 	}
+	p("")
+	p("PutEvents floor = Σ ⌈records ÷ 10⌉ over the level's relay invocations: the fewest calls its batches allow (10 per full batch of 100). The relay keeps each order's events in sequence across calls (relay.Publisher.PublishInOrder) and packs them to that floor unless one order has more than a tenth of a batch; PutEvents above the floor is what order costs in calls, and a floor above 100 per 1,000 events is partly filled batches (the run's tail, or a window that closed before a batch filled).")
 	if r.Batched == nil {
 		p("")
 		p("(No full-batch level in this run: `-batching-window 0`; section c uses the highest level.)")
@@ -355,7 +389,7 @@ func (b *benchRun) markdown() string {
 	if len(r.Lambdas) == 0 {
 		p("(skipped)")
 	} else {
-		p("Size of dist/<name>/bootstrap (`make build`: linux/arm64, -trimpath -s -w, tags lambda.norpc,notrace as `make build`). Init = process start → first `GET /2018-06-01/runtime/invocation/next` on an in-process fake Runtime API, host build (%s/%s, same flags), median of %d starts, dummy credentials, AWS_ENDPOINT_URL = a local Dynoxide.", runtime.GOOS, runtime.GOARCH, b.f.initRuns)
+		p("Every function `make build` builds (functions/<name>/main.go). Size of dist/<name>/bootstrap (`make build`: linux/arm64, -trimpath -s -w, tags lambda.norpc,notrace as `make build`). Init = process start → first `GET /2018-06-01/runtime/invocation/next` on an in-process fake Runtime API, host build (%s/%s, same flags), median of %d starts, dummy credentials, AWS_ENDPOINT_URL = a local Dynoxide, every variable the function requires at init (bench.InitEnv). A start that exits or never asks for work is a failure, never a time.", runtime.GOOS, runtime.GOARCH, b.f.initRuns)
 		p("")
 		p("| function | dist arm64 MB | host build MB | init median ms | runs ms |")
 		p("|---|---|---|---|---|")
@@ -368,7 +402,11 @@ func (b *benchRun) markdown() string {
 			if l.Init.Error != "" {
 				extra = " (error: " + l.Init.Error + ")"
 			}
-			p("| %s | %.2f | %.2f | %.1f | %s%s |", l.Name, float64(l.DistBytes)/1e6, float64(l.HostBytes)/1e6, l.Init.MedianMs, strings.Join(runs, ", "), extra)
+			p("| %s | %.2f | %.2f | %s | %s%s |", l.Name, float64(l.DistBytes)/1e6, float64(l.HostBytes)/1e6, l.Init.Median(), strings.Join(runs, ", "), extra)
+		}
+		if !r.InitOK {
+			p("")
+			p("**A function's init could not be measured: the run fails (%v).** Its error names the cause (a setting it requires at init that bench.InitEnv does not set is a bench bug: TestInitEnvStartsEveryFunction).", bench.ErrInitFailed)
 		}
 	}
 	p("")
@@ -430,4 +468,55 @@ func bottleneck(r *benchReport) string {
 		c, used, runtime.NumCPU(), r.StoreCPU.DynoxideSeconds/r.StoreCPU.WallSeconds, dxBusy*100,
 		profileSeconds(r.ProfileTop), c.WallSeconds, top.StorePerSec, top.StorePerSec/max(r.Store.PerSecond, 1), reads, top.All.Calls("DynamoDB", "GetItem"),
 		top.WriteCalls, top.APITx.Calls, top.ConsumerTx.Calls, float64(top.ConsumerTx.Calls)/float64(max(top.Audit.Events, 1)), relayCalls)
+}
+
+// orderedConsumers are the consumers that apply an aggregate's events in
+// sequence (routing.Rule.Ordered).
+var orderedConsumers = func() map[string]bool {
+	m := map[string]bool{}
+	for _, r := range routing.Rules() {
+		m[r.Consumer] = m[r.Consumer] || r.Ordered
+	}
+	return m
+}()
+
+// unorderedP99 is the worst unordered consumer's p99 (ms), or -1 when none
+// was measured.
+func unorderedP99(cs map[string]bench.Percentiles) float64 {
+	worst := -1.0
+	for c, q := range cs {
+		if !orderedConsumers[c] && q.N > 0 {
+			worst = math.Max(worst, q.P99)
+		}
+	}
+	return worst
+}
+
+// consumerLevels are the runs of this bench with consumers, in report
+// order: the load levels, the full-batch level, the late-deliveries
+// level, the cloud-latency level, the naive relay's.
+func (b *benchRun) consumerLevels() []*levelRun {
+	r := &b.rep
+	out := append([]*levelRun{}, r.Levels...)
+	for _, l := range []*levelRun{r.Batched, r.Reordered} {
+		if l != nil {
+			out = append(out, l)
+		}
+	}
+	if r.Cloud != nil && r.Cloud.Level != nil {
+		out = append(out, r.Cloud.Level)
+	}
+	if r.Naive != nil {
+		out = append(out, r.Naive)
+	}
+	return out
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }

@@ -63,8 +63,14 @@ type CloudResult struct {
 	TargetsPerEvent float64 `json:"targets_per_event"`
 	// PerConsumer is each consumer's deliveries per event.
 	PerConsumer map[string]float64 `json:"deliveries_per_event_by_consumer"`
-	Consumer    Quantiles          `json:"consumer_first_attempt"`
-	Relay       Quantiles          `json:"relay_to_published"`
+	// PredictedByConsumer is the AWS prediction per consumer: for every
+	// event the consumer applied, the stream hop + the relay's part + that
+	// consumer's EventBridge + SQS hop + its first attempt → success
+	// (holds included), in ms. Predicted is the same for the last consumer
+	// of each event.
+	PredictedByConsumer map[string]Quantiles `json:"predicted_commit_to_applied_by_consumer"`
+	Consumer            Quantiles            `json:"consumer_first_attempt"`
+	Relay               Quantiles            `json:"relay_to_published"`
 	// TotalSamples are the per-event predicted commit → applied latencies
 	// in ms (sorted), for the CDF plot.
 	TotalSamples []float64 `json:"-"`
@@ -109,6 +115,7 @@ func (c *Cloud) Result() CloudResult {
 	var total, inj, ours, rest, cons, rel, rs, rt, pred []float64
 	targets := 0
 	perCons := map[string]float64{}
+	predBy := map[string][]float64{}
 	for id, s := range c.ev {
 		if s.commit.IsZero() || s.relayStart.IsZero() || s.published.IsZero() || len(s.consumers) == 0 {
 			continue
@@ -143,8 +150,10 @@ func (c *Cloud) Result() CloudResult {
 			r.Retried++
 		}
 		targets += len(s.consumers)
-		for name := range s.consumers {
+		relayPart := msOf(s.published.Sub(s.relayStart))
+		for name, cs := range s.consumers {
 			perCons[name]++
+			predBy[name] = append(predBy[name], max(sh, 0)+msOf(cs.targetHop)+relayPart+msOf(cs.applied.Sub(cs.start)))
 		}
 		rel = append(rel, msOf(s.published.Sub(s.relayStart)))
 		for _, cs := range s.consumers {
@@ -160,6 +169,10 @@ func (c *Cloud) Result() CloudResult {
 	r.PerConsumer = map[string]float64{}
 	for name, n := range perCons {
 		r.PerConsumer[name] = round2(n / float64(max(r.Events, 1)))
+	}
+	r.PredictedByConsumer = map[string]Quantiles{}
+	for name, ms := range predBy {
+		r.PredictedByConsumer[name] = NewQuantiles(ms)
 	}
 	r.Consumer, r.Relay = NewQuantiles(cons), NewQuantiles(rel)
 	r.RestStream, r.RestTarget = NewQuantiles(rs), NewQuantiles(rt)

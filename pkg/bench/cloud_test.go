@@ -99,3 +99,23 @@ func TestCloudResultSplitsAnEvent(t *testing.T) {
 		t.Fatalf("stream rest %v, target rest %v, share %v, targets %v", r.RestStream.P50, r.RestTarget.P50, r.OurShareP50Pct, r.TargetsPerEvent)
 	}
 }
+
+// The prediction per consumer, by hand, for the event of
+// TestCloudResultSplitsAnEvent: stream 200 + relay (230 − 210) 20 + the
+// consumer's hop + its first attempt → success: early 200 + 20 + 100 + 10 =
+// 330, last 200 + 20 + 150 + 15 = 385 (the per-event prediction).
+func TestCloudResultPredictsEachConsumer(t *testing.T) {
+	t.Parallel()
+	c := NewCloud(DefaultCloudHops())
+	t0 := time.Unix(1_700_000_000, 0)
+	ms := func(v int) time.Time { return t0.Add(time.Duration(v) * time.Millisecond) }
+	c.ev["e"] = &cloudSpan{commit: t0, streamHop: 200 * time.Millisecond, relayStart: ms(210), published: ms(230),
+		consumers: map[string]*consumerSpan{
+			"early": {targetHop: 100 * time.Millisecond, start: ms(340), applied: ms(350), attempts: 1},
+			"last":  {targetHop: 150 * time.Millisecond, start: ms(385), applied: ms(400), attempts: 1},
+		}}
+	r := c.Result()
+	if got := r.PredictedByConsumer; got["early"].P99 != 330 || got["last"].P99 != 385 || got["last"].N != 1 {
+		t.Errorf("per consumer %+v, want early 330 and last 385", got)
+	}
+}

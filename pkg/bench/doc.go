@@ -15,15 +15,20 @@
 //     path that writes the order, then publishes, with no outbox);
 //   - CostModel, USD per million events from counted calls and capacity;
 //   - MeasureInit, a Lambda binary's init time against a fake Lambda
-//     Runtime API;
+//     Runtime API, for every function make build builds (Functions) with
+//     the variables each requires at init (InitEnv); a start that fails is
+//     reported FAILED with its cause, never as a time;
 //   - Cloud, the cloud-latency level: AWS's published hop latencies
 //     (stream → Lambda, EventBridge → target, SQS → Lambda, DynamoDB calls)
 //     injected into a devstack as seeded lognormals, and each event's
 //     commit → applied split into those hops, our share and the emulator's;
 //   - CapacityInputs, the capacity model: sustained events/s against AWS's
-//     documented limits, the first limit hit and the settings for a target;
+//     documented limits, the first limit hit and the settings for a target
+//     (consumers process a batch's aggregates at once; provisioned mode);
+//   - Figure and its constructors, issue 22's "Done when" figures beside
+//     their targets with a verdict (PASS, FAIL, NOT MEASURED);
 //   - PlotLatencyCDF, PlotThroughputCalls and PlotCost, the report's PNGs
-//     (gonum.org/v1/plot).
+//     (gonum.org/v1/plot), legends outside the data.
 //
 // Durations are wall-clock on a shared, noisy machine: compare the ratios
 // measured in one run, not absolute numbers across runs.

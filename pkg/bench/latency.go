@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/localrt"
+	"github.com/ddb-outbox/ddb-outbox/pkg/relay"
 )
 
 // ApplyRecorder records, for every event and consumer, when the consumer's
@@ -146,6 +147,10 @@ type BatchStats struct {
 	// Full counts invocations that carried at least FullAt records.
 	Full   int `json:"full"`
 	FullAt int `json:"full_at"`
+	// PutEventsFloor is the fewest PutEvents calls these invocations can
+	// make: Σ ⌈records ÷ 10⌉ (relay.MaxEntriesPerRequest), one partly
+	// filled call per invocation at most.
+	PutEventsFloor int64 `json:"putevents_floor"`
 }
 
 // NewBatchStats summarises sizes (records per invocation; sorted in place);
@@ -158,6 +163,7 @@ func NewBatchStats(sizes []int, fullAt int) BatchStats {
 	sort.Ints(sizes)
 	for _, n := range sizes {
 		st.Records += int64(n)
+		st.PutEventsFloor += int64((n + relay.MaxEntriesPerRequest - 1) / relay.MaxEntriesPerRequest)
 		if n >= fullAt {
 			st.Full++
 		}

@@ -17,7 +17,7 @@ func TestPlotsWritePNG(t *testing.T) {
 		t.Fatal(err)
 	}
 	tp := filepath.Join(dir, "tp.png")
-	if err := PlotThroughputCalls(tp, []LoadPoint{{Label: "25/s", Offered: 50, Achieved: 50, RelayCallsPer1000: 900, P99Ms: 90}, {Label: "max", Achieved: 240, RelayCallsPer1000: 180, P99Ms: 300}}); err != nil {
+	if err := PlotThroughputCalls(tp, []LoadPoint{{Label: "25 orders/s", Committed: 50, Applied: 50, RelayCallsPer1000: 900, P99Ms: 90}, {Label: "closed loop", Committed: 260, Applied: 240, RelayCallsPer1000: 180, P99Ms: 300}}); err != nil {
 		t.Fatal(err)
 	}
 	cost := filepath.Join(dir, "cost.png")
