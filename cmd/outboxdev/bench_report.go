@@ -48,7 +48,7 @@ type benchReport struct {
 	// DoneWhen are issue 22's figures beside their targets (bench_cloud.go).
 	DoneWhen []bench.Figure `json:"done_when,omitempty"`
 	Summary  string         `json:"summary"`
-	Cloud          *cloudReport          `json:"cloud,omitempty"` // bench_cloud.go
+	Cloud    *cloudReport   `json:"cloud,omitempty"` // bench_cloud.go
 }
 
 type dualRun struct {

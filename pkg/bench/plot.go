@@ -255,8 +255,8 @@ func withLegendBelow(p *plot.Plot, leg plot.Legend, w, h vg.Length) *vgimg.Canva
 // separators and no exponent ("1,000,000", not "1e+06").
 type commaTicks struct{ plot.Ticker }
 
-func (t commaTicks) Ticks(min, max float64) []plot.Tick {
-	ts := t.Ticker.Ticks(min, max)
+func (t commaTicks) Ticks(lo, hi float64) []plot.Tick {
+	ts := t.Ticker.Ticks(lo, hi)
 	for i := range ts {
 		if ts[i].Label != "" {
 			ts[i].Label = commaFloat(ts[i].Value)
