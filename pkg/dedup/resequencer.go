@@ -853,8 +853,8 @@ func SetBaseline(ctx context.Context, client TransactWriter, table, consumer, ag
 	cctx, cancel := context.WithTimeout(ctx, DefaultCallTimeout)
 	defer cancel()
 	_, err = client.TransactWriteItems(cctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{{Update: &types.Update{
-		TableName: aws.String(table),
-		Key:       map[string]types.AttributeValue{AttrPK: &types.AttributeValueMemberS{Value: SequenceKey(consumer, aggregateType, aggregateID)}},
+		TableName:        aws.String(table),
+		Key:              map[string]types.AttributeValue{AttrPK: &types.AttributeValueMemberS{Value: SequenceKey(consumer, aggregateType, aggregateID)}},
 		UpdateExpression: e.Update(), ConditionExpression: e.Condition(), ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(),
 	}}}})
 	if err == nil {
