@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"log/slog"
+	"os"
 	"strconv"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outboxtrace"
 	"github.com/ddb-outbox/ddb-outbox/pkg/sqsconsumer"
@@ -169,6 +172,9 @@ type ResequencerConfig struct {
 	// SweepMinAge is the age from which Sweep looks at a buffered event's
 	// aggregate (default DefaultSweepMinAge).
 	SweepMinAge time.Duration
+	// Metrics receives one EMF line per sweep tick (SweepReport.WriteEMF).
+	// Default os.Stdout (Lambda's log stream); io.Discard disables.
+	Metrics io.Writer
 }
 
 func (c *ResequencerConfig) setDefaults() {
@@ -177,6 +183,9 @@ func (c *ResequencerConfig) setDefaults() {
 	}
 	if c.SweepMinAge == 0 {
 		c.SweepMinAge = DefaultSweepMinAge
+	}
+	if c.Metrics == nil {
+		c.Metrics = os.Stdout
 	}
 }
 
@@ -293,6 +302,17 @@ func stateFrom(ctx context.Context) *applyState {
 	return s
 }
 
+// IsSweepTick reports whether ev is a sweep tick: the scheduled event
+// ("source" "aws.events", "detail-type" "Scheduled Event") the stack's
+// schedule puts on an ordered consumer's queue every
+// config.ResequencerSweepInterval. No producer can publish such an event:
+// PutEvents refuses sources that start with "aws." (EventBridge
+// PutEventsRequestEntry), and the consumer queue's policy admits only its
+// rules.
+func IsSweepTick(ev events.EventBridgeEvent) bool {
+	return ev.Source == "aws.events" && ev.DetailType == "Scheduled Event"
+}
+
 // Handle runs the consumer's handler for ev with the resequencer: an early
 // event is buffered and acknowledged (nil), and every buffered successor
 // an Apply of this run made next is applied before Handle returns. It
@@ -302,7 +322,15 @@ func stateFrom(ctx context.Context) *applyState {
 // duplicate — drains them (so does the next event of the aggregate, or
 // Sweep). A successor that fails for good is dead-lettered on its own
 // (sqsconsumer's DLQ, found in ctx) and does not fail ev.
+//
+// A sweep tick (IsSweepTick) runs Sweep instead, logs what it found and
+// writes its metrics (ResequencerConfig.Metrics); it always returns nil:
+// a failed sweep is logged, and the next tick sweeps again.
 func (r *Resequencer) Handle(ctx context.Context, ev events.EventBridgeEvent) error {
+	if IsSweepTick(ev) {
+		r.tick(ctx)
+		return nil
+	}
 	st := &applyState{r: r, ev: &ev}
 	err := r.h(withState(ctx, st), ev)
 	drained := 0
@@ -879,4 +907,60 @@ func setOutcome(ctx context.Context, s *applyState, o Outcome) {
 	case OutcomeBuffered, outcomeHeld:
 		outboxtrace.SetOutcome(ctx, outboxtrace.OutcomeHeld)
 	}
+}
+
+// tick runs one sweep for a sweep tick: logged, metrics written.
+func (r *Resequencer) tick(ctx context.Context) {
+	rep, err := r.Sweep(ctx)
+	if err != nil {
+		r.log.ErrorContext(ctx, "dedup: resequencer sweep failed; the next tick sweeps again", "error", err)
+		return
+	}
+	lvl := slog.LevelInfo
+	if rep.Buffered > 0 {
+		lvl = slog.LevelWarn
+	}
+	r.log.Log(ctx, lvl, "dedup: resequencer sweep", "buffered", rep.Buffered, "aggregates", rep.Aggregates,
+		"oldest_buffered_age_s", rep.OldestAge.Seconds(), "drained", rep.Drained, "failed", rep.Failed)
+	if err := rep.WriteEMF(r.cfg.Metrics, r.a.cfg.Consumer, time.Now()); err != nil {
+		r.log.WarnContext(ctx, "dedup: resequencer metrics not written", "error", err)
+	}
+}
+
+// WriteEMF writes the report as one CloudWatch embedded metric format line
+// (namespace config.MetricNamespace, dimension
+// config.MetricDimensionConsumer = consumer): config.MetricBufferedEvents
+// (Count), config.MetricOldestBufferedAge (Seconds) and
+// config.MetricResequencerDrained (Count), timestamped now. Lambda's log
+// stream turns it into metrics (CloudWatch user guide,
+// CloudWatch_Embedded_Metric_Format_Specification). It returns w's error.
+func (r SweepReport) WriteEMF(w io.Writer, consumer string, now time.Time) error {
+	type def struct {
+		Name string `json:"Name"`
+		Unit string `json:"Unit"`
+	}
+	line := map[string]any{
+		config.MetricDimensionConsumer:  consumer,
+		config.MetricBufferedEvents:     r.Buffered,
+		config.MetricOldestBufferedAge:  r.OldestAge.Seconds(),
+		config.MetricResequencerDrained: r.Drained,
+		"_aws": map[string]any{
+			"Timestamp": now.UnixMilli(),
+			"CloudWatchMetrics": []any{map[string]any{
+				"Namespace":  config.MetricNamespace,
+				"Dimensions": [][]string{{config.MetricDimensionConsumer}},
+				"Metrics": []def{
+					{config.MetricBufferedEvents, "Count"},
+					{config.MetricOldestBufferedAge, "Seconds"},
+					{config.MetricResequencerDrained, "Count"},
+				},
+			}},
+		},
+	}
+	b, err := json.Marshal(line)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
 }

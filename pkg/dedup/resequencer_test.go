@@ -1,6 +1,7 @@
 package dedup_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -23,6 +24,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/google/uuid"
 
+	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/ddbtest"
 	"github.com/ddb-outbox/ddb-outbox/pkg/dedup"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
@@ -566,11 +568,13 @@ func TestResequencerDrainedEventFailsForGood(t *testing.T) {
 
 // TestResequencerGapWaitsDurably: the missing event never comes; the
 // early one waits in the buffer however often it is delivered, a sweep
-// leaves it (its gap is real) and reports its age, and the missing event's
-// arrival (a redrive) drains it.
+// leaves it (its gap is real) and reports its age — also as the metrics
+// line a sweep tick (the schedule's event on the queue) writes — and the
+// missing event's arrival (a redrive) drains it.
 func TestResequencerGapWaitsDurably(t *testing.T) {
 	f := newSeqFixture(t)
-	c := f.consumer(t, nil, dedup.ResequencerConfig{SweepMinAge: time.Nanosecond})
+	var metrics bytes.Buffer
+	c := f.consumer(t, nil, dedup.ResequencerConfig{SweepMinAge: time.Nanosecond, Metrics: &metrics})
 	ctx := context.Background()
 	evs := history(t, "gap", 3)
 	for _, i := range []int{0, 2, 2, 2, 2, 2, 2} {
@@ -581,6 +585,25 @@ func TestResequencerGapWaitsDurably(t *testing.T) {
 	rep, err := c.r.Sweep(ctx)
 	if err != nil || rep.Buffered != 1 || rep.Aggregates != 1 || rep.Drained != 0 || rep.OldestAge <= 0 {
 		t.Fatalf("Sweep = %+v, %v; want one event waiting", rep, err)
+	}
+	tick := events.EventBridgeEvent{Version: "0", ID: uuid.NewString(), DetailType: "Scheduled Event", Source: "aws.events",
+		Resources: []string{"arn:aws:events:eu-west-1:123456789012:rule/LedgerResequencerSweep"}, Detail: json.RawMessage(`{}`)}
+	if !dedup.IsSweepTick(tick) {
+		t.Fatal("the schedule's event is not a sweep tick")
+	}
+	if err := c.r.Handle(ctx, tick); err != nil {
+		t.Fatalf("sweep tick: %v", err)
+	}
+	var line map[string]any
+	if err := json.Unmarshal(metrics.Bytes(), &line); err != nil {
+		t.Fatalf("metrics line %q: %v", metrics.String(), err)
+	}
+	if age, _ := line[config.MetricOldestBufferedAge].(float64); line[config.MetricBufferedEvents] != float64(1) ||
+		line[config.MetricDimensionConsumer] != "seq" || age <= 0 || get(line, "_aws", "CloudWatchMetrics") == nil {
+		t.Fatalf("metrics line %v", line)
+	}
+	if got := f.applied(t, "gap"); !slices.Equal(got, want(1)) {
+		t.Fatalf("a sweep tick applied something: %v", got)
 	}
 	if err := c.r.Handle(ctx, evs[1]); err != nil {
 		t.Fatal(err)
@@ -667,4 +690,16 @@ func TestStartingPointReplayAdoptsHistory(t *testing.T) {
 	if got := f.applied(t, "switch"); !slices.Equal(got, []int64{2, 1, 3}) {
 		t.Fatalf("applied %v, want [2 1 3]: the history adopted, not applied again, then 3", got)
 	}
+}
+
+// get walks nested maps.
+func get(v any, path ...string) any {
+	for _, k := range path {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		v = m[k]
+	}
+	return v
 }

@@ -221,6 +221,9 @@ func (l *Ledger) Handle(ctx context.Context, ev events.EventBridgeEvent) error {
 	if l.reseq != nil {
 		return l.reseq.Handle(ctx, ev)
 	}
+	if dedup.IsSweepTick(ev) {
+		return nil // no buffer to sweep
+	}
 	return l.handle(ctx, ev)
 }
 

@@ -229,6 +229,9 @@ func (n *Notifier) Handle(ctx context.Context, ev events.EventBridgeEvent) error
 	if n.reseq != nil {
 		return n.reseq.Handle(ctx, ev)
 	}
+	if dedup.IsSweepTick(ev) {
+		return nil // no buffer to sweep
+	}
 	return n.handle(ctx, ev)
 }
 

@@ -456,6 +456,12 @@ type DeadLetterer interface {
 
 type deadLettererKey struct{}
 
+// WithDeadLetterer returns ctx carrying d, for work outside Handle that may
+// dead-letter events (an ordered consumer's scheduled resequencer sweep).
+func WithDeadLetterer(ctx context.Context, d DeadLetterer) context.Context {
+	return context.WithValue(ctx, deadLettererKey{}, d)
+}
+
 // DeadLettererFromContext returns the DeadLetterer of the Handler whose
 // handler is running (false outside Handle, or without a DLQ).
 func DeadLettererFromContext(ctx context.Context) (DeadLetterer, bool) {
