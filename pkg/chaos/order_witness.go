@@ -51,10 +51,11 @@ import (
 // in a buffer, how many were applied from it and how long the longest
 // waited.
 type orderWitness struct {
-	mu       sync.Mutex
-	attempts map[string][]gateAttempt // by ordering item key
-	buffered map[string]time.Time     // buffer key → first committed Put
-	drained  map[string]time.Time     // buffer key → first committed apply
+	mu         sync.Mutex
+	attempts   map[string][]gateAttempt // by ordering item key
+	buffered   map[string]time.Time     // buffer key → first committed Put
+	bufferSent map[string]time.Time     // buffer key → first Put attempt not refused
+	drained    map[string]time.Time     // buffer key → first committed apply
 }
 
 type outcome int
@@ -72,7 +73,7 @@ type gateAttempt struct {
 }
 
 func newOrderWitness() *orderWitness {
-	return &orderWitness{attempts: map[string][]gateAttempt{}, buffered: map[string]time.Time{}, drained: map[string]time.Time{}}
+	return &orderWitness{attempts: map[string][]gateAttempt{}, buffered: map[string]time.Time{}, bufferSent: map[string]time.Time{}, drained: map[string]time.Time{}}
 }
 
 // txInfo is what the witness reads from one TransactWriteItems input.
@@ -115,9 +116,7 @@ func (w *orderWitness) option(st *middleware.Stack) error {
 		if info.hasGate {
 			w.record(info.gate.key, gateAttempt{seq: info.gate.seq, sent: sent, done: time.Now(), outcome: o})
 		}
-		if o == committed {
-			w.recordBuffer(info)
-		}
+		w.recordBuffer(info, sent, o)
 		return out, md, err
 	}), middleware.After)
 }
@@ -133,14 +132,27 @@ func (w *orderWitness) record(key string, a gateAttempt) {
 	w.attempts[key] = append(w.attempts[key], a)
 }
 
-func (w *orderWitness) recordBuffer(info txInfo) {
+// recordBuffer notes buffer writes and applies. A buffer write counts from
+// its first attempt that was not refused (its answer may be lost: the
+// fault injector discards some); it is known to have committed when it
+// answered 200 or when the item was later applied from the buffer.
+func (w *orderWitness) recordBuffer(info txInfo, sent time.Time, o outcome) {
+	if o == refused {
+		return
+	}
 	now := time.Now()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, k := range info.bufPuts {
-		if _, ok := w.buffered[k]; !ok {
+		if _, ok := w.bufferSent[k]; !ok {
+			w.bufferSent[k] = sent
+		}
+		if _, ok := w.buffered[k]; !ok && o == committed {
 			w.buffered[k] = now
 		}
+	}
+	if o != committed {
+		return
 	}
 	for _, k := range info.bufApplied {
 		if _, ok := w.drained[k]; !ok {
@@ -224,7 +236,18 @@ func (w *orderWitness) bufferStats(alarmAfter time.Duration) (buffered, drained 
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	now := time.Now()
-	for k, put := range w.buffered {
+	seen := map[string]bool{}
+	for k := range w.buffered {
+		seen[k] = true
+	}
+	for k := range w.drained {
+		seen[k] = true // applied from the buffer: it was put, whatever its answer said
+	}
+	for k := range seen {
+		put, ok := w.bufferSent[k]
+		if !ok {
+			continue
+		}
 		end, ok := w.drained[k]
 		if !ok {
 			end = now
@@ -235,7 +258,7 @@ func (w *orderWitness) bufferStats(alarmAfter time.Duration) (buffered, drained 
 			alarms++
 		}
 	}
-	return len(w.buffered), len(w.drained), longest, alarms
+	return len(seen), len(w.drained), longest, alarms
 }
 
 // audit returns how many sequences it saw committed, the inversions (a
