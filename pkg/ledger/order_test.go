@@ -383,3 +383,68 @@ func TestLedgerSequenceGapDeadLettered(t *testing.T) {
 		t.Fatalf("EntryCount = %d, %v; want 2", n, err)
 	}
 }
+
+// TestLedgerStartingPointAfterRunningUnordered is the new user's case: the
+// ledger ran unordered and booked an order's events 1 and 2 (the payment);
+// it is redeployed ordered and receives the refund (3). Without a starting
+// point the refund waits in the buffer (not dead-lettered, not lost, the
+// balance unchanged); replaying the order's history (outboxctl replay, or a
+// backfill) finds events 1 and 2 applied (their markers), so the gate
+// adopts them instead of booking them again, and the refund is booked: the
+// balance is right.
+func TestLedgerStartingPointAfterRunningUnordered(t *testing.T) {
+	f := newFixture(t) // unordered
+	ctx := context.Background()
+	evs := paidThenRefunded(t, "o-switch", 800)
+	for _, e := range evs[:2] {
+		if err := f.ledger.Handle(ctx, delivery(t, e)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustBalance(t, f.ledger, "EUR", 800)
+	ordered, err := ledger.New(f.env.DDB, ledger.Config{Table: f.table, Logger: quiet, Dedup: dedup.Config{Table: f.dedup}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ordered.Handle(ctx, delivery(t, evs[2])); err != nil {
+		t.Fatalf("the refund after the switch: %v", err)
+	}
+	mustBalance(t, f.ledger, "EUR", 800)
+	if b, err := dedup.ListBuffered(ctx, f.env.DDB, f.dedup, "ledger"); err != nil || len(b) != 1 || b[0].Sequence != 3 {
+		t.Fatalf("buffered = %+v, %v; want the refund waiting", b, err)
+	}
+	for _, e := range evs[:2] { // the replay
+		if err := ordered.Handle(ctx, delivery(t, e)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustBalance(t, f.ledger, "EUR", 0)
+	if n, err := f.ledger.EntryCount(ctx); err != nil || n != 2 {
+		t.Fatalf("EntryCount = %d, %v; want 2 (payment once, refund once)", n, err)
+	}
+}
+
+// TestLedgerStartingPointJoinsLate: a new ledger joins a running system;
+// an order it never saw already has events 1..2 (paid before the ledger
+// existed). Its refund (3) waits; the operator declares the starting point
+// from the orders' current versions (outboxctl consumer-baseline), the
+// sweep books the refund alone (the payment belongs to the time before).
+func TestLedgerStartingPointJoinsLate(t *testing.T) {
+	f := newOrderedFixtureWith(t, 0, dedup.ResequencerConfig{SweepMinAge: time.Nanosecond})
+	ctx := context.Background()
+	evs := paidThenRefunded(t, "o-late", 600)
+	if err := f.ledger.Handle(ctx, delivery(t, evs[2])); err != nil {
+		t.Fatal(err)
+	}
+	mustBalance(t, f.ledger, "EUR", 0)
+	if set, err := dedup.SetBaseline(ctx, f.env.DDB, f.dedup, "ledger", order.AggregateType, "o-late", 2, time.Now()); err != nil || !set {
+		t.Fatalf("SetBaseline = %v, %v", set, err)
+	}
+	if rep, err := f.ledger.Sweep(ctx); err != nil || rep.Drained != 1 || rep.Buffered != 0 {
+		t.Fatalf("Sweep = %+v, %v", rep, err)
+	}
+	mustBalance(t, f.ledger, "EUR", -600)
+	if _, booked, _ := f.ledger.Entry(ctx, evs[2].EventID); !booked {
+		t.Fatal("the refund after the starting point was not booked")
+	}
+}
