@@ -17,6 +17,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
@@ -402,7 +404,7 @@ func (r *Resequencer) drain(ctx context.Context, ref aggRef) (int, error) {
 			return n, nil
 		}
 		dst := &applyState{r: r, ev: &ev, drain: &drainTarget{seq: next, eventID: item.EventID}}
-		herr := r.h(withState(ctx, dst), ev)
+		herr := r.applyBuffered(ctx, dst, ev, *item)
 		if herr == nil && dst.outcome == 0 {
 			herr = sqsconsumer.Permanent(ReasonNotApplied, fmt.Errorf("dedup: %s acknowledged buffered event %s (sequence %d of %s %s) without applying it",
 				r.a.cfg.Consumer, item.EventID, next, ref.typ, ref.id))
@@ -419,6 +421,27 @@ func (r *Resequencer) drain(ctx context.Context, ref aggRef) (int, error) {
 				"event_id", item.EventID, "aggregate_id", ref.id, "sequence", next, "waited_ms", time.Since(item.BufferedAt).Milliseconds())
 		}
 	}
+}
+
+// applyBuffered runs the handler for a buffered event in its own span
+// (child of the run that drains it, when tracing is on), so its outcome
+// is recorded on it, not on the predecessor's span.
+func (r *Resequencer) applyBuffered(ctx context.Context, st *applyState, ev events.EventBridgeEvent, item BufferedEvent) error {
+	if !outboxtrace.Enabled() {
+		// a non-recording span: SetOutcome leaves the predecessor's alone
+		return r.h(withState(trace.ContextWithSpan(ctx, trace.SpanFromContext(context.Background())), st), ev)
+	}
+	ctx, span := outboxtrace.Tracer().Start(ctx, "resequencer apply "+item.EventType, trace.WithAttributes(
+		outboxtrace.AttrEventID.String(item.EventID), outboxtrace.AttrEventType.String(item.EventType),
+		outboxtrace.AttrAggregateID.String(item.AggregateID), outboxtrace.AttrSequence.Int64(item.Sequence),
+		outboxtrace.AttrConsumer.String(r.a.cfg.Consumer),
+		attribute.Int64("outbox.buffered_ms", time.Since(item.BufferedAt).Milliseconds())))
+	defer span.End()
+	err := r.h(withState(ctx, st), ev)
+	if err != nil {
+		span.RecordError(err)
+	}
+	return err
 }
 
 // dropStale removes buffered events at or below the gate: events before a
