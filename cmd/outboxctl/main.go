@@ -8,6 +8,8 @@
 //	outboxctl [-endpoint URL] redrive -table T [-shards 16] (-pk PK -sk SK | -event ID | -all)
 //	outboxctl [-endpoint URL] consumer-dlq      -dlq DLQ [-limit 100]
 //	outboxctl [-endpoint URL] consumer-redrive  -dlq DLQ -queue QUEUE [-max 0]
+//	outboxctl [-endpoint URL] consumer-buffered -dedup-table D -consumer C
+//	outboxctl [-endpoint URL] consumer-baseline -dedup-table D -consumer C (-aggregate ID -last N | -from-orders-table T)
 //
 // Every command prints one line per record or message it handled and a
 // count. status, show and parked read; redrive makes parked records
@@ -17,7 +19,10 @@
 // bus policy admits), with -direct at once through relay.Publisher, the
 // relay's own PutEvents path, from the caller's principal (consumers
 // deduplicate on the event_id either way);
-// consumer-redrive sends a consumer DLQ's messages back to its queue.
+// consumer-redrive sends a consumer DLQ's messages back to its queue;
+// consumer-buffered lists what an ordered consumer's resequencer holds for
+// a missing predecessor, consumer-baseline declares where an ordered
+// consumer starts (docs/ORDERING.md).
 // pkg/operator holds the logic; the package doc says what each costs.
 //
 // -endpoint (or AWS_ENDPOINT_URL* set to a loopback address) means a local
@@ -86,6 +91,10 @@ func init() {
 			"outboxctl -endpoint http://127.0.0.1:4580 consumer-dlq -dlq dev-ledger-dlq", runConsumerDLQ},
 		{"consumer-redrive", "move a consumer DLQ's messages back to the consumer's queue",
 			"outboxctl -endpoint http://127.0.0.1:4580 consumer-redrive -dlq dev-ledger-dlq -queue dev-ledger", runConsumerRedrive},
+		{"consumer-buffered", "list the events an ordered consumer's resequencer holds for a missing predecessor: aggregate, sequence, the range it waits for, age",
+			"outboxctl -endpoint http://127.0.0.1:4580 consumer-buffered -dedup-table dev-dedup -consumer ledger", runConsumerBuffered},
+		{"consumer-baseline", "declare an ordered consumer's starting point: -aggregate ID -last N, or every order at its version (-from-orders-table)",
+			"outboxctl -endpoint http://127.0.0.1:4580 consumer-baseline -dedup-table dev-dedup -consumer ledger -from-orders-table dev-orders", runConsumerBaseline},
 	}
 }
 

@@ -79,6 +79,9 @@ type Consumer struct {
 	// Rules are the EventBridge rules targeting Queue: the only senders
 	// its policy allows besides OrdersStackProps.RedriveRoleArns.
 	Rules []awsevents.Rule
+	// Resequencer is the ordered consumer's sweep schedule and buffered-age
+	// alarm; nil for an unordered consumer.
+	Resequencer *Resequencer
 }
 
 // consumerTable is a consumer's own table: construct id, partition key
@@ -197,6 +200,7 @@ func (s *OrdersStack) addConsumer(name, source string) error {
 	if spec.dedup {
 		fn.AddEnvironment(jsii.String(config.EnvDedupTable), s.DedupTable.TableName(), nil)
 		arns[app.ResourceDedupTable] = s.DedupTable.TableArn()
+		arns[app.ResourceDedupBufferIndex] = s.bufferIndexArn()
 	}
 	fn.AddEnvironment(jsii.String(spec.table.env), table.TableName(), nil)
 	fn.AddEnvironment(jsii.String(config.EnvEventSource), jsii.String(source), nil)
@@ -216,6 +220,9 @@ func (s *OrdersStack) addConsumer(name, source string) error {
 	fn.AddEventSource(es)
 	c := &Consumer{Function: fn, Table: table, Queue: queue, DLQ: dlq, EventSource: es}
 	s.Consumers[name] = c
+	if ordered(name) {
+		s.addResequencer(name, c)
+	}
 	// sqs:ChangeMessageVisibility on the queue (sqsconsumer's RetryDelay)
 	// is part of the event source mapping's grant (SqsEventSource:
 	// grantConsumeMessages, app's sqsMappingGrant): not granted twice.

@@ -204,6 +204,7 @@ func NewOrdersStack(scope constructs.Construct, id string, props OrdersStackProp
 
 	s.OrdersTable = s.newTable("OrdersTable", order.AttrPK, order.TTLAttribute)
 	s.DedupTable = s.newTable("DedupTable", dedup.AttrPK, dedup.TTLAttribute)
+	s.addBufferIndex()
 	reserve(ob.Relay, props.ReservedConcurrency[outboxcdk.RelayFunction])
 
 	s.APIFunction, err = gofunc.New(st, idOf(APIFunction), gofunc.Props{
@@ -473,6 +474,9 @@ func (s *OrdersStack) addAlarmsAndDashboard() {
 			TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
 		})
 		s.Alarms = append(s.Alarms, c.BacklogAlarm, c.DLQ.Alarm)
+		if c.Resequencer != nil {
+			s.Alarms = append(s.Alarms, s.addResequencerAlarm(name, c))
+		}
 		consumerMetrics = append(consumerMetrics, c.Function.MetricErrors(five))
 		ageMetrics = append(ageMetrics, age)
 		dlqMetrics = append(dlqMetrics, c.DLQ.Queue.MetricApproximateNumberOfMessagesVisible(nil))

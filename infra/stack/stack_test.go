@@ -264,10 +264,14 @@ func sameShape(t *testing.T, cfn map[string]any, in *dynamodb.CreateTableInput) 
 	}
 	var gsis []any
 	for _, g := range in.GlobalSecondaryIndexes {
+		proj := map[string]any{"ProjectionType": string(g.Projection.ProjectionType)}
+		if len(g.Projection.NonKeyAttributes) > 0 {
+			proj["NonKeyAttributes"] = g.Projection.NonKeyAttributes
+		}
 		gsis = append(gsis, map[string]any{
 			"IndexName":  *g.IndexName,
 			"KeySchema":  keys(g.KeySchema),
-			"Projection": map[string]any{"ProjectionType": string(g.Projection.ProjectionType)},
+			"Projection": proj,
 		})
 	}
 	byName := func(v any) any { // attribute definitions: order-insensitive

@@ -173,6 +173,39 @@ const (
 	MetricDimensionOutboxTable = "OutboxTable"
 )
 
+// Metrics of an ordered consumer's resequencer (dedup.Resequencer), emitted
+// by its sweep once per ResequencerSweepInterval with the dimension
+// MetricDimensionConsumer (the consumer's name). The CDK alarm on
+// MetricOldestBufferedAge reads the same constants.
+const (
+	// MetricBufferedEvents: events waiting in the consumer's buffer for a
+	// predecessor (Count).
+	MetricBufferedEvents = "BufferedEvents"
+	// MetricOldestBufferedAge: the age of the oldest of them (Seconds; 0
+	// when none waits). It grows only while a gap stays open.
+	MetricOldestBufferedAge = "OldestBufferedAgeSeconds"
+	// MetricResequencerDrained: buffered events the sweep applied (Count):
+	// what a crash between applying an event and draining its successors
+	// left behind.
+	MetricResequencerDrained = "ResequencerDrained"
+	MetricDimensionConsumer  = "Consumer"
+)
+
+// Resequencer sweep schedule and alarm.
+const (
+	// ResequencerSweepInterval is how often each ordered consumer's sweep
+	// runs (an EventBridge schedule invoking the consumer function on AWS,
+	// a timer in the local stack).
+	ResequencerSweepInterval = time.Minute
+	// DefaultBufferedAgeAlarm is the OldestBufferedAgeSeconds threshold of
+	// the alarm: an event has waited this long for its predecessor. A
+	// predecessor that is only slow (retried, re-sent by the reconciler
+	// after DefaultReconcileAfter) arrives well within it; past it the
+	// missing event is parked, dead-lettered or lost upstream and an
+	// operator redrives it (docs/ORDERING.md).
+	DefaultBufferedAgeAlarm = 15 * time.Minute
+)
+
 // Defaults for the settings above.
 const (
 	DefaultPendingShards      = 16

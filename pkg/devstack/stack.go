@@ -120,6 +120,14 @@ type Options struct {
 	ConsumerFunctionTimeout   time.Duration
 	ConsumerVisibilityTimeout time.Duration
 	ConsumerMaxReceiveCount   int
+	// ConsumerMaxConcurrency is each consumer's SQS event source mapping
+	// MaximumConcurrency (default config.DefaultConsumerMaxConcurrency, as
+	// the CDK stack deploys it).
+	ConsumerMaxConcurrency int
+	// SweepEvery is how often each ordered consumer's queue gets a
+	// resequencer sweep tick (default config.ResequencerSweepInterval, as
+	// the CDK stack's schedule).
+	SweepEvery time.Duration
 	// RelayFunctionTimeout is the relay's function timeout as the stream
 	// event source mapping invokes it (default config.DefaultRelayTimeout).
 	// Like the CDK construct, Start refuses one shorter than
@@ -208,6 +216,12 @@ func (o *Options) setDefaults() {
 	if o.ConsumerMaxReceiveCount == 0 {
 		o.ConsumerMaxReceiveCount = config.DefaultConsumerMaxReceiveCount
 	}
+	if o.ConsumerMaxConcurrency == 0 {
+		o.ConsumerMaxConcurrency = config.DefaultConsumerMaxConcurrency
+	}
+	if o.SweepEvery == 0 {
+		o.SweepEvery = config.ResequencerSweepInterval
+	}
 	if o.RelayFunctionTimeout == 0 {
 		o.RelayFunctionTimeout = config.DefaultRelayTimeout
 	}
@@ -225,11 +239,15 @@ type Stack struct {
 	// Settings are the function settings (table names, bus, ...).
 	Settings app.Settings
 
-	DDB            *dynamodb.Client
-	Streams        *dynamodbstreams.Client
-	Bus            *localrt.Bus
-	Poller         *localrt.StreamPoller
-	Scheduler      *localrt.Scheduler
+	DDB       *dynamodb.Client
+	Streams   *dynamodbstreams.Client
+	Bus       *localrt.Bus
+	Poller    *localrt.StreamPoller
+	Scheduler *localrt.Scheduler
+	// Sweeps are the ordered consumers' resequencer sweep schedules, by
+	// consumer name: each puts a scheduled event on the consumer's queue
+	// every Options.SweepEvery, as the CDK stack's schedule rule does.
+	Sweeps         map[string]*localrt.Scheduler
 	ParkedQueue    *localrt.MemoryQueue
 	OnFailureQueue *localrt.MemoryQueue
 	// AWSURL is the AWS front's URL (empty without Options.AWSAddr).
@@ -421,6 +439,9 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		}
 		s.Bus.SubscribeQueue(name, target, c.Queue.URL())
 	}
+	if err := s.addSweeps(opts, log); err != nil {
+		return nil, err
+	}
 
 	var streamHandler localrt.StreamHandler = s.Relay.Handle
 	if opts.LoseAfterPublish != nil {
@@ -492,6 +513,9 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		s.goRun(func() { s.keepCheckpoints(runCtx, opts.CheckpointFile, streamARN) })
 	}
 	s.goRun(func() { _ = s.Scheduler.Run(runCtx) }) // returns nil when runCtx ends
+	for _, sw := range s.Sweeps {
+		s.goRun(func() { _ = sw.Run(runCtx) })
+	}
 	for _, c := range s.Consumers {
 		p := c.Poller
 		s.goRun(func() { _ = p.Run(runCtx) })
