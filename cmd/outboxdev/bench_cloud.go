@@ -25,7 +25,9 @@ import (
 	"github.com/ddb-outbox/ddb-outbox/pkg/bench"
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/dynoxide"
+	"github.com/ddb-outbox/ddb-outbox/pkg/ledger"
 	"github.com/ddb-outbox/ddb-outbox/pkg/routing"
+	"github.com/ddb-outbox/ddb-outbox/pkg/sqsconsumer"
 )
 
 // cloudFlags are the knobs of the cloud-latency level, the capacity model
@@ -349,6 +351,9 @@ func (b *benchRun) capacity() capacityReport {
 		// The consumers' SQS event source mapping as the stack deploys it
 		// (pkg/config, shared with infra/).
 		ConsumerMaxConcurrency: config.DefaultConsumerMaxConcurrency, ConsumerBatchSize: config.DefaultConsumerBatchSize,
+		// The consumers' runner (pkg/app leaves sqsconsumer.Config.Concurrency
+		// at its default): at most this many aggregate groups of a batch at once.
+		ConsumerGroupConcurrency: sqsconsumer.DefaultConcurrency,
 	}
 	if pe := fb.Relay.Calls("EventBridge", "PutEvents"); pe > 0 {
 		in.EntriesPerPutEvents = float64(fb.Audit.Events) / float64(pe)
@@ -385,9 +390,10 @@ func (b *benchRun) capacity() capacityReport {
 		}
 		// The example ledger updates its per-currency balance in each
 		// OrderPaid transaction (2 WCU: transactional); the load uses one
-		// currency, and OrderPaid is one of an order's two events.
+		// currency, and OrderPaid is one of an order's two events. The
+		// balance is write-sharded over ledger.BalanceShards items.
 		if res.PerConsumer[routing.ConsumerLedger] > 0 {
-			in.HotItemPerEvent = 2 * 0.5
+			in.HotItemPerEvent, in.HotItemShards = 2*0.5, ledger.BalanceShards
 		}
 		// A full batch: one PutEvents round trip, the marking's
 		// BatchExecuteStatement calls of 25 one after the other at the
@@ -613,8 +619,8 @@ func (b *benchRun) cloudMarkdown() string {
 		p("**Sustained events/s of the default configuration (%s): %.0f; the first limit hit: %s.** PutEvents carries ≤ 10 entries and ≤ 256 KB per call (%s); partition ceilings 1,000 WCU/s and 3,000 RCU/s (%s).", in.Quota.Region, cp.Limits[0].PerSec, cp.Limits[0].Name, bench.DocPutEventsEntries, bench.DocPartitionLimit)
 	}
 	p("")
-	p("Consumers (the assumption of this model): each consumer's SQS event source mapping is the stack's, from pkg/config: BatchSize %d (config.DefaultConsumerBatchSize), MaximumConcurrency %d (config.DefaultConsumerMaxConcurrency). An invocation processes its batch's messages grouped by aggregate, each group in sequence and the groups at once (pkg/sqsconsumer), so a batch of N takes the time of its messages ÷ min(N, groups) rather than their sum: %.1f ms per delivery measured, %s groups per batch of %d assumed (the worst case: every delivery of an order to %s in the same batch, %s deliveries per order), so %s messages at once and %.1f ms per full-batch invocation. The groups' messages are assumed to take equal time and the function's CPU not to bind (a delivery is mostly DynamoDB round trips). Fewer groups per batch, or a bound on the groups run at once, lowers the consumer row in proportion.",
-		in.ConsumerBatchSize, in.ConsumerMaxConcurrency, in.ConsumerSeconds*1000, optNum(in.ConsumerGroupsPerBatch), in.ConsumerBatchSize, in.BusiestConsumer,
+	p("Consumers (the assumption of this model): each consumer's SQS event source mapping is the stack's, from pkg/config: BatchSize %d (config.DefaultConsumerBatchSize), MaximumConcurrency %d (config.DefaultConsumerMaxConcurrency). An invocation processes its batch's messages grouped by aggregate, each group in sequence and up to %d groups at once (pkg/sqsconsumer, DefaultConcurrency), so a batch of N takes the time of its messages ÷ min(N, groups) rather than their sum: %.1f ms per delivery measured, %s groups per batch of %d assumed (the worst case: every delivery of an order to %s in the same batch, %s deliveries per order), so %s messages at once and %.1f ms per full-batch invocation. The groups' messages are assumed to take equal time and the function's CPU not to bind (a delivery is mostly DynamoDB round trips). Fewer groups per batch, or a bound on the groups run at once, lowers the consumer row in proportion.",
+		in.ConsumerBatchSize, in.ConsumerMaxConcurrency, in.ConsumerGroupConcurrency, in.ConsumerSeconds*1000, optNum(in.ConsumerGroupsPerBatch), in.ConsumerBatchSize, in.BusiestConsumer,
 		optNum(float64(in.ConsumerBatchSize)/math.Max(in.ConsumerGroupsPerBatch, 1)),
 		optNum(in.ConsumerParallel()), in.ConsumerInvocationSeconds()*1000)
 	for _, pl := range cp.Plans {

@@ -58,13 +58,14 @@
 //     after its predecessor): EventBridge documents no delivery order, so
 //     the consumers' resequencer is needed either way; but every event sent
 //     before its predecessor was accepted may reach a consumer early, and
-//     each ordered consumer then pays one more transaction for it (the
-//     buffer write) and applies it no sooner; and a failed event's
-//     successors sent anyway would
-//     sit in every ordered consumer's buffer, and raise its gap alarm, until
-//     the relay or the reconciler re-sends the failed one. Held back, they
-//     stay pending in the outbox, where the relay's retry or the reconciler
-//     sends them in order. At the floor of calls, that saving is free.
+//     each ordered consumer then pays for buffering it (a failed
+//     transaction, a read, the buffer write, later the buffer read and
+//     delete; docs/ORDERING.md, Cost) and applies it no sooner; and a
+//     failed event's successors sent anyway would sit in every ordered
+//     consumer's buffer, and raise its gap alarm, until the relay or the
+//     reconciler re-sends the failed one. Held back, they stay pending in
+//     the outbox, where the relay's retry or the reconciler sends them in
+//     order. At the floor of calls, that saving is free.
 //   - Handle reports the dynamodb.SequenceNumber of the first record not
 //     done, never the eventID; a configuration error (no NewImage) fails the
 //     whole batch.
