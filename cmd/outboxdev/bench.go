@@ -265,7 +265,9 @@ func (b *benchRun) runLevel(ctx context.Context, label string, rate float64, ord
 		Endpoint: dx.Endpoint, Prefix: "bench", Logger: b.log, PollInterval: b.f.poll,
 		BatchSize: benchBatchSize, MaxBatchingWindow: batchWindow,
 		AWSConfig: func(c *aws.Config) {
-			c.APIOptions = append(c.APIOptions, all.Register, callcount.RequestConsumedCapacity, split.Register)
+			// rec.Register: an ordered consumer has applied an event when its
+			// dedup marker committed (a buffered event is acknowledged first).
+			c.APIOptions = append(c.APIOptions, rec.Register, all.Register, callcount.RequestConsumedCapacity, split.Register)
 		},
 		RelayAWSConfig: func(c *aws.Config) { c.APIOptions = append(c.APIOptions, relayC.Register) },
 		WrapEventBridge: func(eb relay.EventBridgeAPI) relay.EventBridgeAPI {

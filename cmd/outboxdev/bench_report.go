@@ -219,7 +219,7 @@ func (b *benchRun) markdown() string {
 	p("")
 	p("## a) End-to-end throughput and commit → applied latency")
 	p("")
-	p("Commit = envelope `occurred_at` (stamped when the change is written); applied = when the last consumer taking the event saw its TransactWriteItems (side effect + dedup marker) succeed, recorded by a bus interceptor in the same process (one wall clock, ns resolution).")
+	p("Commit = envelope `occurred_at` (stamped when the change is written); applied = when the last consumer taking the event saw its TransactWriteItems (side effect + dedup marker) succeed, recorded in the same process (one wall clock, ns resolution): for a consumer that writes dedup markers, the commit of the transaction holding the event's marker (SDK middleware), so an event an ordered consumer buffered (acknowledged before its predecessor) counts when it was applied, after the predecessor; for fulfilment (no marker: its effect is outside DynamoDB), its handler's first success (bus interceptor).")
 	p("")
 	p("| load | orders | orders/s | events | events applied/s | POST /orders p50/p99 ms | commit→applied p50 / p95 / p99 / max ms | arrival lag p99 ms | write calls/s | store ratio | audit |")
 	p("|---|---|---|---|---|---|---|---|---|---|---|")

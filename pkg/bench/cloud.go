@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"sync"
@@ -157,6 +158,9 @@ type Cloud struct {
 	ddb    map[string]time.Duration // injected DynamoDB latency by operation
 	ddbN   map[string]int64
 	fns    map[string]*fnTime // "relay", "consumer", "api" (calls outside both)
+	// markerConsumers are the consumers seen committing a dedup marker:
+	// their apply is the marker's commit (consumerSpan.committed).
+	markerConsumers map[string]bool
 }
 
 // fnTime accumulates one function's invocations: their wall time, the time
@@ -190,8 +194,20 @@ type cloudSpan struct {
 type consumerSpan struct {
 	targetHop time.Duration // injected EventBridge + SQS
 	start     time.Time     // first attempt
-	applied   time.Time     // first success
+	applied   time.Time     // first success of the handler (acknowledged)
+	committed time.Time     // its dedup marker's transaction committed
 	attempts  int
+}
+
+// appliedAt is when consumer name applied the event of cs: its marker's
+// commit for a consumer that writes markers (zero until then: an early
+// event its resequencer buffered is acknowledged first, applied after its
+// predecessor), else its handler's first success. c.mu must be held.
+func (c *Cloud) appliedAt(name string, cs *consumerSpan) time.Time {
+	if c.markerConsumers[name] {
+		return cs.committed
+	}
+	return cs.applied
 }
 
 // NewCloud returns a Cloud injecting hops.
@@ -205,8 +221,10 @@ func NewCloud(hops CloudHops) *Cloud {
 	return &Cloud{
 		hops: hops, rng: rand.New(rand.NewPCG(hops.Seed, hops.Seed^0x9e3779b97f4a7c15)),
 		slots: map[int64]time.Duration{}, calls: map[int64]map[string]time.Duration{},
-		fns:    map[string]*fnTime{"relay": {}, "consumer": {}, "api": {}},
-		callOf: map[string]callRef{}, ev: map[string]*cloudSpan{}, ddb: map[string]time.Duration{}, ddbN: map[string]int64{},
+		fns: map[string]*fnTime{"relay": {}, "consumer": {}, "api": {}},
+
+		markerConsumers: map[string]bool{},
+		callOf:          map[string]callRef{}, ev: map[string]*cloudSpan{}, ddb: map[string]time.Duration{}, ddbN: map[string]int64{},
 	}
 }
 
@@ -225,7 +243,7 @@ func (c *Cloud) Apply(o *devstack.Options) {
 		if prevCfg != nil {
 			prevCfg(cfg)
 		}
-		cfg.APIOptions = append(cfg.APIOptions, c.registerDynamoDB)
+		cfg.APIOptions = append(cfg.APIOptions, c.registerDynamoDB, c.registerMarkers)
 	}
 	o.StreamDeliverAt = c.deliverAt
 	prevStream := o.WrapStream
@@ -300,6 +318,19 @@ func (s *cloudSpan) consumer(name string) *consumerSpan {
 		s.consumers[name] = cs
 	}
 	return cs
+}
+
+// registerMarkers records each consumer's dedup marker commit (after the
+// injected latency: registerMarkerCommits is outermost).
+func (c *Cloud) registerMarkers(stack *middleware.Stack) error {
+	return registerMarkerCommits(stack, fmt.Sprintf("bench.CloudMarkers.%p", c), func(consumer, eventID string, at time.Time) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.markerConsumers[consumer] = true
+		if cs := c.span(eventID).consumer(consumer); cs.committed.IsZero() {
+			cs.committed = at
+		}
+	})
 }
 
 // registerDynamoDB adds the DynamoDB call latency to a client's stack: a

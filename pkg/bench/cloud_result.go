@@ -48,6 +48,11 @@ type CloudResult struct {
 	// attempt (an ordered consumer holding an event that overtook its
 	// predecessor, for one).
 	Retried int `json:"events_retried_by_last_consumer"`
+	// Buffered counts events whose last consumer acknowledged the
+	// delivery before its dedup marker committed: an ordered consumer's
+	// resequencer buffered it (it arrived before its predecessor) and
+	// applied it after the predecessor.
+	Buffered int `json:"events_buffered_by_last_consumer"`
 	// DynamoDBInjectedMs is the mean injected latency per call by
 	// operation, and DynamoDBCalls the calls.
 	DynamoDBInjectedMs map[string]float64 `json:"dynamodb_injected_mean_ms"`
@@ -65,9 +70,10 @@ type CloudResult struct {
 	PerConsumer map[string]float64 `json:"deliveries_per_event_by_consumer"`
 	// PredictedByConsumer is the AWS prediction per consumer: for every
 	// event the consumer applied, the stream hop + the relay's part + that
-	// consumer's EventBridge + SQS hop + its first attempt → success
-	// (holds included), in ms. Predicted is the same for the last consumer
-	// of each event.
+	// consumer's EventBridge + SQS hop + its first attempt → applied (its
+	// dedup marker's commit for a consumer that writes markers: a wait in
+	// an ordered consumer's buffer included), in ms. Predicted is the same
+	// for the last consumer of each event.
 	PredictedByConsumer map[string]Quantiles `json:"predicted_commit_to_applied_by_consumer"`
 	Consumer            Quantiles            `json:"consumer_first_attempt"`
 	Relay               Quantiles            `json:"relay_to_published"`
@@ -121,25 +127,27 @@ func (c *Cloud) Result() CloudResult {
 			continue
 		}
 		var last *consumerSpan
+		var lastAt time.Time
 		complete := true
-		for _, cs := range s.consumers {
-			if cs.applied.IsZero() || cs.start.IsZero() {
+		for name, cs := range s.consumers {
+			at := c.appliedAt(name, cs)
+			if at.IsZero() || cs.start.IsZero() {
 				complete = false
 				break
 			}
-			if last == nil || cs.applied.After(last.applied) {
-				last = cs
+			if last == nil || at.After(lastAt) {
+				last, lastAt = cs, at
 			}
 		}
 		if !complete {
 			continue
 		}
-		t := msOf(last.applied.Sub(s.commit))
+		t := msOf(lastAt.Sub(s.commit))
 		// The injected stream hop counts only as far as the relay was
 		// invoked (a record seen late by the emulator waited less).
 		sh := min(msOf(s.streamHop), msOf(s.relayStart.Sub(s.commit)))
 		i := max(sh, 0) + msOf(last.targetHop)
-		o := msOf(s.published.Sub(s.relayStart)) + msOf(last.applied.Sub(last.start))
+		o := msOf(s.published.Sub(s.relayStart)) + msOf(lastAt.Sub(last.start))
 		total, inj, ours, rest = append(total, t), append(inj, i), append(ours, o), append(rest, t-i-o)
 		pred = append(pred, i+o)
 		rs = append(rs, msOf(s.relayStart.Sub(s.commit))-max(sh, 0))
@@ -149,15 +157,20 @@ func (c *Cloud) Result() CloudResult {
 		if last.attempts > 1 {
 			r.Retried++
 		}
+		if !last.committed.IsZero() && !last.applied.IsZero() && last.committed.After(last.applied) {
+			r.Buffered++
+		}
 		targets += len(s.consumers)
 		relayPart := msOf(s.published.Sub(s.relayStart))
 		for name, cs := range s.consumers {
 			perCons[name]++
-			predBy[name] = append(predBy[name], max(sh, 0)+msOf(cs.targetHop)+relayPart+msOf(cs.applied.Sub(cs.start)))
+			predBy[name] = append(predBy[name], max(sh, 0)+msOf(cs.targetHop)+relayPart+msOf(c.appliedAt(name, cs).Sub(cs.start)))
 		}
 		rel = append(rel, msOf(s.published.Sub(s.relayStart)))
 		for _, cs := range s.consumers {
-			if cs.attempts == 1 {
+			// One handler run (a Lambda's duration): first attempt →
+			// acknowledged, for deliveries applied then (not buffered).
+			if cs.attempts == 1 && (cs.committed.IsZero() || !cs.committed.After(cs.applied)) {
 				cons = append(cons, msOf(cs.applied.Sub(cs.start)))
 			}
 		}

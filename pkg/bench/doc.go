@@ -4,8 +4,12 @@
 // DynamoDB-compatible server, never against AWS.
 //
 // It provides:
-//   - ApplyRecorder, a local-bus Interceptor that records when each
-//     consumer's transaction committed, for commit → applied latency;
+//   - ApplyRecorder, a local-bus Interceptor and an SDK middleware that
+//     record when each consumer applied each event, for commit → applied
+//     latency: the commit of its dedup marker's transaction (an event an
+//     ordered consumer's resequencer buffered is applied after its
+//     predecessor, not when its delivery was acknowledged), or the
+//     handler's success for a consumer without markers;
 //   - Load, an HTTP load generator (paced open-loop arrivals or a closed
 //     loop of clients) creating and paying orders through the real API;
 //   - StoreRate and Interleaved, the store's raw TransactWriteItems rate and

@@ -20,19 +20,50 @@ import (
 // stamped the envelope's occurred_at (same wall clock, nanosecond
 // resolution). It is safe for concurrent use; the zero value is not ready,
 // use NewApplyRecorder.
+//
+// For a consumer that writes dedup markers (Register on the stack's
+// DynamoDB clients), applied is when its transaction holding the event's
+// marker committed; a delivery its handler acknowledged without that (an
+// ordered consumer buffering an early event) is not applied until the
+// marker commits, in the predecessor's invocation. For a consumer without
+// markers (fulfilment: its effect is outside DynamoDB), applied is when its
+// handler first returned success.
 type ApplyRecorder struct {
-	mu     sync.Mutex
-	events map[string]*applied // event_id -> timings
+	mu              sync.Mutex
+	events          map[string]*applied // event_id -> timings
+	markerConsumers map[string]bool     // consumers seen committing a dedup marker
 }
 
 type applied struct {
-	committed time.Time            // envelope occurred_at
-	consumers map[string]time.Time // consumer -> first successful apply
+	committed       time.Time            // envelope occurred_at (zero until delivered)
+	consumers       map[string]time.Time // consumer -> first successful handler return
+	committedMarker map[string]time.Time // consumer -> its marker's commit
 }
 
 // NewApplyRecorder returns an empty recorder.
 func NewApplyRecorder() *ApplyRecorder {
-	return &ApplyRecorder{events: map[string]*applied{}}
+	return &ApplyRecorder{events: map[string]*applied{}, markerConsumers: map[string]bool{}}
+}
+
+// appliedAt returns, per consumer, when a was applied; r.mu must be held.
+// A consumer that writes markers counts only once its marker committed.
+func (r *ApplyRecorder) appliedAt(a *applied) map[string]time.Time {
+	out := make(map[string]time.Time, len(a.consumers))
+	for c, t := range a.consumers {
+		if r.markerConsumers[c] {
+			if m, ok := a.committedMarker[c]; ok {
+				out[c] = m
+			}
+			continue
+		}
+		out[c] = t
+	}
+	for c, m := range a.committedMarker {
+		if _, ok := out[c]; !ok {
+			out[c] = m // applied (drained) without a delivery of its own seen as a success
+		}
+	}
+	return out
 }
 
 // Interceptor returns a localrt.Interceptor (devstack Options.ConsumerInterceptor)
@@ -55,8 +86,11 @@ func (r *ApplyRecorder) Interceptor() localrt.Interceptor {
 		defer r.mu.Unlock()
 		a := r.events[env.EventID]
 		if a == nil {
-			a = &applied{committed: env.OccurredAt, consumers: map[string]time.Time{}}
+			a = &applied{consumers: map[string]time.Time{}, committedMarker: map[string]time.Time{}}
 			r.events[env.EventID] = a
+		}
+		if a.committed.IsZero() {
+			a.committed = env.OccurredAt
 		}
 		if _, seen := a.consumers[consumer]; !seen {
 			a.consumers[consumer] = now
@@ -69,6 +103,10 @@ func (r *ApplyRecorder) Interceptor() localrt.Interceptor {
 type ApplyStats struct {
 	// Events is the number of events applied by at least one consumer.
 	Events int
+	// NotApplied counts deliveries a consumer that writes markers
+	// acknowledged whose marker never committed (buffered and not yet
+	// drained when the stats were taken); they are not in Latency.
+	NotApplied int `json:"not_applied"`
 	// Latency is commit (occurred_at) → applied by the last consumer that
 	// took the event, over every event.
 	Latency Percentiles
@@ -84,8 +122,13 @@ func (r *ApplyRecorder) Stats() ApplyStats {
 	var st ApplyStats
 	lat := make([]time.Duration, 0, len(r.events))
 	for _, a := range r.events {
+		at := r.appliedAt(a)
+		st.NotApplied += len(a.consumers) - countIn(a.consumers, at)
+		if len(at) == 0 || a.committed.IsZero() {
+			continue
+		}
 		var last time.Time
-		for _, t := range a.consumers {
+		for _, t := range at {
 			if t.After(last) {
 				last = t
 			}
@@ -187,7 +230,10 @@ func (r *ApplyRecorder) ByConsumer() map[string]Percentiles {
 	defer r.mu.Unlock()
 	lat := map[string][]time.Duration{}
 	for _, a := range r.events {
-		for c, t := range a.consumers {
+		if a.committed.IsZero() {
+			continue
+		}
+		for c, t := range r.appliedAt(a) {
 			lat[c] = append(lat[c], t.Sub(a.committed))
 		}
 	}
@@ -196,4 +242,15 @@ func (r *ApplyRecorder) ByConsumer() map[string]Percentiles {
 		out[c] = NewPercentiles(d)
 	}
 	return out
+}
+
+// countIn counts the keys of a that are in b.
+func countIn(a, b map[string]time.Time) int {
+	n := 0
+	for k := range a {
+		if _, ok := b[k]; ok {
+			n++
+		}
+	}
+	return n
 }

@@ -10,8 +10,12 @@ func (r *ApplyRecorder) LatencySamplesMs() []float64 {
 	defer r.mu.Unlock()
 	out := make([]float64, 0, len(r.events))
 	for _, a := range r.events {
+		at := r.appliedAt(a)
+		if len(at) == 0 || a.committed.IsZero() {
+			continue
+		}
 		var last = a.committed
-		for _, t := range a.consumers {
+		for _, t := range at {
 			if t.After(last) {
 				last = t
 			}
