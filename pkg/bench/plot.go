@@ -269,7 +269,11 @@ func commaFloat(v float64) string {
 	if v >= 1 && v == math.Trunc(v) {
 		return commaInt(int(v))
 	}
-	return strconv.FormatFloat(v, 'f', -1, 64)
+	str := strconv.FormatFloat(v, 'f', -1, 64)
+	if i := strings.IndexByte(str, '.'); i > 0 && math.Abs(v) >= 1000 {
+		return commaInt(int(math.Trunc(v))) + str[i:]
+	}
+	return str
 }
 
 // commaInt prints n with thousands separators.

@@ -42,3 +42,13 @@ func TestPlotsWritePNG(t *testing.T) {
 		t.Error("a CDF without samples was written")
 	}
 }
+
+// Numbers on the plots carry thousands separators and no exponent.
+func TestPlotNumbers(t *testing.T) {
+	t.Parallel()
+	for v, want := range map[float64]string{1229.2: "1,229.2", 1e6: "1,000,000", 140: "140", 0.5: "0.5", 12.25: "12.25"} {
+		if got := commaFloat(v); got != want {
+			t.Errorf("commaFloat(%v) = %q, want %q", v, got, want)
+		}
+	}
+}
