@@ -50,12 +50,12 @@ const (
 	ctxConsumerProvisionedPollers = "ddb-outbox:consumerProvisionedPollers"
 	// ARN of an existing standard SNS topic every alarm notifies; default:
 	// the stack creates one
-	ctxAlarmTopicArn = "ddb-outbox:alarmTopicArn"
-	ctxAccessLogRetention  = "ddb-outbox:accessLogRetentionDays" // int days, a CloudWatch Logs retention value
-	ctxPublisherArns       = "ddb-outbox:publisherArns"          // comma-separated exact ARNs
-	ctxRedriveRoleArns     = "ddb-outbox:redriveRoleArns"        // comma-separated exact ARNs
-	ctxCustomerManagedKey  = "ddb-outbox:customerManagedKey"     // bool, default false
-	ctxNotificationsTTL    = "ddb-outbox:notificationsTtlAttribute"
+	ctxAlarmTopicArn      = "ddb-outbox:alarmTopicArn"
+	ctxAccessLogRetention = "ddb-outbox:accessLogRetentionDays" // int days, a CloudWatch Logs retention value
+	ctxPublisherArns      = "ddb-outbox:publisherArns"          // comma-separated exact ARNs
+	ctxRedriveRoleArns    = "ddb-outbox:redriveRoleArns"        // comma-separated exact ARNs
+	ctxCustomerManagedKey = "ddb-outbox:customerManagedKey"     // bool, default false
+	ctxNotificationsTTL   = "ddb-outbox:notificationsTtlAttribute"
 	// an OTLP collector layer ARN (e.g. ADOT) for every function: turns
 	// the functions' OpenTelemetry spans on; X-Ray active tracing is on
 	// either way

@@ -23,8 +23,8 @@ var (
 	// the custom stack's consumers scale in provisioned mode (peak 5 × 10)
 	customScaling      = outboxcdk.SQSScaling{Provisioned: &outboxcdk.ProvisionedPollers{Minimum: 2, Maximum: 5}}
 	customReservations = map[string]int{APIFunction: 7, outboxcdk.RelayFunction: NoReservedConcurrency, outboxcdk.ReconcilerFunction: NoReservedConcurrency, "ledger": 60}
-	breakGlassRole       = "arn:aws:iam::123456789012:role/ddb-outbox-break-glass"
-	redriveRole          = "arn:aws:iam::123456789012:role/ddb-outbox-redrive"
+	breakGlassRole     = "arn:aws:iam::123456789012:role/ddb-outbox-break-glass"
+	redriveRole        = "arn:aws:iam::123456789012:role/ddb-outbox-redrive"
 )
 
 // policyStatements returns the statements of a policy document value.
