@@ -18,9 +18,12 @@
 // its EventBridge rules (and the redrive roles); consumers expect events
 // from the stack's account (config.EnvExpectedEventAccount); the API offers
 // route-scoped caller policies, per-route throttles and 4xx/5xx-rate alarms;
-// every function has reserved concurrency and a Throttles alarm; tables have
-// deletion protection unless the stack is a throw-away one (Destroy); a
-// customer managed KMS key can encrypt every table and queue.
+// every function has reserved concurrency by default (optional, with a
+// preflight against the account's quota) and a Throttles alarm; every
+// dead-letter queue accepts only its own source; every alarm notifies the
+// alarm topic; tables have deletion protection unless the stack is a
+// throw-away one (Destroy); a customer managed KMS key can encrypt every
+// table and queue.
 package stack
 
 import (
