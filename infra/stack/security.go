@@ -213,7 +213,7 @@ func (s *OrdersStack) addAbuseAlarms() {
 	}
 	for _, f := range fns {
 		s.Alarms = append(s.Alarms, awscloudwatch.NewAlarm(s.Stack, jsii.String(idOf(f.name)+"ThrottlesAlarm"), &awscloudwatch.AlarmProps{
-			AlarmDescription:   jsii.String("Function " + f.name + " was throttled (it reached its reserved concurrency)."),
+			AlarmDescription:   jsii.String("Function " + f.name + " was throttled: it reached its reserved concurrency, or (unreserved) the account's unreserved concurrency ran out."),
 			Metric:             f.fn.MetricThrottles(five),
 			Threshold:          jsii.Number(1),
 			ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
