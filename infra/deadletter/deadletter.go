@@ -145,7 +145,8 @@ func (q *Queue) AcceptOnlyFrom(s Senders) {
 // SQS queue may name it as its dead-letter queue (Amazon SQS developer
 // guide, dead-letter queues: the redrive allow policy says which source
 // queues may use a queue as their DLQ; a move by a source queue's redrive
-// policy is made by SQS, not a SendMessage a queue policy could refuse).
+// policy is made by SQS, and no AWS page found here says the DLQ's queue
+// policy governs it, so the redrive allow policy is the control).
 // For the queues that are an EventBridge rule's DLQ or a Lambda on-failure
 // destination, which no queue redrives to. A consumer DLQ cannot name its
 // one source queue (byQueue) here: the source's RedrivePolicy already

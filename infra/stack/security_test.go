@@ -445,9 +445,15 @@ func TestCustomerManagedKey(t *testing.T) {
 			eb = st
 		}
 	}
-	// scoped to SQS data keys of this account and region (TestEventBridgeKeyGrantIsScoped)
+	// scoped to SQS data keys of this account and region, and the only
+	// statement for EventBridge (TestEventBridgeKeyGrantIsScoped)
 	if eb == nil || !mentions(t, get(eb, "Condition", "StringLike"), "kms:EncryptionContext:aws:sqs:arn") {
 		t.Errorf("EventBridge key statement = %v", eb)
+	}
+	for _, st := range policyStatements(kp["KeyPolicy"]) {
+		if mentions(t, get(st, "Principal"), "events.amazonaws.com") && get(st, "Sid") != KeyForEventBridgeStatementID {
+			t.Errorf("another key statement for EventBridge: %v", normalize(t, st))
+		}
 	}
 	for _, id := range custom.ofType("AWS::DynamoDB::Table") {
 		p := custom.props(t, id)
