@@ -286,6 +286,11 @@ func TestDLQsAcceptOnlyTheirSource(t *testing.T) {
 		for name, q := range st.RuleDLQs {
 			check("rule "+name+" DLQ", s.id(q.Queue), nil, []any{getAtt(s.id(st.Rules[name]), "Arn")}, false)
 		}
+		for name, c := range st.Consumers {
+			if r := c.Resequencer; r != nil {
+				check("consumer "+name+" sweep DLQ", s.id(r.SweepDLQ.Queue), nil, []any{getAtt(s.id(r.SweepSchedule), "Arn")}, false)
+			}
+		}
 		check("parked-records queue", s.id(ob.ParkedQueue.Queue), []any{relay, reconciler}, nil, false)
 		check("stream on-failure queue", s.id(ob.StreamFailureQueue.Queue), []any{relay}, nil, false)
 		check("reconciler on-failure queue", s.id(ob.ReconcilerFailureQueue.Queue), []any{reconciler}, nil, false)

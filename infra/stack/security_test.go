@@ -472,6 +472,11 @@ func TestCustomerManagedKey(t *testing.T) {
 	for _, q := range custom.stack.RuleDLQs {
 		sseSQS = append(sseSQS, custom.id(q.Queue))
 	}
+	for _, c := range custom.stack.Consumers {
+		if c.Resequencer != nil {
+			sseSQS = append(sseSQS, custom.id(c.Resequencer.SweepDLQ.Queue)) // like a rule DLQ
+		}
+	}
 	for _, id := range custom.ofType("AWS::SQS::Queue") {
 		if slices.Contains(sseSQS, id) {
 			// on-failure destinations and the schedule DLQ hold metadata

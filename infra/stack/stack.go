@@ -513,7 +513,8 @@ func (s *OrdersStack) addAlarmsAndDashboard() {
 		})
 		s.Alarms = append(s.Alarms, c.BacklogAlarm, c.DLQ.Alarm)
 		if c.Resequencer != nil {
-			s.Alarms = append(s.Alarms, s.addResequencerAlarm(name, c))
+			s.Alarms = append(s.Alarms, s.addResequencerAlarm(name, c), c.Resequencer.SweepDLQ.Alarm)
+			s.Alarms = append(s.Alarms, c.Resequencer.SweepAlarms...)
 		}
 		consumerMetrics = append(consumerMetrics, c.Function.MetricErrors(five))
 		ageMetrics = append(ageMetrics, age)

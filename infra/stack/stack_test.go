@@ -723,8 +723,15 @@ func TestAPIRoutesRequireIAMAuthorization(t *testing.T) {
 func TestQueuesEncryptedAndTLSOnly(t *testing.T) {
 	queues := def.ofType("AWS::SQS::Queue")
 	// parked, stream on-failure, reconciler on-failure, schedule DLQ, one
-	// DLQ per routing rule, a queue and a DLQ per consumer
-	if want := 4 + len(routing.Rules()) + 2*len(def.stack.Consumers); len(queues) != want {
+	// DLQ per routing rule, a queue and a DLQ per consumer, a sweep
+	// schedule DLQ per ordered consumer
+	sweeps := 0
+	for _, c := range def.stack.Consumers {
+		if c.Resequencer != nil {
+			sweeps++
+		}
+	}
+	if want := 4 + len(routing.Rules()) + 2*len(def.stack.Consumers) + sweeps; len(queues) != want {
 		t.Errorf("%d queues, want %d", len(queues), want)
 	}
 	for _, id := range queues {
