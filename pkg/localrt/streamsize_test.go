@@ -60,7 +60,7 @@ func TestStreamRecordSizeBytes(t *testing.T) {
 			t.Parallel()
 			rec := streamtypes.Record{EventID: aws.String("e"), EventName: "MODIFY", Dynamodb: &streamtypes.StreamRecord{
 				Keys: tc.keys, NewImage: tc.new, OldImage: tc.old, SequenceNumber: aws.String("100000000000000000001"),
-				SizeBytes: aws.Int64(999), // what the server said: not what AWS says
+				SizeBytes:      aws.Int64(999), // what the server said: not what AWS says
 				StreamViewType: tc.view,
 			}}
 			raw, err := StreamRecordJSON(rec, "arn", "us-east-1")
