@@ -16,7 +16,8 @@ import (
 
 func runDev(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("dev", flag.ExitOnError)
-	addr := fs.String("addr", "127.0.0.1:8080", "API listen address")
+	addr := fs.String("addr", "127.0.0.1:8080", "API listen address (beyond loopback: a warning, the API authenticates nothing)")
+	allowHosts := fs.String("allow-host", "", "comma-separated extra names the API and the AWS endpoint accept in the Host header (always: localhost, loopback addresses, the listen host); any other Host gets 403 (DNS rebinding protection)")
 	endpoint := endpointFlag(fs)
 	every := fs.Duration("reconcile-every", 30*time.Second, "reconciler schedule")
 	after := fs.Duration("reconcile-after", 5*time.Minute, "age after which the reconciler re-sends a pending record")
@@ -50,6 +51,12 @@ func runDev(ctx context.Context, args []string) error {
 		defer closeView()
 		traceView = v
 	}
+	var allowed []string
+	for _, h := range strings.Split(*allowHosts, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			allowed = append(allowed, h)
+		}
+	}
 	var reject []string
 	for _, t := range strings.Split(*rejectTypes, ",") {
 		if t = strings.TrimSpace(t); t != "" {
@@ -71,7 +78,7 @@ func runDev(ctx context.Context, args []string) error {
 		Endpoint: *endpoint, APIAddr: *addr, Prefix: *prefix,
 		ReconcileEvery: *every, ReconcileAfter: *after, Metrics: metrics,
 		DataFile: *data, CheckpointFile: *checkpoint, HopLog: true, Logger: slog.New(handler),
-		AWSAddr: *awsAddr, RejectDetailTypes: reject, RejectCode: *rejectCode, Tracing: *tracing,
+		AWSAddr: *awsAddr, RejectDetailTypes: reject, RejectCode: *rejectCode, Tracing: *tracing, AllowedHosts: allowed,
 	})
 	if err != nil {
 		return err

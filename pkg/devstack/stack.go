@@ -56,7 +56,15 @@ type Options struct {
 	// Prefix prefixes every table name (default "local").
 	Prefix string
 	// APIAddr is the HTTP listen address (default "127.0.0.1:0", a free port).
+	// An address beyond loopback is logged as a warning: the API
+	// authenticates nothing.
 	APIAddr string
+	// AllowedHosts are extra names the API and the AWS front accept in the
+	// Host header. Always accepted: "localhost" and names under
+	// ".localhost", loopback addresses, the listen address's host (every
+	// interface address when it is a wildcard). Any other Host is refused
+	// with 403 (DNS rebinding protection).
+	AllowedHosts []string
 	// BatchSize is the event source mapping batch size (default 100).
 	BatchSize int
 	// PollInterval is the poller's wait after an empty GetRecords (default 50 ms).
@@ -477,7 +485,9 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		return nil, fmt.Errorf("devstack: listen on %s: %w%s", opts.APIAddr, err, portHolder(opts.APIAddr))
 	}
 	s.URL = "http://" + ln.Addr().String()
-	s.server = &http.Server{Handler: apiHandler, ReadHeaderTimeout: 5 * time.Second}
+	warnIfExposed(log, "the API", opts.APIAddr)
+	s.server = &http.Server{Handler: newHostGuard(apiHandler, []string{opts.APIAddr, ln.Addr().String()}, opts.AllowedHosts, denyAPI),
+		ReadHeaderTimeout: 5 * time.Second}
 
 	runCtx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
