@@ -22,7 +22,7 @@ func runDev(ctx context.Context, args []string) error {
 	every := fs.Duration("reconcile-every", 30*time.Second, "reconciler schedule")
 	after := fs.Duration("reconcile-after", 5*time.Minute, "age after which the reconciler re-sends a pending record")
 	prefix := fs.String("prefix", "dev", "table name prefix")
-	data := fs.String("data", "", "keep Dynoxide's data in this file across restarts (default: in memory, lost at exit)")
+	data := fs.String("data", "", "keep Dynoxide's data in this file across restarts (default: in memory, lost at exit); not with -endpoint, whose server keeps the data")
 	verbose := fs.Bool("v", false, "show every component's logs and the relay's and reconciler's metric lines (default: one line per hop of each event)")
 	checkpoint := fs.String("checkpoint-file", "", "keep the stream event source mapping's checkpoints here (default: .outboxdev/<prefix>.checkpoints.json when -data or -endpoint is set)")
 	awsAddr := fs.String("aws-addr", "127.0.0.1:4580", "listen address of the local AWS endpoint (SQS queues, EventBridge PutEvents, DynamoDB proxied) for outboxctl; empty: none")
@@ -33,6 +33,13 @@ func runDev(ctx context.Context, args []string) error {
 	jaegerBin := fs.String("jaeger", filepath.Join("bin", "jaeger"), "with -trace: the Jaeger binary to start")
 	traceViewAddr := fs.String("trace-view", "127.0.0.1:16687", "with -trace: listen address of the trace waterfall page over Jaeger's query API")
 	_ = fs.Parse(args)
+	if *data != "" && *endpoint != "" {
+		src := "-endpoint"
+		if os.Getenv("AWS_ENDPOINT_URL_DYNAMODB") == *endpoint {
+			src = "-endpoint (here from AWS_ENDPOINT_URL_DYNAMODB)"
+		}
+		return fmt.Errorf("-data %s keeps the data of the Dynoxide outboxdev starts, but with %s %s the server there keeps the data and no Dynoxide starts: drop -data (the server's own storage decides what is kept), or drop -endpoint (unset AWS_ENDPOINT_URL_DYNAMODB) to keep Dynoxide's data in %s", *data, src, *endpoint, *data)
+	}
 	traceUI := ""
 	if *tracing {
 		ui, stop, err := startTracing(ctx, *jaegerBin, *traceEndpoint)

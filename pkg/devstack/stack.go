@@ -134,7 +134,8 @@ type Options struct {
 	// relay.MinFunctionTimeout of the relay's configuration.
 	RelayFunctionTimeout time.Duration
 	// DataFile keeps the started Dynoxide's data in this SQLite file across
-	// restarts (ignored with Endpoint). Default: in memory.
+	// restarts. Default: in memory. With Endpoint the server there keeps
+	// the data: Start refuses the pair (ErrDataFileWithEndpoint).
 	DataFile string
 	// CheckpointFile keeps the stream event source mapping's checkpoints
 	// across restarts (saved every second and at Close); a restarted stack
@@ -272,10 +273,20 @@ type Stack struct {
 	closeMu sync.Once
 }
 
+// ErrDataFileWithEndpoint: Options.DataFile (outboxdev's -data) was given
+// with Options.Endpoint (-endpoint, or AWS_ENDPOINT_URL_DYNAMODB): the data
+// file is for the Dynoxide the stack starts, and with an endpoint it starts
+// none.
+var ErrDataFileWithEndpoint = errors.New("devstack: DataFile (-data) keeps the data of the Dynoxide the stack starts, but with Endpoint (-endpoint, or AWS_ENDPOINT_URL_DYNAMODB) the server at that endpoint keeps the data and no Dynoxide starts: give one of them")
+
 // Start brings the whole stack up: server, tables, API, poller, bus and
 // scheduler. Stop it with Close. It returns an error if any part fails to
-// start (and stops what had started).
+// start (and stops what had started); ErrDataFileWithEndpoint before
+// anything starts when both are set.
 func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
+	if opts.DataFile != "" && opts.Endpoint != "" {
+		return nil, fmt.Errorf("%w (DataFile %q, Endpoint %q)", ErrDataFileWithEndpoint, opts.DataFile, opts.Endpoint)
+	}
 	opts.setDefaults()
 	log := opts.Logger
 	s := &Stack{log: log, Endpoint: opts.Endpoint}
