@@ -177,8 +177,8 @@ func TestSQSMessageFieldsArePersisted(t *testing.T) {
 	at := func(s int64) time.Time { return time.Unix(s, 5).UTC() }
 	m := &sqsMessage{
 		id: "id", body: "body", md5: "md5",
-		attrs:   map[string]sqstypes.MessageAttributeValue{"a": {DataType: aws.String("String"), StringValue: aws.String("v")}},
-		sentAt:  at(1), firstReceive: at(2), receiveCount: 3, visibleAt: at(4), receipt: "r#id",
+		attrs:  map[string]sqstypes.MessageAttributeValue{"a": {DataType: aws.String("String"), StringValue: aws.String("v")}},
+		sentAt: at(1), firstReceive: at(2), receiveCount: 3, visibleAt: at(4), receipt: "r#id",
 		sourceArn: "arn:aws:sqs:us-east-1:000000000000:src", traceHeader: "Root=1-2-3",
 	}
 	v := reflect.ValueOf(m).Elem()
