@@ -24,6 +24,7 @@ func runDev(ctx context.Context, args []string) error {
 	prefix := fs.String("prefix", "dev", "table name prefix")
 	data := fs.String("data", "", "keep Dynoxide's data in this file across restarts (default: in memory, lost at exit); not with -endpoint, whose server keeps the data")
 	verbose := fs.Bool("v", false, "show every component's logs and the relay's and reconciler's metric lines (default: one line per hop of each event)")
+	stateFile := fs.String("state-file", "", "keep the local runtime's state (SQS queues with messages in flight, the bus's undelivered events, the fulfilment provider) in this journal across restarts (default: FILE.state with -data FILE, .outboxdev/<prefix>.state with -endpoint; in memory otherwise)")
 	checkpoint := fs.String("checkpoint-file", "", "keep the stream event source mapping's checkpoints here (default: .outboxdev/<prefix>.checkpoints.json when -data or -endpoint is set)")
 	awsAddr := fs.String("aws-addr", "127.0.0.1:4580", "listen address of the local AWS endpoint (SQS queues, EventBridge PutEvents, DynamoDB proxied) for outboxctl; empty: none")
 	rejectTypes := fs.String("reject-type", "", "comma-separated detail types the local bus refuses permanently, so their outbox records are parked (e.g. OrderShipped): try outboxctl parked/redrive")
@@ -73,6 +74,13 @@ func runDev(ctx context.Context, args []string) error {
 	if *checkpoint == "" && (*data != "" || *endpoint != "") {
 		*checkpoint = filepath.Join(".outboxdev", *prefix+".checkpoints.json")
 	}
+	switch {
+	case *stateFile != "":
+	case *data != "":
+		*stateFile = *data + ".state"
+	case *endpoint != "":
+		*stateFile = filepath.Join(".outboxdev", *prefix+".state")
+	}
 
 	var handler slog.Handler = slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})
 	metrics := io.Discard // an idle stack stays quiet
@@ -84,7 +92,7 @@ func runDev(ctx context.Context, args []string) error {
 	s, err := devstack.Start(ctx, devstack.Options{
 		Endpoint: *endpoint, APIAddr: *addr, Prefix: *prefix,
 		ReconcileEvery: *every, ReconcileAfter: *after, Metrics: metrics,
-		DataFile: *data, CheckpointFile: *checkpoint, HopLog: true, Logger: slog.New(handler),
+		DataFile: *data, StateFile: *stateFile, CheckpointFile: *checkpoint, HopLog: true, Logger: slog.New(handler),
 		AWSAddr: *awsAddr, RejectDetailTypes: reject, RejectCode: *rejectCode, Tracing: *tracing, AllowedHosts: allowed,
 	})
 	if err != nil {
@@ -98,9 +106,9 @@ func runDev(ctx context.Context, args []string) error {
 	storage := "in memory: the data is lost when the stack stops (-data FILE keeps it)"
 	switch {
 	case *endpoint != "":
-		storage = "the server at -endpoint keeps what it keeps; stream checkpoints in " + *checkpoint
+		storage = "the server at -endpoint keeps what it keeps; queues, undelivered events and the provider in " + *stateFile + "; stream checkpoints in " + *checkpoint
 	case *data != "":
-		storage = "kept in " + *data + "; stream checkpoints in " + *checkpoint
+		storage = "kept in " + *data + "; queues, undelivered events and the provider in " + *stateFile + "; stream checkpoints in " + *checkpoint
 	}
 	fmt.Printf(`
 ddb-outbox local stack is up.

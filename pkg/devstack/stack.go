@@ -38,6 +38,7 @@ import (
 	"github.com/ddb-outbox/ddb-outbox/pkg/idempotency"
 	"github.com/ddb-outbox/ddb-outbox/pkg/ledger"
 	"github.com/ddb-outbox/ddb-outbox/pkg/localrt"
+	"github.com/ddb-outbox/ddb-outbox/pkg/localstate"
 	"github.com/ddb-outbox/ddb-outbox/pkg/notifier"
 	"github.com/ddb-outbox/ddb-outbox/pkg/order"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
@@ -137,6 +138,21 @@ type Options struct {
 	// restarts. Default: in memory. With Endpoint the server there keeps
 	// the data: Start refuses the pair (ErrDataFileWithEndpoint).
 	DataFile string
+	// StateFile keeps the local runtime's state in a journal file
+	// (pkg/localstate) across restarts, as AWS keeps it in durable
+	// services: the messages of every SQS queue (the consumers' queues and
+	// DLQs, the parked-records queue, the stream event source mapping's
+	// on-failure destination) in flight or not, with their receive counts
+	// and visibility deadlines; the events the bus accepted and had not
+	// delivered, and its rule dead letters; the fulfilment provider's
+	// shipments and idempotency answers. Each change is written before it
+	// is acknowledged, so a stop by SIGTERM or SIGKILL loses nothing that
+	// the DynamoDB data says was delivered. The journal is bound to the
+	// outbox table's stream: state of a former data set (tables recreated)
+	// is discarded with a warning. Default: DataFile + ".state" with
+	// DataFile; without it, in memory (with Endpoint a warning says that a
+	// stop loses the queues while the server keeps the data).
+	StateFile string
 	// CheckpointFile keeps the stream event source mapping's checkpoints
 	// across restarts (saved every second and at Close); a restarted stack
 	// resumes after them instead of reading the stream from its start.
@@ -223,6 +239,9 @@ func (o *Options) setDefaults() {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
+	if o.StateFile == "" && o.DataFile != "" {
+		o.StateFile = o.DataFile + ".state"
+	}
 }
 
 // Stack is a running local order service.
@@ -268,6 +287,7 @@ type Stack struct {
 	pollDone    chan struct{}
 
 	dynox   *dynoxide.Server
+	state   *localstate.Journal
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 	closeMu sync.Once
@@ -365,13 +385,27 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	if err := s.createTables(ctx); err != nil {
 		return nil, err
 	}
+	store, err := s.openState(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
 
 	// Queues and bus stand in for SQS and EventBridge.
-	s.ParkedQueue = localrt.NewMemoryQueue(s.Settings.ParkedQueueURL)
-	s.OnFailureQueue = localrt.NewMemoryQueue("https://sqs.us-east-1.amazonaws.com/000000000000/" + p + "-relay-onfailure")
+	onFailureURL := "https://sqs.us-east-1.amazonaws.com/000000000000/" + p + "-relay-onfailure"
+	if store != nil {
+		if s.ParkedQueue, err = localrt.OpenMemoryQueue(s.Settings.ParkedQueueURL, store); err != nil {
+			return nil, err
+		}
+		if s.OnFailureQueue, err = localrt.OpenMemoryQueue(onFailureURL, store); err != nil {
+			return nil, err
+		}
+	} else {
+		s.ParkedQueue = localrt.NewMemoryQueue(s.Settings.ParkedQueueURL)
+		s.OnFailureQueue = localrt.NewMemoryQueue(onFailureURL)
+	}
 	if s.Bus, err = localrt.NewBus(localrt.BusConfig{
 		Name: s.Settings.EventBus, Source: s.Settings.Source, Logger: log,
-		TargetMaxAttempts: opts.BusTargetMaxAttempts,
+		TargetMaxAttempts: opts.BusTargetMaxAttempts, Store: store,
 	}); err != nil {
 		return nil, err
 	}
@@ -415,6 +449,9 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	if opts.Provider.APIKey == "" {
 		opts.Provider.APIKey = "local-provider-token"
 	}
+	if store != nil {
+		opts.Provider.Store = store
+	}
 	s.Provider = provider.New(opts.Provider)
 	if s.Settings.ProviderURL, err = s.Provider.Start("127.0.0.1:0"); err != nil {
 		return nil, fmt.Errorf("devstack: start the fulfilment provider: %w", err)
@@ -429,7 +466,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	s.Consumers = map[string]*ConsumerPath{}
 	for name, h := range map[string]localrt.EventHandler{routing.ConsumerLedger: s.Ledger.Handle, routing.ConsumerNotifier: s.Notifier.Handle,
 		routing.ConsumerFulfilment: s.Fulfilment.Handle} {
-		c, err := newConsumerPath(name, h, s.Settings, opts, log)
+		c, err := newConsumerPath(name, h, s.Settings, opts, store, log)
 		if err != nil {
 			return nil, err
 		}
@@ -439,6 +476,10 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 			target = opts.WrapQueueTarget(name, target)
 		}
 		s.Bus.SubscribeQueue(name, target, c.Queue.URL())
+	}
+	// Events the bus accepted and had not delivered when the stack stopped.
+	if _, err := s.Bus.Resume(); err != nil {
+		return nil, err
 	}
 
 	var streamHandler localrt.StreamHandler = s.Relay.Handle
@@ -660,6 +701,11 @@ func (s *Stack) Close() {
 		}
 		if s.Provider != nil {
 			_ = s.Provider.Close(ctx)
+		}
+		if s.state != nil {
+			if err := s.state.Close(); err != nil {
+				s.log.Error("could not close the local runtime's state file", "file", s.state.Path(), "error", err)
+			}
 		}
 		if s.dynox != nil {
 			s.dynox.Stop()
