@@ -53,8 +53,9 @@ type QueueMessage struct {
 // mapping's on-failure destination, and keeps every message for inspection.
 // It is never kinder than SQS: SendMessage refuses what SQS refuses (body
 // character set, MaximumMessageSize counting message attributes, empty
-// values). The zero value is not usable; call NewMemoryQueue. Safe for
-// concurrent use.
+// values). The zero value is not usable; call NewMemoryQueue, or
+// OpenMemoryQueue to keep the messages in a StateStore across restarts.
+// Safe for concurrent use.
 type MemoryQueue struct {
 	url      string
 	mu       sync.Mutex

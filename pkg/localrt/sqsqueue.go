@@ -127,10 +127,12 @@ type sqsMessage struct {
 //   - ChangeMessageVisibility, GetQueueAttributes (approximate counts) and
 //     PurgeQueue; messages past RetentionPeriod are deleted.
 //
-// Not modelled: FIFO queues, delay queues and message timers, occasional
-// duplicate receipt of a standard queue (faults inject duplicates instead),
-// server-side encryption, and the 120,000 in-flight message quota. Safe for
-// concurrent use.
+// The messages live in memory; with SQSQueueConfig.Store they are also kept
+// durably, as an SQS queue is durable, and a queue built again on the same
+// store holds them. Not modelled: FIFO queues, delay queues and message
+// timers, occasional duplicate receipt of a standard queue (faults inject
+// duplicates instead), server-side encryption, and the 120,000 in-flight
+// message quota. Safe for concurrent use.
 type SQSQueue struct {
 	cfg  SQSQueueConfig
 	url  string
