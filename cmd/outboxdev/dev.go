@@ -92,7 +92,7 @@ func runDev(ctx context.Context, args []string) error {
 	s, err := devstack.Start(ctx, devstack.Options{
 		Endpoint: *endpoint, APIAddr: *addr, Prefix: *prefix,
 		ReconcileEvery: *every, ReconcileAfter: *after, Metrics: metrics,
-		DataFile: *data, StateFile: *stateFile, CheckpointFile: *checkpoint, HopLog: true, Logger: slog.New(handler),
+		DataFile: *data, RuntimeStateFile: *stateFile, CheckpointFile: *checkpoint, HopLog: true, Logger: slog.New(handler),
 		AWSAddr: *awsAddr, RejectDetailTypes: reject, RejectCode: *rejectCode, Tracing: *tracing, AllowedHosts: allowed,
 	})
 	if err != nil {

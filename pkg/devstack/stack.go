@@ -138,7 +138,7 @@ type Options struct {
 	// restarts. Default: in memory. With Endpoint the server there keeps
 	// the data: Start refuses the pair (ErrDataFileWithEndpoint).
 	DataFile string
-	// StateFile keeps the local runtime's state in a journal file
+	// RuntimeStateFile keeps the local runtime's state in a journal file
 	// (pkg/localstate) across restarts, as AWS keeps it in durable
 	// services: the messages of every SQS queue (the consumers' queues and
 	// DLQs, the parked-records queue, the stream event source mapping's
@@ -152,7 +152,7 @@ type Options struct {
 	// is discarded with a warning. Default: DataFile + ".state" with
 	// DataFile; without it, in memory (with Endpoint a warning says that a
 	// stop loses the queues while the server keeps the data).
-	StateFile string
+	RuntimeStateFile string
 	// CheckpointFile keeps the stream event source mapping's checkpoints
 	// across restarts (saved every second and at Close); a restarted stack
 	// resumes after them instead of reading the stream from its start.
@@ -239,8 +239,8 @@ func (o *Options) setDefaults() {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
-	if o.StateFile == "" && o.DataFile != "" {
-		o.StateFile = o.DataFile + ".state"
+	if o.RuntimeStateFile == "" && o.DataFile != "" {
+		o.RuntimeStateFile = o.DataFile + ".state"
 	}
 }
 
