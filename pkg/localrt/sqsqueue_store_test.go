@@ -42,7 +42,7 @@ func TestSQSQueueKeepsMessagesAcrossRestart(t *testing.T) {
 		return q, dlq
 	}
 	j := openJournal(t, path)
-	q, dlq := build(j)
+	q, _ := build(j)
 	in := &sqs.SendMessageInput{QueueUrl: aws.String(q.URL()), MessageBody: aws.String(`{"n":2}`),
 		MessageAttributes: map[string]sqstypes.MessageAttributeValue{
 			"kind": {DataType: aws.String("String"), StringValue: aws.String("order")},
@@ -89,7 +89,7 @@ func TestSQSQueueKeepsMessagesAcrossRestart(t *testing.T) {
 
 	j = openJournal(t, path)
 	defer j.Close()
-	q, dlq = build(j)
+	q, dlq := build(j)
 	if v, f := q.Counts(); v != 1 || f != 1 {
 		t.Fatalf("restored queue: %d visible, %d in flight; want the visible message and the one in flight", v, f)
 	}

@@ -115,7 +115,7 @@ func Open(path string, opts Options) (*Journal, error) {
 	if opts.CompactMinBytes == 0 {
 		opts.CompactMinBytes = DefaultCompactMinBytes
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil { //nolint:gosec // G703: the directory of the journal the stack was configured with
 		return nil, fmt.Errorf("localstate: %w", err)
 	}
 	lock, err := lockFile(path + ".lock")
@@ -173,7 +173,7 @@ func (j *Journal) load() error {
 		// A new, rebound or damaged file: rewrite it from what is live.
 		return j.rewrite()
 	}
-	f, err := os.OpenFile(j.path, os.O_WRONLY|os.O_APPEND, 0o644)
+	f, err := os.OpenFile(j.path, os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return fmt.Errorf("localstate: %w", err)
 	}
@@ -233,7 +233,7 @@ func applyPayload(records map[string][]byte, p []byte) bool {
 
 func readString(r *bytes.Reader) (string, bool) {
 	n, err := binary.ReadUvarint(r)
-	if err != nil || n > uint64(r.Len()) {
+	if err != nil || n > uint64(r.Len()) { //nolint:gosec // G115: Len is never negative
 		return "", false
 	}
 	b := make([]byte, n)
@@ -244,7 +244,7 @@ func readString(r *bytes.Reader) (string, bool) {
 // frame wraps a payload as a record.
 func frame(payload []byte) []byte {
 	out := make([]byte, 8+len(payload))
-	binary.LittleEndian.PutUint32(out, uint32(len(payload)))
+	binary.LittleEndian.PutUint32(out, uint32(len(payload))) //nolint:gosec // G115: Put and Delete refuse payloads over maxRecord (64 MiB)
 	binary.LittleEndian.PutUint32(out[4:], crc32.Checksum(payload, crcTable))
 	copy(out[8:], payload)
 	return out
@@ -291,9 +291,12 @@ func (j *Journal) Len() int {
 
 // Put stores value under key: when it returns nil, the record is in the
 // file (handed to the OS with one write) and survives the process being
-// killed. Errors: ErrClosed, or the write's error (the record then is not
-// kept).
+// killed. Errors: ErrClosed, a record over 64 MiB, or the write's error
+// (the record then is not kept).
 func (j *Journal) Put(key string, value []byte) error {
+	if len(key)+len(value) > maxRecord-2*binary.MaxVarintLen64 {
+		return fmt.Errorf("localstate: record %q of %d bytes is over the %d-byte limit", key, len(value), maxRecord)
+	}
 	rec := frame(putPayload(key, value))
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -320,6 +323,9 @@ func (j *Journal) Delete(keys ...string) error {
 	for _, k := range keys {
 		p = binary.AppendUvarint(p, uint64(len(k)))
 		p = append(p, k...)
+	}
+	if len(p) > maxRecord {
+		return fmt.Errorf("localstate: a delete of %d keys is over the %d-byte record limit", len(keys), maxRecord)
 	}
 	rec := frame(p)
 	j.mu.Lock()
@@ -364,7 +370,7 @@ func (j *Journal) maybeCompactLocked() error {
 // journal; j.mu is held (or j is not shared yet).
 func (j *Journal) rewrite() error {
 	tmp := j.path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600) //nolint:gosec // G703: the journal's own temporary file
 	if err != nil {
 		return fmt.Errorf("localstate: %w", err)
 	}
@@ -395,14 +401,14 @@ func (j *Journal) rewrite() error {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(tmp, j.path)
+		err = os.Rename(tmp, j.path) //nolint:gosec // G703: the path is the journal the stack was configured with
 	}
 	if err != nil {
-		_ = os.Remove(tmp)
+		_ = os.Remove(tmp) //nolint:gosec // G703: the journal's own temporary file
 		return fmt.Errorf("localstate: compact %s: %w", j.path, err)
 	}
 	syncDir(filepath.Dir(j.path))
-	nf, err := os.OpenFile(j.path, os.O_WRONLY|os.O_APPEND, 0o644)
+	nf, err := os.OpenFile(j.path, os.O_WRONLY|os.O_APPEND, 0o600) //nolint:gosec // G703: the path is the journal the stack was configured with
 	if err != nil {
 		return fmt.Errorf("localstate: %w", err)
 	}
@@ -414,7 +420,7 @@ func (j *Journal) rewrite() error {
 }
 
 func syncDir(dir string) {
-	if d, err := os.Open(dir); err == nil {
+	if d, err := os.Open(dir); err == nil { //nolint:gosec // G703: the journal's own directory
 		_ = d.Sync()
 		_ = d.Close()
 	}

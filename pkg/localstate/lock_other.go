@@ -10,7 +10,7 @@ import (
 // lockFile creates path; without flock the journal is not protected from a
 // second process (not modelled off Unix).
 func lockFile(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("localstate: %w", err)
 	}

@@ -11,7 +11,7 @@ import (
 
 // lockFile creates path and takes an exclusive, non-blocking flock on it.
 func lockFile(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600) //nolint:gosec // G703: the lock file beside the configured journal
 	if err != nil {
 		return nil, fmt.Errorf("localstate: %w", err)
 	}
