@@ -650,7 +650,8 @@ func (q *SQSQueue) Moved() int64 {
 	return q.moved
 }
 
-// Sent is the number of messages ever put on the queue (sends and moves).
+// Sent is the number of messages put on the queue (sends and moves) since
+// this queue value was built (messages restored from a Store not counted).
 func (q *SQSQueue) Sent() int64 {
 	q.mu.Lock()
 	defer q.mu.Unlock()
