@@ -7,9 +7,10 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsdynamodb"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsevents"
-	"github.com/aws/aws-cdk-go/awscdk/v2/awseventstargets"
 	"github.com/aws/jsii-runtime-go"
 
+	"github.com/ddb-outbox/ddb-outbox/infra/deadletter"
+	"github.com/ddb-outbox/ddb-outbox/infra/outboxcdk"
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/dedup"
 	"github.com/ddb-outbox/ddb-outbox/pkg/routing"
@@ -28,6 +29,11 @@ type Resequencer struct {
 	// is fed by its queue); it is one of the consumer's Rules, the senders
 	// its queue policy allows.
 	SweepSchedule awsevents.Rule
+	// SweepDLQ receives ticks EventBridge could not put on the queue; with
+	// SweepAlarms (FailedInvocations, InvocationsFailedToBeSentToDlq) it
+	// is what every rule of the stack has (outboxcdk.RuleDeliveryAlarms).
+	SweepDLQ    *deadletter.Queue
+	SweepAlarms []awscloudwatch.Alarm
 	// AgeAlarm fires when an event has waited longer than
 	// config.DefaultBufferedAgeAlarm for its predecessor: a gap that does
 	// not close (the missing event is parked, dead-lettered or lost
@@ -68,16 +74,21 @@ func ordered(name string) bool {
 // A tick that cannot be delivered is not retried past the next one
 // (MaxEventAge one interval): ticks carry no data.
 func (s *OrdersStack) addResequencer(name string, c *Consumer) {
-	rate := awscdk.Duration_Seconds(jsii.Number(config.ResequencerSweepInterval.Seconds()))
-	rule := awsevents.NewRule(s.Stack, jsii.String(idOf(name)+"ResequencerSweep"), &awsevents.RuleProps{
+	id := idOf(name) + "ResequencerSweep"
+	dlq := deadletter.New(s.Stack, id+"DLQ", "resequencer sweep ticks EventBridge could not deliver to the "+name+" queue", s.props.removalPolicy(), nil)
+	rule := awsevents.NewRule(s.Stack, jsii.String(id), &awsevents.RuleProps{
 		Description: jsii.String(fmt.Sprintf("Sends consumer %s's queue a resequencer sweep tick: it drains buffered events a crash left and reports the oldest buffered age.", name)),
-		Schedule:    awsevents.Schedule_Rate(rate),
-		Targets: &[]awsevents.IRuleTarget{awseventstargets.NewSqsQueue(c.Queue, &awseventstargets.SqsQueueProps{
-			RetryAttempts: jsii.Number(2),
-			MaxEventAge:   rate,
-		})},
+		Schedule:    awsevents.Schedule_Rate(awscdk.Duration_Seconds(jsii.Number(config.ResequencerSweepInterval.Seconds()))),
+		Targets: &[]awsevents.IRuleTarget{&queueTarget{
+			queue: c.Queue, dlq: dlq.Queue,
+			// a tick carries no data: not retried past the next one
+			maxEventAge: max(config.ResequencerSweepInterval, MinConsumerMaxEventAge), retryAttempts: 2,
+		}},
 	})
-	c.Resequencer = &Resequencer{SweepSchedule: rule}
+	dlq.AcceptOnlyFrom(deadletter.Senders{SourceArns: []*string{rule.RuleArn()}})
+	dlq.RefuseRedriveSources()
+	c.Resequencer = &Resequencer{SweepSchedule: rule, SweepDLQ: dlq,
+		SweepAlarms: outboxcdk.RuleDeliveryAlarms(s.Stack, id, rule, nil, "consumer "+name+"'s resequencer sweep schedule")}
 	c.Rules = append(c.Rules, rule)
 }
 

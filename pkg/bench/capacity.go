@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"sort"
+
+	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 )
 
 // The capacity model: from AWS's documented limits and the calls and
@@ -45,11 +47,13 @@ const (
 	// (ScalingConfig, DocSQSScalingConfig).
 	MaxConsumerMaxConcurrency = 1000
 	// ProvisionedInvokesPerPoller and MaxProvisionedConcurrency: in
-	// provisioned mode each event poller runs up to 10 concurrent invokes,
-	// up to 20,000 per mapping (DocSQSProvisionedBlog; AWS's scaling page
-	// says "up to 16 times higher processing capacity" than standard
-	// mode's 1,250). Not confirmed on an API reference page.
-	ProvisionedInvokesPerPoller = 10
+	// provisioned mode each event poller runs up to
+	// config.SQSProvisionedInvokesPerPoller (10) concurrent invokes (the
+	// shared constant infra/outboxcdk sizes pollers with), up to 20,000 per
+	// mapping (DocSQSProvisionedBlog; AWS's scaling page says "up to 16
+	// times higher processing capacity" than standard mode's 1,250). The
+	// 20,000 is not confirmed on an API reference page.
+	ProvisionedInvokesPerPoller = config.SQSProvisionedInvokesPerPoller
 	MaxProvisionedConcurrency   = 20000
 	// SQSInFlightPerQueue is a standard queue's in-flight message quota
 	// (about 120,000; DocSQSQueueQuota).

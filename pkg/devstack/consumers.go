@@ -37,11 +37,13 @@ type ConsumerPath struct {
 // queue's retention).
 const DLQRetention = 14 * 24 * time.Hour
 
-func newConsumerPath(name string, h localrt.EventHandler, settings app.Settings, opts Options, log *slog.Logger) (*ConsumerPath, error) {
+// newConsumerPath builds one consumer's path; store (nil: in memory) keeps
+// its queue's and DLQ's messages across restarts.
+func newConsumerPath(name string, h localrt.EventHandler, settings app.Settings, opts Options, store localrt.StateStore, log *slog.Logger) (*ConsumerPath, error) {
 	// Every queue of the CDK stack has a MaximumMessageSize of 1 MiB (an
 	// EventBridge event wrapping a 256 KB entry is larger than 256 KiB).
 	dlq, err := localrt.NewSQSQueue(localrt.SQSQueueConfig{Name: opts.Prefix + "-" + name + "-dlq", RetentionPeriod: DLQRetention,
-		MaximumMessageSize: sqsmsg.MaxMaxBytes})
+		MaximumMessageSize: sqsmsg.MaxMaxBytes, Store: store})
 	if err != nil {
 		return nil, err
 	}
@@ -50,6 +52,7 @@ func newConsumerPath(name string, h localrt.EventHandler, settings app.Settings,
 		VisibilityTimeout:  opts.ConsumerVisibilityTimeout,
 		MaximumMessageSize: sqsmsg.MaxMaxBytes,
 		Redrive:            &localrt.RedrivePolicy{DeadLetterQueue: dlq, MaxReceiveCount: opts.ConsumerMaxReceiveCount},
+		Store:              store,
 	})
 	if err != nil {
 		return nil, err
