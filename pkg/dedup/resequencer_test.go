@@ -214,7 +214,9 @@ func TestResequencerEveryPermutationWithDuplicates(t *testing.T) {
 				t.Fatalf("%v: delivery of %d: %v", perm, s, err)
 			}
 			// Applied right away: exactly the delivered prefix.
-			for delivered[s] = true; delivered[next]; next++ {
+			delivered[s] = true
+			for delivered[next] {
+				next++
 			}
 			if got := f.applied(t, agg); !slices.Equal(got, want(next-1)) {
 				t.Fatalf("%v: after delivering %d: applied %v, want %v", perm, s, got, want(next-1))
