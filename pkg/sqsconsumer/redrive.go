@@ -169,8 +169,8 @@ func orNone(s string) string {
 
 // RedriveOptions bound a Peek or Redrive.
 type RedriveOptions struct {
-	// Max is the most messages to handle (Redrive: to move; 0: until the
-	// queue reads empty).
+	// Max bounds the messages handled: Redrive moves at most Max (0: no
+	// bound), Peek lists at most Max (0: 100).
 	Max int
 	// From says which messages Redrive may move (required by Redrive,
 	// unused by Peek).
@@ -257,13 +257,14 @@ const redriveVisibility = 60
 // Only messages opts.From proves to be the consumer's are moved; any other
 // (planted by a principal allowed to send to the DLQ) is left, reported with
 // its sender in RedriveResult.Left and opts.OnLeft, never laundered into the
-// consumer queue. Only messages sent to the DLQ before the run started are
-// moved: one sent during the run (a redriven message the consumer refused
+// consumer queue. Only messages dated (SentTimestamp: for a message a
+// redrive policy moved, its first send to the source queue) before the run
+// started are moved: one sent during the run (a redriven message the consumer refused
 // again at once, its cause not fixed: a copy this run sent, come back with
 // its MessageId or named by AttrSourceMessageID, or a SentTimestamp after
 // the run's start) is left, so a run never loops between the queue and its
-// DLQ. Every message present when the run started is
-// handled, whatever its body (two messages with one body are both moved).
+// DLQ. Every message present when the run started is handled, whatever its
+// body (two messages with one body are both moved).
 //
 // SentTimestamp is SQS's clock and the run's start the caller's (opts.Now):
 // a caller clock behind SQS's leaves (and reports) messages sent just before
