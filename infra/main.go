@@ -37,13 +37,25 @@ const (
 	// that JSON as a string from -c): per-route throttles
 	ctxRouteThrottles = "ddb-outbox:routeThrottles"
 	// JSON object {"api": 20, "relay": -1, ...}: reserved concurrency by
-	// function (-1: none)
+	// function (-1: none; "*": every function not named)
 	ctxReservedConcurrency = "ddb-outbox:reservedConcurrency"
-	ctxAccessLogRetention  = "ddb-outbox:accessLogRetentionDays" // int days, a CloudWatch Logs retention value
-	ctxPublisherArns       = "ddb-outbox:publisherArns"          // comma-separated exact ARNs
-	ctxRedriveRoleArns     = "ddb-outbox:redriveRoleArns"        // comma-separated exact ARNs
-	ctxCustomerManagedKey  = "ddb-outbox:customerManagedKey"     // bool, default false
-	ctxNotificationsTTL    = "ddb-outbox:notificationsTtlAttribute"
+	// int: the account's Lambda concurrency quota, for the preflight check
+	ctxAccountConcurrency = "ddb-outbox:accountConcurrency"
+	// bool: consumers may run without reserved concurrency
+	ctxAcceptConsumerThrottles = "ddb-outbox:acceptConsumerThrottles"
+	// int 2..1000: every consumer's SQS mapping MaximumConcurrency
+	ctxConsumerMaxConcurrency = "ddb-outbox:consumerMaxConcurrency"
+	// JSON object {"min": 2, "max": 20}: every consumer's SQS mapping in
+	// provisioned mode (instead of MaximumConcurrency)
+	ctxConsumerProvisionedPollers = "ddb-outbox:consumerProvisionedPollers"
+	// ARN of an existing standard SNS topic every alarm notifies; default:
+	// the stack creates one
+	ctxAlarmTopicArn      = "ddb-outbox:alarmTopicArn"
+	ctxAccessLogRetention = "ddb-outbox:accessLogRetentionDays" // int days, a CloudWatch Logs retention value
+	ctxPublisherArns      = "ddb-outbox:publisherArns"          // comma-separated exact ARNs
+	ctxRedriveRoleArns    = "ddb-outbox:redriveRoleArns"        // comma-separated exact ARNs
+	ctxCustomerManagedKey = "ddb-outbox:customerManagedKey"     // bool, default false
+	ctxNotificationsTTL   = "ddb-outbox:notificationsTtlAttribute"
 	// an OTLP collector layer ARN (e.g. ADOT) for every function: turns
 	// the functions' OpenTelemetry spans on; X-Ray active tracing is on
 	// either way
@@ -193,6 +205,11 @@ func fromContext(get func(string) any, cwd string) (appConfig, error) {
 	}
 	object(ctxRouteThrottles, &p.RouteThrottles)
 	object(ctxReservedConcurrency, &p.ReservedConcurrency)
+	p.AccountConcurrency = integer(ctxAccountConcurrency)
+	p.AcceptConsumerThrottles = boolean(ctxAcceptConsumerThrottles, false)
+	p.ConsumerScaling.MaxConcurrency = integer(ctxConsumerMaxConcurrency)
+	object(ctxConsumerProvisionedPollers, &p.ConsumerScaling.Provisioned)
+	p.AlarmTopicArn = str(ctxAlarmTopicArn)
 	if d := integer(ctxAccessLogRetention); d != 0 {
 		r, ok := retentionDays[d]
 		if !ok {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
 
+	"github.com/ddb-outbox/ddb-outbox/infra/outboxcdk"
 	"github.com/ddb-outbox/ddb-outbox/infra/stack"
 )
 
@@ -116,5 +117,62 @@ func TestFromContextErrors(t *testing.T) {
 	ctx := map[string]any{ctxBatchSize: "many", ctxDestroy: "perhaps", ctxAssetRoot: "/x"}
 	if _, err := fromContext(func(k string) any { return ctx[k] }, t.TempDir()); err == nil {
 		t.Error("want an error for a non-integer batch size and a non-boolean destroy")
+	}
+}
+
+// GIVEN the operations context keys (alarm topic, account concurrency,
+// unreserved consumers, consumer scaling), as cdk.json JSON values and as
+// -c strings
+// WHEN the app reads them
+// THEN they reach the stack props, and the props validate.
+func TestFromContextOperationsKeys(t *testing.T) {
+	const topic = "arn:aws:sns:eu-west-1:123456789012:ops-alarms"
+	for name, ctx := range map[string]map[string]any{
+		"cdk.json": {
+			ctxAssetRoot:                  "/x",
+			ctxAlarmTopicArn:              topic,
+			ctxAccountConcurrency:         float64(50),
+			ctxAcceptConsumerThrottles:    true,
+			ctxReservedConcurrency:        map[string]any{"*": float64(-1)},
+			ctxConsumerProvisionedPollers: map[string]any{"min": float64(2), "max": float64(3)},
+		},
+		"-c": {
+			ctxAssetRoot:                  "/x",
+			ctxAlarmTopicArn:              topic,
+			ctxAccountConcurrency:         "50",
+			ctxAcceptConsumerThrottles:    "true",
+			ctxReservedConcurrency:        `{"*":-1}`,
+			ctxConsumerProvisionedPollers: `{"min":2,"max":3}`,
+		},
+	} {
+		cfg, err := fromContext(func(k string) any { return ctx[k] }, t.TempDir())
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		p := cfg.props
+		if p.AlarmTopicArn != topic || p.AccountConcurrency != 50 || !p.AcceptConsumerThrottles ||
+			!reflect.DeepEqual(p.ReservedConcurrency, map[string]int{stack.AllFunctions: stack.NoReservedConcurrency}) ||
+			p.ConsumerScaling.Provisioned == nil || *p.ConsumerScaling.Provisioned != (outboxcdk.ProvisionedPollers{Minimum: 2, Maximum: 3}) ||
+			p.ConsumerScaling.MaxConcurrency != 0 {
+			t.Errorf("%s: props = %+v", name, p)
+		}
+		// 3 consumers × 3 pollers × 10 = 90 > the 50 an unreserved account of quota 50 has
+		if err := p.Validate(); err == nil {
+			t.Errorf("%s: consumers that can start 90 invocations pass in an account of 50", name)
+		}
+		p.ConsumerScaling = outboxcdk.SQSScaling{MaxConcurrency: 5}
+		if err := p.Validate(); err != nil {
+			t.Errorf("%s: props invalid: %v", name, err)
+		}
+	}
+	cfg, err := fromContext(func(k string) any {
+		return map[string]any{ctxAssetRoot: "/x", ctxConsumerMaxConcurrency: "40"}[k]
+	}, t.TempDir())
+	if err != nil || cfg.props.ConsumerScaling.MaxConcurrency != 40 {
+		t.Errorf("consumerMaxConcurrency: %v, %+v", err, cfg.props.ConsumerScaling)
+	}
+	bad := map[string]any{ctxAssetRoot: "/x", ctxAccountConcurrency: "many", ctxConsumerProvisionedPollers: "{2,3}"}
+	if _, err := fromContext(func(k string) any { return bad[k] }, t.TempDir()); err == nil {
+		t.Error("want an error for a non-integer account concurrency and malformed pollers")
 	}
 }

@@ -8,6 +8,8 @@
 //	outboxctl [-endpoint URL] redrive -table T [-shards 16] (-pk PK -sk SK | -event ID | -all)
 //	outboxctl [-endpoint URL] consumer-dlq      -dlq DLQ [-limit 100]
 //	outboxctl [-endpoint URL] consumer-redrive  -dlq DLQ -queue QUEUE [-sender ROLE_ID]... [-max 0]
+//	outboxctl [-endpoint URL] consumer-buffered -dedup-table D -consumer C
+//	outboxctl [-endpoint URL] consumer-baseline -dedup-table D -consumer C (-aggregate ID -last N | -from-orders-table T)
 //
 // Every command prints one line per record or message it handled and a
 // count. status, show and parked read; redrive makes parked records
@@ -21,7 +23,10 @@
 // the ones SQS's system attributes prove to be the consumer's (moved by the
 // queue's redrive policy: DeadLetterQueueSourceArn; or sent by the
 // consumer's role, -sender: SenderId); any other message is listed with its
-// sender and left, so a message planted on the DLQ is never forwarded.
+// sender and left, so a message planted on the DLQ is never forwarded;
+// consumer-buffered lists what an ordered consumer's resequencer holds for
+// a missing predecessor, consumer-baseline declares where an ordered
+// consumer starts (docs/ORDERING.md).
 // pkg/operator holds the logic; the package doc says what each costs.
 //
 // -endpoint (or AWS_ENDPOINT_URL* set to a loopback address) means a local
@@ -90,6 +95,10 @@ func init() {
 			"outboxctl -endpoint http://127.0.0.1:4580 consumer-dlq -dlq dev-ledger-dlq", runConsumerDLQ},
 		{"consumer-redrive", "move the consumer's own messages on its DLQ back to its queue (moved by its redrive policy, or sent by its role: -sender); list any other with its sender and leave it",
 			"outboxctl -endpoint http://127.0.0.1:4580 consumer-redrive -dlq dev-ledger-dlq -queue dev-ledger", runConsumerRedrive},
+		{"consumer-buffered", "list the events an ordered consumer's resequencer holds for a missing predecessor: aggregate, sequence, the range it waits for, age",
+			"outboxctl -endpoint http://127.0.0.1:4580 consumer-buffered -dedup-table dev-dedup -consumer ledger", runConsumerBuffered},
+		{"consumer-baseline", "declare an ordered consumer's starting point: -aggregate ID -last N, or every order at its version (-from-orders-table)",
+			"outboxctl -endpoint http://127.0.0.1:4580 consumer-baseline -dedup-table dev-dedup -consumer ledger -from-orders-table dev-orders", runConsumerBaseline},
 	}
 }
 

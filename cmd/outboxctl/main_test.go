@@ -64,7 +64,7 @@ func newWorld(t *testing.T) *world {
 	w := &world{table: ddbtest.Name("ctl-outbox"), dedupTable: ddbtest.Name("ctl-dedup"), ddb: env.DDB,
 		events: make(chan events.EventBridgeEvent, 16), ids: map[string]string{}}
 	env.CreateTable(t, outbox.CreateTableInput(w.table))
-	env.CreateTable(t, ddbtest.SimpleTableInput(w.dedupTable))
+	env.CreateTable(t, dedup.CreateTableInput(w.dedupTable))
 
 	now := time.Now().UTC()
 	type rec struct {

@@ -20,7 +20,7 @@ func runChaos(ctx context.Context, args []string) error {
 	fs.Float64Var(&cfg.Rate, "rate", 0.05, "probability of each fault kind at every boundary (0..1)")
 	fs.IntVar(&cfg.OnlyEpoch, "epoch", -1, "run only this epoch (replay a failure)")
 	fs.BoolVar(&cfg.NaiveProvider, "naive-provider", false, "the fulfilment provider ignores Idempotency-Key: duplicate shipments appear, each traced to an injected crash before COMPLETED or an answer lost after the provider acted")
-	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", 6*time.Minute, "bound on draining one epoch (consumers run at MaximumConcurrency 2 and outages wait for their receives)")
+	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", 6*time.Minute, "bound on draining one epoch (outages wait for their receives)")
 	fs.StringVar(&cfg.Endpoint, "endpoint", "", "use this DynamoDB-compatible endpoint instead of a fresh Dynoxide per epoch")
 	_ = fs.Parse(args)
 	cfg.Progress = func(line string) { fmt.Println(" ", line) }

@@ -16,13 +16,15 @@ import (
 
 func runDev(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("dev", flag.ExitOnError)
-	addr := fs.String("addr", "127.0.0.1:8080", "API listen address")
+	addr := fs.String("addr", "127.0.0.1:8080", "API listen address (beyond loopback: a warning, the API authenticates nothing)")
+	allowHosts := fs.String("allow-host", "", "comma-separated extra names the API and the AWS endpoint accept in the Host header (always: localhost, loopback addresses, the listen host); any other Host gets 403 (DNS rebinding protection)")
 	endpoint := endpointFlag(fs)
 	every := fs.Duration("reconcile-every", 30*time.Second, "reconciler schedule")
 	after := fs.Duration("reconcile-after", 5*time.Minute, "age after which the reconciler re-sends a pending record")
 	prefix := fs.String("prefix", "dev", "table name prefix")
-	data := fs.String("data", "", "keep Dynoxide's data in this file across restarts (default: in memory, lost at exit)")
+	data := fs.String("data", "", "keep Dynoxide's data in this file across restarts (default: in memory, lost at exit); not with -endpoint, whose server keeps the data")
 	verbose := fs.Bool("v", false, "show every component's logs and the relay's and reconciler's metric lines (default: one line per hop of each event)")
+	stateFile := fs.String("state-file", "", "keep the local runtime's state (SQS queues with messages in flight, the bus's undelivered events, the fulfilment provider) in this journal across restarts (default: FILE.state with -data FILE, .outboxdev/<prefix>.state with -endpoint; in memory otherwise)")
 	checkpoint := fs.String("checkpoint-file", "", "keep the stream event source mapping's checkpoints here (default: .outboxdev/<prefix>.checkpoints.json when -data or -endpoint is set)")
 	awsAddr := fs.String("aws-addr", "127.0.0.1:4580", "listen address of the local AWS endpoint (SQS queues, EventBridge PutEvents, DynamoDB proxied) for outboxctl; empty: none")
 	rejectTypes := fs.String("reject-type", "", "comma-separated detail types the local bus refuses permanently, so their outbox records are parked (e.g. OrderShipped): try outboxctl parked/redrive")
@@ -32,6 +34,13 @@ func runDev(ctx context.Context, args []string) error {
 	jaegerBin := fs.String("jaeger", filepath.Join("bin", "jaeger"), "with -trace: the Jaeger binary to start")
 	traceViewAddr := fs.String("trace-view", "127.0.0.1:16687", "with -trace: listen address of the trace waterfall page over Jaeger's query API")
 	_ = fs.Parse(args)
+	if *data != "" && *endpoint != "" {
+		src := "-endpoint"
+		if os.Getenv("AWS_ENDPOINT_URL_DYNAMODB") == *endpoint {
+			src = "-endpoint (here from AWS_ENDPOINT_URL_DYNAMODB)"
+		}
+		return fmt.Errorf("-data %s keeps the data of the Dynoxide outboxdev starts, but with %s %s the server there keeps the data and no Dynoxide starts: drop -data (the server's own storage decides what is kept), or drop -endpoint (unset AWS_ENDPOINT_URL_DYNAMODB) to keep Dynoxide's data in %s", *data, src, *endpoint, *data)
+	}
 	traceUI := ""
 	if *tracing {
 		ui, stop, err := startTracing(ctx, *jaegerBin, *traceEndpoint)
@@ -50,6 +59,12 @@ func runDev(ctx context.Context, args []string) error {
 		defer closeView()
 		traceView = v
 	}
+	var allowed []string
+	for _, h := range strings.Split(*allowHosts, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			allowed = append(allowed, h)
+		}
+	}
 	var reject []string
 	for _, t := range strings.Split(*rejectTypes, ",") {
 		if t = strings.TrimSpace(t); t != "" {
@@ -58,6 +73,13 @@ func runDev(ctx context.Context, args []string) error {
 	}
 	if *checkpoint == "" && (*data != "" || *endpoint != "") {
 		*checkpoint = filepath.Join(".outboxdev", *prefix+".checkpoints.json")
+	}
+	switch {
+	case *stateFile != "":
+	case *data != "":
+		*stateFile = *data + ".state"
+	case *endpoint != "":
+		*stateFile = filepath.Join(".outboxdev", *prefix+".state")
 	}
 
 	var handler slog.Handler = slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})
@@ -70,8 +92,8 @@ func runDev(ctx context.Context, args []string) error {
 	s, err := devstack.Start(ctx, devstack.Options{
 		Endpoint: *endpoint, APIAddr: *addr, Prefix: *prefix,
 		ReconcileEvery: *every, ReconcileAfter: *after, Metrics: metrics,
-		DataFile: *data, CheckpointFile: *checkpoint, HopLog: true, Logger: slog.New(handler),
-		AWSAddr: *awsAddr, RejectDetailTypes: reject, RejectCode: *rejectCode, Tracing: *tracing,
+		DataFile: *data, RuntimeStateFile: *stateFile, CheckpointFile: *checkpoint, HopLog: true, Logger: slog.New(handler),
+		AWSAddr: *awsAddr, RejectDetailTypes: reject, RejectCode: *rejectCode, Tracing: *tracing, AllowedHosts: allowed,
 	})
 	if err != nil {
 		return err
@@ -84,9 +106,9 @@ func runDev(ctx context.Context, args []string) error {
 	storage := "in memory: the data is lost when the stack stops (-data FILE keeps it)"
 	switch {
 	case *endpoint != "":
-		storage = "the server at -endpoint keeps what it keeps; stream checkpoints in " + *checkpoint
+		storage = "the server at -endpoint keeps what it keeps; queues, undelivered events and the provider in " + *stateFile + "; stream checkpoints in " + *checkpoint
 	case *data != "":
-		storage = "kept in " + *data + "; stream checkpoints in " + *checkpoint
+		storage = "kept in " + *data + "; queues, undelivered events and the provider in " + *stateFile + "; stream checkpoints in " + *checkpoint
 	}
 	fmt.Printf(`
 ddb-outbox local stack is up.

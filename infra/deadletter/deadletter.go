@@ -4,11 +4,18 @@
 // over TLS, keeping messages for the SQS maximum of 14 days, each with an
 // alarm that fires as soon as one message is visible (promise I5: nothing is
 // dropped silently), and taking messages up to the SQS maximum size.
+//
+// A dead-letter queue accepts messages only from its own source
+// (Queue.AcceptOnlyFrom): a planted message in a DLQ looks like an ordinary
+// dead letter and an operator's redrive would forward it to the consumer.
+// Queues that are no SQS queue's redrive target also refuse to be named as
+// one (Queue.RefuseRedriveSources).
 package deadletter
 
 import (
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awskms"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
 	"github.com/aws/constructs-go/constructs/v10"
@@ -74,4 +81,77 @@ func New(scope constructs.Construct, id, what string, removal awscdk.RemovalPoli
 			"EventBridge target DLQ, consumer queue redrive target or parked-records queue); it is alarmed and drained by an operator, a DLQ of a DLQ adds nothing."),
 	}}, nil)
 	return &Queue{Queue: q, Alarm: alarm}
+}
+
+// OnlySourceSendsStatementID is the Sid of the queue policy statement
+// AcceptOnlyFrom adds.
+const OnlySourceSendsStatementID = "OnlyTheSourceSends"
+
+// Senders are the only senders a dead-letter queue accepts (AcceptOnlyFrom).
+type Senders struct {
+	// PrincipalArns are IAM principal ARNs (roles; an assumed-role session
+	// is matched by its role's ARN, aws:PrincipalArn) that may call
+	// sqs:SendMessage: a function that dead-letters itself, or whose
+	// execution role Lambda uses for an on-failure destination.
+	PrincipalArns []*string
+	// SourceArns are resource ARNs (aws:SourceArn) of AWS services'
+	// resources that may send: the EventBridge rule whose target DLQ this is.
+	SourceArns []*string
+}
+
+// AcceptOnlyFrom adds to the queue's policy an explicit Deny of
+// sqs:SendMessage (and so SendMessageBatch, which is authorized as
+// SendMessage) to every request that comes from none of s. An explicit Deny in
+// a queue policy binds principals of the queue's own account too, whatever
+// their identity policies allow (IAM policy evaluation logic).
+//
+// With SourceArns, a request is refused unless its aws:SourceArn is one of
+// them (an IAM principal's own request carries no aws:SourceArn) and, when
+// PrincipalArns are given too, its aws:PrincipalArn is none of those. With
+// PrincipalArns only, a request that carries an aws:PrincipalArn other than
+// them is refused; a request without one (no IAM principal: SQS's own move of
+// a message to its dead-letter queue after maxReceiveCount receives, which
+// the Amazon SQS developer guide describes as done by SQS for the source
+// queue, not by a caller) is not matched, so the redrive policy keeps
+// working whatever SQS puts in that request's context. Anonymous and
+// service-principal requests still need an Allow the queue policy does not
+// give. Nothing is added when s is empty.
+func (q *Queue) AcceptOnlyFrom(s Senders) {
+	if len(s.PrincipalArns) == 0 && len(s.SourceArns) == 0 {
+		return
+	}
+	notFrom := map[string]any{}
+	conditions := map[string]any{"ArnNotEquals": notFrom}
+	if len(s.SourceArns) > 0 {
+		notFrom["aws:SourceArn"] = s.SourceArns
+	}
+	if len(s.PrincipalArns) > 0 {
+		notFrom["aws:PrincipalArn"] = s.PrincipalArns
+	}
+	if len(s.SourceArns) == 0 {
+		conditions["Null"] = map[string]any{"aws:PrincipalArn": "false"}
+	}
+	q.Queue.AddToResourcePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Sid:        jsii.String(OnlySourceSendsStatementID),
+		Effect:     awsiam.Effect_DENY,
+		Principals: &[]awsiam.IPrincipal{awsiam.NewAnyPrincipal()},
+		Actions:    jsii.Strings("sqs:SendMessage"),
+		Resources:  &[]*string{q.Queue.QueueArn()},
+		Conditions: &conditions,
+	}))
+}
+
+// RefuseRedriveSources sets the queue's RedriveAllowPolicy to denyAll: no
+// SQS queue may name it as its dead-letter queue (Amazon SQS developer
+// guide, dead-letter queues: the redrive allow policy says which source
+// queues may use a queue as their DLQ; a move by a source queue's redrive
+// policy is made by SQS, and no AWS page found here says the DLQ's queue
+// policy governs it, so the redrive allow policy is the control).
+// For the queues that are an EventBridge rule's DLQ or a Lambda on-failure
+// destination, which no queue redrives to. A consumer DLQ cannot name its
+// one source queue (byQueue) here: the source's RedrivePolicy already
+// refers to the DLQ's ARN, and the two references would form a
+// CloudFormation dependency cycle.
+func (q *Queue) RefuseRedriveSources() {
+	q.Queue.Node().DefaultChild().(awssqs.CfnQueue).SetRedriveAllowPolicy(map[string]any{"redrivePermission": "denyAll"})
 }

@@ -23,9 +23,18 @@
 //     the AWS managed key or Props.EncryptionKey, has PITR and, unless its
 //     RemovalPolicy is DESTROY, deletion protection; no IAM statement uses
 //     a wildcard action (KeyUseActions on a customer key).
-//   - The reconciler runs one at a time (reserved concurrency
-//     ReconcilerReservedConcurrency = 1); every function logs in Lambda's
-//     JSON log format.
+//   - The reconciler runs one at a time by default (reserved concurrency
+//     ReconcilerReservedConcurrency = 1; Props.ReconcilerReservedConcurrency
+//     NoReservedConcurrency leaves it unreserved, overlapping runs being
+//     safe); every function logs in Lambda's JSON log format.
+//   - Every alarm notifies Props.AlarmTopic (or a topic the construct
+//     creates) on ALARM and OK: NotifyAlarms, an aspect, so no alarm under
+//     the construct is left without an action. The reconciler's schedule
+//     has a target DLQ and alarms on its FailedInvocations and
+//     InvocationsFailedToBeSentToDlq (RuleDeliveryAlarms).
+//   - Every dead-letter queue accepts messages from its own source only
+//     (deadletter.Queue.AcceptOnlyFrom) and may be no SQS queue's redrive
+//     target.
 //   - Only the outbox publishes: PublishOnlyStatement is the bus resource
 //     policy statement denying events:PutEvents to every principal but the
 //     relay's and the reconciler's roles (PublisherRoleArns). The construct

@@ -8,7 +8,6 @@ import (
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
-	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatchactions"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsdynamodb"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsevents"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awseventstargets"
@@ -16,6 +15,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambdadestinations"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambdaeventsources"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssns"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 	"github.com/cdklabs/cdk-nag-go/cdknag/v2"
@@ -83,6 +83,11 @@ type Outbox struct {
 	Reconciler awslambda.Function
 	// ReconcileSchedule is the EventBridge rule that runs the reconciler.
 	ReconcileSchedule awsevents.Rule
+	// ScheduleDLQ is ReconcileSchedule's target DLQ: a scheduled run
+	// EventBridge could not hand to Lambda (a missing permission, a
+	// throttled invoke) after the target's retries. SSE-SQS whatever
+	// EncryptionKey: it receives the schedule event only.
+	ScheduleDLQ *deadletter.Queue
 	// ParkedQueue receives parked (unpublishable) outbox records with their
 	// full envelope; its URL is the relay's and reconciler's
 	// config.EnvParkedQueueURL.
@@ -100,6 +105,11 @@ type Outbox struct {
 	ReconcilerFailureQueue *deadletter.Queue
 	// Alarms lists every alarm the construct created, DLQ alarms included.
 	Alarms []awscloudwatch.Alarm
+	// AlarmTopic is the SNS topic every alarm under the construct notifies
+	// on ALARM and OK (NotifyAlarms): Props.AlarmTopic, or a topic the
+	// construct created (NewAlarmTopic, encrypted with Props.EncryptionKey
+	// when set).
+	AlarmTopic awssns.ITopic
 
 	props Props
 }
@@ -151,6 +161,9 @@ func New(scope constructs.Construct, id string, props Props) (*Outbox, error) {
 	// kms:ReEncrypt*) on a customer managed key.
 	o.StreamFailureQueue = deadletter.New(c, "StreamFailureQueue", "outbox stream batches the relay could not process", props.RemovalPolicy, nil)
 	o.ReconcilerFailureQueue = deadletter.New(c, "ReconcilerFailureQueue", "scheduled reconciler runs that failed after Lambda's asynchronous retries", props.RemovalPolicy, nil)
+	// The schedule's target DLQ holds the schedule event only: SSE-SQS,
+	// like the on-failure queues.
+	o.ScheduleDLQ = deadletter.New(c, "ScheduleDLQ", "scheduled reconciler runs EventBridge could not invoke", props.RemovalPolicy, nil)
 
 	publishEnv := map[string]string{
 		config.EnvEventBusName:              *props.EventBus.EventBusName(),
@@ -185,9 +198,10 @@ func New(scope constructs.Construct, id string, props Props) (*Outbox, error) {
 		Timeout:       props.ReconcileBudget + 15*time.Second,
 		LogRetention:  props.LogRetention,
 		RemovalPolicy: props.RemovalPolicy,
-		// one sweep at a time: two concurrent runs would re-send the same
-		// pending records twice
-		ReservedConcurrency: ReconcilerReservedConcurrency,
+		// one sweep at a time (Props.ReconcilerReservedConcurrency); without
+		// a reservation overlapping runs are safe, each record is claimed
+		// before it is re-sent
+		ReservedConcurrency: max(props.ReconcilerReservedConcurrency, 0),
 		TelemetryLayerArn:   props.TelemetryLayerArn,
 	})
 	if err != nil {
@@ -240,12 +254,19 @@ func New(scope constructs.Construct, id string, props Props) (*Outbox, error) {
 		Description: jsii.String("Runs the outbox reconciler."),
 		Schedule:    awsevents.Schedule_Rate(rate),
 		Targets: &[]awsevents.IRuleTarget{awseventstargets.NewLambdaFunction(o.Reconciler, &awseventstargets.LambdaFunctionProps{
-			RetryAttempts: jsii.Number(2),
-			MaxEventAge:   awscdk.Duration_Seconds(jsii.Number(maxAge.Seconds())),
+			RetryAttempts:   jsii.Number(2),
+			MaxEventAge:     awscdk.Duration_Seconds(jsii.Number(maxAge.Seconds())),
+			DeadLetterQueue: o.ScheduleDLQ.Queue,
 		})},
 	})
+	o.restrictDLQSenders()
 
+	o.AlarmTopic = props.AlarmTopic
+	if o.AlarmTopic == nil {
+		o.AlarmTopic = NewAlarmTopic(c, "AlarmTopic", props.EncryptionKey)
+	}
 	o.addAlarms()
+	NotifyAlarms(c, o.AlarmTopic)
 	return o, nil
 }
 
@@ -367,13 +388,27 @@ func (o *Outbox) addAlarms() {
 		o.ReconcilerResentMetric(), 0, awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD, 1)
 	alarm("ReconcilerErrorsAlarm", "Outbox reconciler runs failed.",
 		o.Reconciler.MetricErrors(sum), 1, awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD, 1)
-	o.Alarms = append(o.Alarms, o.ParkedQueue.Alarm, o.StreamFailureQueue.Alarm, o.ReconcilerFailureQueue.Alarm)
-	if o.props.AlarmTopic != nil {
-		action := awscloudwatchactions.NewSnsAction(o.props.AlarmTopic)
-		for _, a := range o.Alarms {
-			a.AddAlarmAction(action)
-			a.AddOkAction(action)
-		}
+	o.Alarms = append(o.Alarms, o.ParkedQueue.Alarm, o.StreamFailureQueue.Alarm, o.ReconcilerFailureQueue.Alarm, o.ScheduleDLQ.Alarm)
+	o.Alarms = append(o.Alarms, RuleDeliveryAlarms(o.Construct, "ReconcileSchedule", o.ReconcileSchedule, nil, "the reconciler's schedule")...)
+}
+
+// restrictDLQSenders lets each of the construct's dead-letter queues accept
+// messages from its own source only (deadletter.Queue.AcceptOnlyFrom), and
+// no SQS queue name any of them as its dead-letter queue: the parked-records
+// queue from the relay's and the reconciler's roles (their code parks
+// records), the stream on-failure queue from the relay's role (Lambda sends
+// an event source mapping's on-failure record with the function's execution
+// role), the reconciler's on-failure queue from the reconciler's role (so
+// does an asynchronous invocation's on-failure destination), the schedule's
+// DLQ from the schedule rule (aws:SourceArn).
+func (o *Outbox) restrictDLQSenders() {
+	relay, reconciler := o.Relay.Role().RoleArn(), o.Reconciler.Role().RoleArn()
+	o.ParkedQueue.AcceptOnlyFrom(deadletter.Senders{PrincipalArns: []*string{relay, reconciler}})
+	o.StreamFailureQueue.AcceptOnlyFrom(deadletter.Senders{PrincipalArns: []*string{relay}})
+	o.ReconcilerFailureQueue.AcceptOnlyFrom(deadletter.Senders{PrincipalArns: []*string{reconciler}})
+	o.ScheduleDLQ.AcceptOnlyFrom(deadletter.Senders{SourceArns: []*string{o.ReconcileSchedule.RuleArn()}})
+	for _, q := range []*deadletter.Queue{o.ParkedQueue, o.StreamFailureQueue, o.ReconcilerFailureQueue, o.ScheduleDLQ} {
+		q.RefuseRedriveSources()
 	}
 }
 

@@ -200,8 +200,19 @@ type Props struct {
 	// ReconcileAfter + ReconcileRate (a record the reconciler is about to
 	// take over is not an alarm). Default DefaultOldestPendingThreshold.
 	OldestPendingThreshold time.Duration
-	// AlarmTopic, when set, receives every alarm's ALARM and OK transitions.
+	// AlarmTopic is the SNS topic every alarm of the construct notifies on
+	// ALARM and OK (a standard topic; an encrypted one needs a key policy
+	// that lets cloudwatch.amazonaws.com use its key). Default: the
+	// construct creates one (Outbox.AlarmTopic, NewAlarmTopic), encrypted
+	// with EncryptionKey when set. Subscribe to it, e.g. aws sns subscribe
+	// --protocol email.
 	AlarmTopic awssns.ITopic
+	// ReconcilerReservedConcurrency is the reconciler's reserved
+	// concurrency: ReconcilerReservedConcurrency (1, one sweep at a time;
+	// the default) or NoReservedConcurrency (none: for an account whose
+	// Lambda concurrency quota leaves nothing to reserve; overlapping runs
+	// are safe, the reconciler claims each record before re-sending it).
+	ReconcilerReservedConcurrency int
 
 	// EncryptionKey, when set, encrypts the outbox table and the
 	// parked-records queue with this customer managed KMS key (the two
@@ -289,6 +300,9 @@ func (p *Props) SetDefaults() {
 	if p.LogRetention == "" {
 		p.LogRetention = awslogs.RetentionDays_ONE_MONTH
 	}
+	if p.ReconcilerReservedConcurrency == 0 {
+		p.ReconcilerReservedConcurrency = ReconcilerReservedConcurrency
+	}
 }
 
 // Validate applies the defaults to a copy of p and checks every field. It
@@ -366,6 +380,9 @@ func (p Props) Validate() error {
 		bad("OldestPendingThreshold %s must exceed ReconcileAfter + ReconcileRate (%s)", p.OldestPendingThreshold, p.ReconcileAfter+p.ReconcileRate)
 	}
 	whole("OldestPendingThreshold", p.OldestPendingThreshold)
+	if n := p.ReconcilerReservedConcurrency; n != ReconcilerReservedConcurrency && n != NoReservedConcurrency {
+		bad("ReconcilerReservedConcurrency %d is neither %d (one run at a time) nor %d (none)", n, ReconcilerReservedConcurrency, NoReservedConcurrency)
+	}
 	if len(errs) == 0 {
 		return nil
 	}

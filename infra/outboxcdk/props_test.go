@@ -39,6 +39,8 @@ func TestValidate(t *testing.T) {
 		{"defaults", func(*Props) {}, ""},
 		{"no bus", func(p *Props) { p.EventBus = nil }, "EventBus is required"},
 		{"no asset root", func(p *Props) { p.AssetRoot = "" }, "AssetRoot is required"},
+		{"reconciler unreserved", func(p *Props) { p.ReconcilerReservedConcurrency = NoReservedConcurrency }, ""},
+		{"reconciler reserved 2", func(p *Props) { p.ReconcilerReservedConcurrency = 2 }, "ReconcilerReservedConcurrency 2"},
 		{"batch size max", func(p *Props) { p.BatchSize = 1000 }, ""},
 		{"batch size too big", func(p *Props) { p.BatchSize = 1001 }, "BatchSize 1001"},
 		{"batch size AWS max", func(p *Props) { p.BatchSize = 10000 }, "BatchSize 10000"},
@@ -166,5 +168,42 @@ func TestStreamGiveUpTime(t *testing.T) {
 	p.OldestPendingThreshold = MaxReconcileAfter + MaxReconcileRate + time.Minute
 	if err := p.Validate(); err != nil {
 		t.Errorf("all bounds together: %v", err)
+	}
+}
+
+// GIVEN SQS event source mapping scaling settings
+// WHEN they are validated
+// THEN MaxConcurrency must be 2..1000, provisioned pollers 2..200 (minimum)
+// and minimum..2000 (maximum), and the two modes cannot be combined; the
+// peak concurrency is MaxConcurrency or MaximumPollers × 10.
+func TestSQSScaling(t *testing.T) {
+	prov := func(lo, hi int) *ProvisionedPollers { return &ProvisionedPollers{Minimum: lo, Maximum: hi} }
+	cases := []struct {
+		name string
+		s    SQSScaling
+		peak int
+		ok   bool
+	}{
+		{"default", SQSScaling{}, config.DefaultConsumerMaxConcurrency, true},
+		{"max concurrency 2", SQSScaling{MaxConcurrency: 2}, 2, true},
+		{"max concurrency 1000", SQSScaling{MaxConcurrency: 1000}, 1000, true},
+		{"max concurrency 1", SQSScaling{MaxConcurrency: 1}, 1, false},
+		{"max concurrency 1001", SQSScaling{MaxConcurrency: 1001}, 1001, false},
+		{"provisioned 2..5", SQSScaling{Provisioned: prov(2, 5)}, 50, true},
+		{"provisioned 200..2000", SQSScaling{Provisioned: prov(200, 2000)}, 20000, true},
+		{"provisioned minimum 1", SQSScaling{Provisioned: prov(1, 5)}, 50, false},
+		{"provisioned minimum 201", SQSScaling{Provisioned: prov(201, 300)}, 3000, false},
+		{"provisioned maximum below minimum", SQSScaling{Provisioned: prov(10, 5)}, 50, false},
+		{"provisioned maximum 2001", SQSScaling{Provisioned: prov(2, 2001)}, 20010, false},
+		{"both modes", SQSScaling{MaxConcurrency: 10, Provisioned: prov(2, 5)}, 50, false},
+	}
+	for _, c := range cases {
+		err := c.s.Validate()
+		if c.ok != (err == nil) || (err != nil && !errors.Is(err, ErrInvalidScaling)) {
+			t.Errorf("%s: Validate() = %v, want ok=%v", c.name, err, c.ok)
+		}
+		if got := c.s.PeakConcurrency(); got != c.peak {
+			t.Errorf("%s: PeakConcurrency() = %d, want %d", c.name, got, c.peak)
+		}
 	}
 }

@@ -5,14 +5,24 @@ import (
 	"github.com/aws/jsii-runtime-go"
 )
 
-// ReconcilerReservedConcurrency is the reconciler's reserved concurrency:
-// one run at a time. Two overlapping sweeps would re-publish the same
-// pending records twice (harmless for consumers, I3, but wasted and
-// confusing in the metrics). A scheduled run that starts while another is
-// still running is throttled; Lambda retries a throttled asynchronous
-// invocation until the event is older than the invoke config's maximum event
-// age (the reconcile rate), then sends it to ReconcilerFailureQueue.
+// ReconcilerReservedConcurrency is the reconciler's default reserved
+// concurrency (Props.ReconcilerReservedConcurrency): one run at a time. Two
+// overlapping sweeps would both look at the same pending records; each
+// record is claimed with a conditional write before it is re-sent, so it is
+// published once either way, but the second sweep's work is wasted. A
+// scheduled run that starts while another is still running is throttled;
+// Lambda retries a throttled asynchronous invocation until the event is
+// older than the invoke config's maximum event age (the reconcile rate),
+// then sends it to ReconcilerFailureQueue.
 const ReconcilerReservedConcurrency = 1
+
+// NoReservedConcurrency, as a reserved concurrency, leaves a function
+// without a reservation: it shares the account's unreserved pool. Lambda
+// keeps at least 100 of an account's concurrency unreserved (Lambda
+// developer guide, configuration-concurrency: "You can reserve up to the
+// Unreserved account concurrency value minus 100"), so an account whose
+// quota is 100 or less can reserve nothing.
+const NoReservedConcurrency = -1
 
 // KeyUseActions are the KMS actions a function gets on Props.EncryptionKey:
 // kms:GenerateDataKey and kms:Decrypt to send to and receive from an SSE-KMS

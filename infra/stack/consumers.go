@@ -10,10 +10,11 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsdynamodb"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsevents"
-	"github.com/aws/aws-cdk-go/awscdk/v2/awseventstargets"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambdaeventsources"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
+	"github.com/aws/aws-cdk-go/awscdk/v2/interfaces/interfacesawsevents"
 	"github.com/aws/jsii-runtime-go"
 
 	"github.com/ddb-outbox/ddb-outbox/infra/deadletter"
@@ -79,6 +80,9 @@ type Consumer struct {
 	// Rules are the EventBridge rules targeting Queue: the only senders
 	// its policy allows besides OrdersStackProps.RedriveRoleArns.
 	Rules []awsevents.Rule
+	// Resequencer is the ordered consumer's sweep schedule and buffered-age
+	// alarm; nil for an unordered consumer.
+	Resequencer *Resequencer
 }
 
 // consumerTable is a consumer's own table: construct id, partition key
@@ -178,7 +182,8 @@ func (s *OrdersStack) addConsumer(name, source string) error {
 		Timeout:       ConsumerTimeout,
 		LogRetention:  props.LogRetention,
 		RemovalPolicy: removal,
-		// at least the mapping's MaximumConcurrency (Validate)
+		// at least the mapping's peak concurrency, or none with
+		// AcceptConsumerThrottles (Validate)
 		ReservedConcurrency: max(props.ReservedConcurrency[name], 0),
 		TelemetryLayerArn:   props.TelemetryLayerArn,
 	})
@@ -197,6 +202,7 @@ func (s *OrdersStack) addConsumer(name, source string) error {
 	if spec.dedup {
 		fn.AddEnvironment(jsii.String(config.EnvDedupTable), s.DedupTable.TableName(), nil)
 		arns[app.ResourceDedupTable] = s.DedupTable.TableArn()
+		arns[app.ResourceDedupBufferIndex] = s.bufferIndexArn()
 	}
 	fn.AddEnvironment(jsii.String(spec.table.env), table.TableName(), nil)
 	fn.AddEnvironment(jsii.String(config.EnvEventSource), jsii.String(source), nil)
@@ -208,14 +214,22 @@ func (s *OrdersStack) addConsumer(name, source string) error {
 			arns[r] = arn
 		}
 	}
-	es := awslambdaeventsources.NewSqsEventSource(queue, &awslambdaeventsources.SqsEventSourceProps{
+	esProps := &awslambdaeventsources.SqsEventSourceProps{
 		BatchSize:               jsii.Number(config.DefaultConsumerBatchSize),
 		ReportBatchItemFailures: jsii.Bool(true),
-		MaxConcurrency:          jsii.Number(config.DefaultConsumerMaxConcurrency),
-	})
+	}
+	// MaximumConcurrency, or provisioned mode (validated)
+	props.ConsumerScaling.Apply(esProps)
+	es := awslambdaeventsources.NewSqsEventSource(queue, esProps)
 	fn.AddEventSource(es)
+	// only the consumer's role sends to its DLQ (its permanent failures);
+	// SQS's own redrive moves are not refused (deadletter.AcceptOnlyFrom)
+	dlq.AcceptOnlyFrom(deadletter.Senders{PrincipalArns: []*string{fn.Role().RoleArn()}})
 	c := &Consumer{Function: fn, Table: table, Queue: queue, DLQ: dlq, EventSource: es}
 	s.Consumers[name] = c
+	if ordered(name) {
+		s.addResequencer(name, c)
+	}
 	// sqs:ChangeMessageVisibility on the queue (sqsconsumer's RetryDelay)
 	// is part of the event source mapping's grant (SqsEventSource:
 	// grantConsumeMessages, app's sqsMappingGrant): not granted twice.
@@ -224,7 +238,12 @@ func (s *OrdersStack) addConsumer(name, source string) error {
 
 // addRule creates routing rule r: an EventBridge rule on the bus whose target
 // is the consumer's queue, with the rule DLQ for events EventBridge could not
-// deliver to the queue.
+// deliver to the queue, and the alarms on the rule's failed deliveries
+// (outboxcdk.RuleDeliveryAlarms). The rule DLQ is SSE-SQS whatever the
+// stack's key: a DLQ must not fail the way its target can (a key policy or
+// a disabled key that refuses EventBridge for the consumer queue would
+// refuse it for the DLQ too, and the event would be dropped); it accepts
+// messages from its rule only and may be no queue's redrive target.
 func (s *OrdersStack) addRule(r routing.Rule, source string) error {
 	c, ok := s.Consumers[r.Consumer]
 	if !ok {
@@ -235,21 +254,61 @@ func (s *OrdersStack) addRule(r routing.Rule, source string) error {
 		return fmt.Errorf("stack: routing rule %s: %w", r.Name, err)
 	}
 	cid := idOf(r.Name)
-	dlq := deadletter.New(s.Stack, cid+"DLQ", "events EventBridge could not deliver to the "+r.Consumer+" queue (rule "+r.Name+")", s.props.removalPolicy(), s.EncryptionKey)
+	dlq := deadletter.New(s.Stack, cid+"DLQ", "events EventBridge could not deliver to the "+r.Consumer+" queue (rule "+r.Name+")", s.props.removalPolicy(), nil)
 	rule := awsevents.NewRule(s.Stack, jsii.String(cid+"Rule"), &awsevents.RuleProps{
 		EventBus:     s.Bus,
 		Description:  jsii.String("Routes " + r.Name + " events to the queue of consumer " + r.Consumer + " (routing.Rules)."),
 		EventPattern: pattern,
-		Targets: &[]awsevents.IRuleTarget{awseventstargets.NewSqsQueue(c.Queue, &awseventstargets.SqsQueueProps{
-			DeadLetterQueue: dlq.Queue,
-			MaxEventAge:     awscdk.Duration_Seconds(jsii.Number(s.props.ConsumerMaxEventAge.Seconds())),
-			RetryAttempts:   jsii.Number(s.props.ConsumerRetryAttempts),
-		})},
+		Targets: &[]awsevents.IRuleTarget{&queueTarget{
+			queue: c.Queue, dlq: dlq.Queue,
+			maxEventAge: s.props.ConsumerMaxEventAge, retryAttempts: s.props.ConsumerRetryAttempts,
+		}},
 	})
+	dlq.AcceptOnlyFrom(deadletter.Senders{SourceArns: []*string{rule.RuleArn()}})
+	dlq.RefuseRedriveSources()
 	s.Rules[r.Name] = rule
 	s.RuleDLQs[r.Name] = dlq
+	s.RuleAlarms[r.Name] = outboxcdk.RuleDeliveryAlarms(s.Stack, cid+"Rule", rule, s.Bus.EventBusName(), "rule "+r.Name+" (to the "+r.Consumer+" queue)")
 	c.Rules = append(c.Rules, rule)
 	return nil
+}
+
+// queueTarget is an EventBridge rule target that puts the event on an SQS
+// queue, with a retry policy and a target DLQ. It is what
+// awseventstargets.SqsQueue does, without that target's grant on a KMS
+// encrypted queue's key: the CDK gives events.amazonaws.com kms:Decrypt,
+// kms:Encrypt, kms:ReEncrypt* and kms:GenerateDataKey* with no condition,
+// and drops the rule condition from the queue policy (aws-cdk issue
+// #11158); the stack's own key statement (allowEventBridgeToUseKey) is
+// scoped instead. The queue and the DLQ each allow events.amazonaws.com
+// sqs:SendMessage for this rule only (aws:SourceArn; EventBridge user
+// guide, eb-use-resource-based, "Amazon SQS permissions").
+type queueTarget struct {
+	queue, dlq    awssqs.IQueue
+	maxEventAge   time.Duration
+	retryAttempts int
+}
+
+// Bind implements awsevents.IRuleTarget.
+func (q *queueTarget) Bind(rule interfacesawsevents.IRuleRef, _ *string) *awsevents.RuleTargetConfig {
+	ruleArn := rule.RuleRef().RuleArn
+	for _, dst := range []awssqs.IQueue{q.queue, q.dlq} {
+		dst.AddToResourcePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+			Principals: &[]awsiam.IPrincipal{awsiam.NewServicePrincipal(jsii.String("events.amazonaws.com"), nil)},
+			Actions:    jsii.Strings("sqs:SendMessage"),
+			Resources:  &[]*string{dst.QueueArn()},
+			Conditions: &map[string]any{"ArnEquals": map[string]any{"aws:SourceArn": ruleArn}},
+		}))
+	}
+	return &awsevents.RuleTargetConfig{
+		Arn:              q.queue.QueueArn(),
+		TargetResource:   q.queue,
+		DeadLetterConfig: &awsevents.CfnRule_DeadLetterConfigProperty{Arn: q.dlq.QueueArn()},
+		RetryPolicy: &awsevents.CfnRule_RetryPolicyProperty{
+			MaximumEventAgeInSeconds: jsii.Number(q.maxEventAge.Seconds()),
+			MaximumRetryAttempts:     jsii.Number(q.retryAttempts),
+		},
+	}
 }
 
 // grantCode grants fn the IAM actions its code's SDK calls need

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ddb-outbox/ddb-outbox/infra/outboxcdk"
 	"github.com/ddb-outbox/ddb-outbox/pkg/app"
+	"github.com/ddb-outbox/ddb-outbox/pkg/dedup"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
 	"github.com/ddb-outbox/ddb-outbox/pkg/routing"
 )
@@ -44,6 +45,7 @@ func checkRoles(t *testing.T, def *synthesized, perms func(app.FunctionPermissio
 		app.ResourcePendingIndex:           map[string]any{"Fn::Join": []any{"", []any{table, "/index/" + outbox.PendingIndexName}}},
 		app.ResourceOutboxStream:           getAtt(def.id(ob.Table), "StreamArn"),
 		app.ResourceDedupTable:             getAtt(def.id(s.DedupTable), "Arn"),
+		app.ResourceDedupBufferIndex:       map[string]any{"Fn::Join": []any{"", []any{getAtt(def.id(s.DedupTable), "Arn"), "/index/" + dedup.BufferIndex}}},
 		app.ResourceEventBus:               getAtt(def.id(s.Bus), "Arn"),
 		app.ResourceParkedQueue:            getAtt(def.id(ob.ParkedQueue.Queue), "Arn"),
 		app.ResourceStreamFailureQueue:     getAtt(def.id(ob.StreamFailureQueue.Queue), "Arn"),

@@ -73,28 +73,38 @@ const (
 	DefaultFulfilmentProviderURL = "https://fulfilment.invalid"
 	// NoReservedConcurrency in ReservedConcurrency leaves a function
 	// without reserved concurrency (it shares the account's unreserved
-	// pool).
-	NoReservedConcurrency = -1
+	// pool): outboxcdk.NoReservedConcurrency.
+	NoReservedConcurrency = outboxcdk.NoReservedConcurrency
+	// AllFunctions, as a ReservedConcurrency key, sets every function the
+	// map does not name otherwise, e.g. {"*": -1} for no reservation at all.
+	AllFunctions = "*"
+	// MinUnreservedConcurrency is the part of an account's Lambda
+	// concurrency quota that cannot be reserved (Lambda developer guide,
+	// configuration-concurrency: "You can reserve up to the Unreserved
+	// account concurrency value minus 100").
+	MinUnreservedConcurrency = 100
+	// UnreservedConsumerWarning is the id of the synth warning for a
+	// consumer without reserved concurrency (AcceptConsumerThrottles).
+	UnreservedConsumerWarning = "ddb-outbox:unreservedConsumer"
 )
 
-// DefaultReservedConcurrency is each function's reserved concurrency when
-// ReservedConcurrency does not name it (the reconciler's is fixed,
-// outboxcdk.ReconcilerReservedConcurrency). They bound what a flood of
-// requests or events can cost and keep the rest of the account's
-// concurrency free: 56 in all, well inside the default account quota of
-// 1,000 (Lambda keeps at least 100 unreserved; an account whose quota is
-// still 10 cannot reserve any: use NoReservedConcurrency). A consumer's must
-// be at least config.DefaultConsumerMaxConcurrency, its SQS event source
-// mapping's MaximumConcurrency, or the mapping is throttled. The relay runs
-// one instance per stream shard times the mapping's ParallelizationFactor:
-// with more shards than its reservation, batches wait (the IteratorAge alarm
-// shows it); raise it with the table's write rate.
+// DefaultReservedConcurrency is the reserved concurrency of the api, the
+// relay and the reconciler when ReservedConcurrency does not name them; a
+// consumer's default is its SQS event source mapping's peak concurrency
+// (ConsumerScaling.PeakConcurrency(): config.DefaultConsumerMaxConcurrency,
+// 22), the least that keeps the mapping from being throttled. They bound
+// what a flood of requests or events can cost and keep the rest of the
+// account's concurrency free: 107 in all with the defaults, so the
+// account's Lambda concurrency quota must be at least 207 (Lambda keeps
+// MinUnreservedConcurrency unreserved; the default quota is 1,000, a new
+// account's may be 10, 50 or 100: see OrdersStackProps.AccountConcurrency
+// and docs/PARITY.md). The relay runs one instance per stream shard times
+// the mapping's ParallelizationFactor: with more shards than its
+// reservation, batches wait (the IteratorAge alarm shows it); raise it with
+// the table's write rate.
 var DefaultReservedConcurrency = map[string]int{
 	APIFunction:                  20,
 	outboxcdk.RelayFunction:      20,
-	app.FunctionLedger:           5,
-	app.FunctionNotifier:         5,
-	app.FunctionFulfilment:       5,
 	outboxcdk.ReconcilerFunction: outboxcdk.ReconcilerReservedConcurrency,
 }
 
@@ -175,12 +185,44 @@ type OrdersStackProps struct {
 	// stage-wide ThrottleRate and ThrottleBurst. Unknown keys are an error.
 	RouteThrottles map[string]Throttle
 	// ReservedConcurrency is the reserved concurrency by function name
-	// (api, relay, ledger, notifier, fulfilment), 1..1000 or NoReservedConcurrency;
-	// unnamed functions take DefaultReservedConcurrency. The reconciler's
-	// is fixed (outboxcdk.ReconcilerReservedConcurrency) and may only be
-	// given as that value. A consumer's must be at least
-	// config.DefaultConsumerMaxConcurrency.
+	// (api, relay, reconciler, ledger, notifier, fulfilment; AllFunctions
+	// for every function not named), 1..1000 or NoReservedConcurrency;
+	// unnamed functions take DefaultReservedConcurrency (a consumer: its
+	// mapping's ConsumerScaling.PeakConcurrency()). The reconciler's is
+	// outboxcdk.ReconcilerReservedConcurrency (1) or NoReservedConcurrency.
+	// A consumer's must be at least its mapping's peak concurrency, or be
+	// NoReservedConcurrency with AcceptConsumerThrottles.
 	ReservedConcurrency map[string]int
+	// AccountConcurrency is the Lambda concurrency quota of the account and
+	// region the stack deploys to (`aws lambda get-account-settings --query
+	// AccountLimit.ConcurrentExecutions`), for the preflight check: Validate
+	// refuses reservations that add up to more than AccountConcurrency −
+	// MinUnreservedConcurrency (the deployment would fail with "Specified
+	// ReservedConcurrentExecutions for function decreases account's
+	// UnreservedConcurrentExecution below its minimum value"), and
+	// consumers without a reservation whose mappings together could start
+	// more invocations than the unreserved pool holds. 0: unknown, not
+	// checked (synth reports what the account needs).
+	AccountConcurrency int
+	// AcceptConsumerThrottles lets a consumer run without reserved
+	// concurrency (ReservedConcurrency NoReservedConcurrency). It is
+	// refused otherwise: such a consumer shares the account's unreserved
+	// pool, and when that pool is exhausted for a visibility timeout its
+	// SQS messages are throttled, return to the queue and count toward
+	// maxReceiveCount, so a busy account can move events to the consumer's
+	// DLQ (alarmed, redrivable; nothing is lost) without any consumer
+	// error (docs/PARITY.md). Synth warns (UnreservedConsumerWarning).
+	AcceptConsumerThrottles bool
+	// ConsumerScaling is every consumer's SQS event source mapping scaling:
+	// MaximumConcurrency (default config.DefaultConsumerMaxConcurrency) or
+	// provisioned mode (outboxcdk.SQSScaling).
+	ConsumerScaling outboxcdk.SQSScaling
+	// AlarmTopicArn is an existing standard SNS topic every alarm notifies
+	// on ALARM and OK. Empty: the stack creates one (output AlarmTopicArn),
+	// encrypted with the stack's customer managed key when there is one. An
+	// existing topic encrypted with a customer managed key needs a key
+	// policy that lets cloudwatch.amazonaws.com use the key.
+	AlarmTopicArn string
 	// API4xxRatePercent and API5xxRatePercent are the thresholds (percent
 	// of requests, 0 < x <= 100) of the API's 4xx and 5xx rate alarms.
 	// Defaults DefaultAPI4xxRatePercent and DefaultAPI5xxRatePercent.
@@ -289,12 +331,20 @@ func (p *OrdersStackProps) SetDefaults() {
 	if p.API5xxRatePercent == 0 {
 		p.API5xxRatePercent = DefaultAPI5xxRatePercent
 	}
-	reserved := make(map[string]int, len(DefaultReservedConcurrency))
+	reserved := make(map[string]int, len(functionNames))
 	for fn, n := range DefaultReservedConcurrency {
 		reserved[fn] = n
 	}
+	for _, name := range consumerNames {
+		reserved[name] = p.ConsumerScaling.PeakConcurrency()
+	}
+	if n := p.ReservedConcurrency[AllFunctions]; n != 0 {
+		for _, fn := range functionNames {
+			reserved[fn] = n
+		}
+	}
 	for fn, n := range p.ReservedConcurrency {
-		if n != 0 {
+		if n != 0 && fn != AllFunctions {
 			reserved[fn] = n
 		}
 	}
@@ -307,6 +357,90 @@ func (p *OrdersStackProps) SetDefaults() {
 // maxReservedConcurrency is the largest reserved concurrency Validate
 // accepts: the default account concurrency quota (1,000).
 const maxReservedConcurrency = 1000
+
+// ReservedTotal returns the concurrency the stack reserves, summed over its
+// functions (NoReservedConcurrency counts 0), with the defaults applied.
+func (p OrdersStackProps) ReservedTotal() int {
+	p.SetDefaults()
+	total := 0
+	for _, fn := range functionNames {
+		total += max(p.ReservedConcurrency[fn], 0)
+	}
+	return total
+}
+
+// unreservedConsumerPeak returns the summed peak concurrency of the
+// consumers without reserved concurrency (defaults applied) and their
+// names.
+func (p OrdersStackProps) unreservedConsumerPeak() (int, []string) {
+	p.SetDefaults()
+	total, names := 0, []string(nil)
+	for _, name := range consumerNames {
+		if p.ReservedConcurrency[name] == NoReservedConcurrency {
+			total += p.ConsumerScaling.PeakConcurrency()
+			names = append(names, name)
+		}
+	}
+	return total, names
+}
+
+// AccountRequirement says, in one message, what the account's Lambda
+// concurrency quota must be for these props (defaults applied): the
+// reservations per function, their total, and the smallest quota that
+// leaves MinUnreservedConcurrency unreserved, with the command that shows
+// the quota. NewOrdersStack adds it to the synth output.
+func (p OrdersStackProps) AccountRequirement() string {
+	p.SetDefaults()
+	parts := make([]string, 0, len(functionNames))
+	for _, fn := range functionNames {
+		n := p.ReservedConcurrency[fn]
+		if n == NoReservedConcurrency {
+			parts = append(parts, fn+" none")
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s %d", fn, n))
+	}
+	total := p.ReservedTotal()
+	msg := fmt.Sprintf("Reserved concurrency: %s = %d in all.", strings.Join(parts, ", "), total)
+	if total == 0 {
+		msg += " Nothing is reserved: any account quota deploys."
+	} else {
+		msg += fmt.Sprintf(" The account's Lambda concurrency quota must be at least %d (%d + the %d Lambda keeps unreserved); "+
+			"check it with `aws lambda get-account-settings --query AccountLimit.ConcurrentExecutions`, and pass it as "+
+			"-c ddb-outbox:accountConcurrency=<quota> to have synth check it. A smaller quota: request an increase "+
+			"(Service Quotas, Lambda \"Concurrent executions\"), or deploy without reservations "+
+			"(-c ddb-outbox:reservedConcurrency='{\"*\":-1}' -c ddb-outbox:acceptConsumerThrottles=true; see docs/PARITY.md).",
+			total+MinUnreservedConcurrency, total, MinUnreservedConcurrency)
+	}
+	if peak, names := p.unreservedConsumerPeak(); len(names) > 0 {
+		msg += fmt.Sprintf(" Consumers without reservation (%s) can start %d invocations together from the unreserved pool.", strings.Join(names, ", "), peak)
+	}
+	return msg
+}
+
+// preflight checks the reservations against AccountConcurrency (when known)
+// and returns the problems.
+func (p OrdersStackProps) preflight() []error {
+	if p.AccountConcurrency < 0 {
+		return []error{fmt.Errorf("AccountConcurrency %d is negative (0: unknown)", p.AccountConcurrency)}
+	}
+	if p.AccountConcurrency == 0 {
+		return nil
+	}
+	var errs []error
+	total := p.ReservedTotal()
+	if total > 0 && total > p.AccountConcurrency-MinUnreservedConcurrency {
+		errs = append(errs, fmt.Errorf("the stack reserves %d concurrent executions but an account quota of %d leaves only %d to reserve "+
+			"(Lambda keeps %d unreserved): %s", total, p.AccountConcurrency, max(p.AccountConcurrency-MinUnreservedConcurrency, 0),
+			MinUnreservedConcurrency, p.AccountRequirement()))
+	}
+	if peak, names := p.unreservedConsumerPeak(); len(names) > 0 && peak > p.AccountConcurrency-total {
+		errs = append(errs, fmt.Errorf("consumers without reserved concurrency (%s) can start %d invocations together, more than the %d "+
+			"the account leaves unreserved: under load they would be throttled for certain; lower ConsumerScaling (context "+
+			"ddb-outbox:consumerMaxConcurrency, at least %d) or raise the quota", strings.Join(names, ", "), peak, p.AccountConcurrency-total, outboxcdk.MinSQSMaxConcurrency))
+	}
+	return errs
+}
 
 // removalPolicy is the policy for stateful resources.
 func (p *OrdersStackProps) removalPolicy() awscdk.RemovalPolicy {
@@ -352,17 +486,33 @@ func (p OrdersStackProps) Validate() error {
 			errs = append(errs, fmt.Errorf("RouteThrottles[%q]: rate %d and burst %d must be positive", k, th.RateLimit, th.BurstLimit))
 		}
 	}
+	if err := p.ConsumerScaling.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("ConsumerScaling: %w", err))
+	}
+	peak := p.ConsumerScaling.PeakConcurrency()
 	for fn, n := range p.ReservedConcurrency {
+		consumer := slices.Contains(consumerNames, fn)
 		switch {
 		case !slices.Contains(functionNames, fn):
-			errs = append(errs, fmt.Errorf("ReservedConcurrency: unknown function %q (%v)", fn, functionNames))
-		case fn == outboxcdk.ReconcilerFunction && n != outboxcdk.ReconcilerReservedConcurrency:
-			errs = append(errs, fmt.Errorf("ReservedConcurrency: the reconciler runs one at a time (%d), not %d", outboxcdk.ReconcilerReservedConcurrency, n))
+			errs = append(errs, fmt.Errorf("ReservedConcurrency: unknown function %q (%v or %q)", fn, functionNames, AllFunctions))
+		case fn == outboxcdk.ReconcilerFunction && n != outboxcdk.ReconcilerReservedConcurrency && n != NoReservedConcurrency:
+			errs = append(errs, fmt.Errorf("ReservedConcurrency: the reconciler runs one at a time (%d) or unreserved (%d), not %d", outboxcdk.ReconcilerReservedConcurrency, NoReservedConcurrency, n))
+		case n == NoReservedConcurrency && consumer && !p.AcceptConsumerThrottles:
+			errs = append(errs, fmt.Errorf("ReservedConcurrency[%s] is none: without reserved concurrency the consumer shares the account's unreserved pool, "+
+				"and when that pool runs out its SQS messages are throttled and count toward maxReceiveCount (%d) until they reach the DLQ; "+
+				"reserve at least its mapping's peak concurrency %d, or set AcceptConsumerThrottles (context ddb-outbox:acceptConsumerThrottles=true) to accept that",
+				fn, config.DefaultConsumerMaxReceiveCount, peak))
 		case n == NoReservedConcurrency:
 		case n < 1 || n > maxReservedConcurrency:
 			errs = append(errs, fmt.Errorf("ReservedConcurrency[%s] %d is outside 1..%d (or %d for none)", fn, n, maxReservedConcurrency, NoReservedConcurrency))
-		case slices.Contains(consumerNames, fn) && n < config.DefaultConsumerMaxConcurrency:
-			errs = append(errs, fmt.Errorf("ReservedConcurrency[%s] %d is below its SQS event source mapping's MaximumConcurrency %d", fn, n, config.DefaultConsumerMaxConcurrency))
+		case consumer && n < peak:
+			errs = append(errs, fmt.Errorf("ReservedConcurrency[%s] %d is below its SQS event source mapping's peak concurrency %d (Lambda would throttle the mapping, and a throttled message counts toward maxReceiveCount)", fn, n, peak))
+		}
+	}
+	errs = append(errs, p.preflight()...)
+	if a := p.AlarmTopicArn; a != "" {
+		if err := outboxcdk.ValidAlarmTopicArn(a); err != nil {
+			errs = append(errs, fmt.Errorf("AlarmTopicArn: %w", err))
 		}
 	}
 	for name, v := range map[string]float64{"API4xxRatePercent": p.API4xxRatePercent, "API5xxRatePercent": p.API5xxRatePercent} {

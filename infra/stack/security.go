@@ -79,12 +79,31 @@ func (s *OrdersStack) restrictQueueSenders() {
 	}
 }
 
-// allowEventBridgeToUseKey lets EventBridge encrypt messages for the rule
-// DLQs (and the consumer queues) with the stack's KMS key, limited to
-// requests on behalf of this account (aws:SourceAccount). The rule ARN
-// cannot be the condition: the key would depend on the rule, the rule on the
-// queue and the queue on the key. A key imported by ARN keeps its own policy
-// (the statement is not added); its policy must allow the same.
+// EventBridgeKeyActions are the KMS actions EventBridge needs on the key of
+// an SSE-KMS queue it sends to (Amazon SQS developer guide,
+// sqs-key-management, "Configure KMS permissions for AWS services").
+var EventBridgeKeyActions = []string{"kms:Decrypt", "kms:GenerateDataKey"}
+
+// SQSEncryptionContextKey is the encryption context key Amazon SQS binds a
+// queue's data keys to (value: the queue's ARN). ❓ Not found stated in
+// the AWS documentation kept here; two SQS emulators that model SSE-KMS
+// (fakecloud and one in Go) use it: docs/SECURITY-MODEL.md.
+const SQSEncryptionContextKey = "aws:sqs:arn"
+
+// allowEventBridgeToUseKey lets EventBridge use the stack's KMS key to send
+// to the consumer queues (EventBridgeKeyActions), only for SQS queues of
+// this account and region: the key policy condition
+// kms:EncryptionContext:aws:sqs:arn like
+// arn:<partition>:sqs:<region>:<account>:*, which KMS evaluates on the
+// request SQS makes for the sender. Not aws:SourceArn or aws:SourceAccount:
+// the Amazon SNS developer guide (sns-key-management) states that adding
+// them to a KMS key policy is not supported for EventBridge-to-encrypted
+// topics, and the same delivery to an SQS queue is assumed to carry them
+// no more (docs/SECURITY-MODEL.md); a rule ARN would also make a
+// dependency cycle (key → rule → queue → key). The rule DLQs are SSE-SQS
+// (addRule), so an event this statement failed to cover would still reach
+// them, alarmed. A key imported by ARN keeps its own policy (the statement
+// is not added); its policy must allow the same.
 func (s *OrdersStack) allowEventBridgeToUseKey() {
 	if s.EncryptionKey == nil {
 		return
@@ -92,9 +111,13 @@ func (s *OrdersStack) allowEventBridgeToUseKey() {
 	s.EncryptionKey.AddToResourcePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
 		Sid:        jsii.String(KeyForEventBridgeStatementID),
 		Principals: &[]awsiam.IPrincipal{awsiam.NewServicePrincipal(jsii.String("events.amazonaws.com"), nil)},
-		Actions:    jsii.Strings("kms:GenerateDataKey", "kms:Decrypt"),
+		Actions:    jsii.Strings(EventBridgeKeyActions...),
 		Resources:  jsii.Strings("*"),
-		Conditions: &map[string]any{"StringEquals": map[string]any{"aws:SourceAccount": awscdk.Aws_ACCOUNT_ID()}},
+		Conditions: &map[string]any{"StringLike": map[string]any{
+			"kms:EncryptionContext:" + SQSEncryptionContextKey: s.Stack.FormatArn(&awscdk.ArnComponents{
+				Service: jsii.String("sqs"), Resource: jsii.String("*"), ArnFormat: awscdk.ArnFormat_NO_RESOURCE_NAME,
+			}),
+		}},
 	}), nil)
 }
 
@@ -190,7 +213,7 @@ func (s *OrdersStack) addAbuseAlarms() {
 	}
 	for _, f := range fns {
 		s.Alarms = append(s.Alarms, awscloudwatch.NewAlarm(s.Stack, jsii.String(idOf(f.name)+"ThrottlesAlarm"), &awscloudwatch.AlarmProps{
-			AlarmDescription:   jsii.String("Function " + f.name + " was throttled (it reached its reserved concurrency)."),
+			AlarmDescription:   jsii.String("Function " + f.name + " was throttled: it reached its reserved concurrency, or (unreserved) the account's unreserved concurrency ran out."),
 			Metric:             f.fn.MetricThrottles(five),
 			Threshold:          jsii.Number(1),
 			ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD,

@@ -20,8 +20,11 @@ import (
 // Props of the custom stack that the tests below check.
 var (
 	customRouteThrottles = map[string]Throttle{"POST /orders": {RateLimit: 5, BurstLimit: 10}, "GET /orders/{id}": {RateLimit: 50, BurstLimit: 80}}
-	breakGlassRole       = "arn:aws:iam::123456789012:role/ddb-outbox-break-glass"
-	redriveRole          = "arn:aws:iam::123456789012:role/ddb-outbox-redrive"
+	// the custom stack's consumers scale in provisioned mode (peak 5 × 10)
+	customScaling      = outboxcdk.SQSScaling{Provisioned: &outboxcdk.ProvisionedPollers{Minimum: 2, Maximum: 5}}
+	customReservations = map[string]int{APIFunction: 7, outboxcdk.RelayFunction: NoReservedConcurrency, outboxcdk.ReconcilerFunction: NoReservedConcurrency, "ledger": 60}
+	breakGlassRole     = "arn:aws:iam::123456789012:role/ddb-outbox-break-glass"
+	redriveRole        = "arn:aws:iam::123456789012:role/ddb-outbox-redrive"
 )
 
 // policyStatements returns the statements of a policy document value.
@@ -104,6 +107,10 @@ func TestConsumerQueuesOnlyAcceptTheirRules(t *testing.T) {
 			if len(rules) == 0 {
 				t.Fatalf("consumer %s has no rule", name)
 			}
+			if r := s.stack.Consumers[name].Resequencer; r != nil {
+				// the ordered consumer's sweep tick schedule
+				rules = append([]any{getAtt(s.id(r.SweepSchedule), "Arn")}, rules...)
+			}
 			var sts []any
 			for _, pid := range s.ofType("AWS::SQS::QueuePolicy") {
 				p := s.props(t, pid)
@@ -120,15 +127,14 @@ func TestConsumerQueuesOnlyAcceptTheirRules(t *testing.T) {
 					allow = append(allow, st)
 				}
 			}
-			if len(allow) != len(rules) {
+			// With SSE-KMS the CDK's statements carry no condition, so the
+			// identical ones of several rules merge into one.
+			if len(allow) != len(rules) && (s.stack.EncryptionKey == nil || len(allow) == 0) {
 				t.Errorf("%s %s: %d EventBridge allow statements, want one per rule (%d)", c.name, name, len(allow), len(rules))
 			}
 			for _, st := range allow {
-				if s.stack.EncryptionKey != nil {
-					// with SSE-KMS the CDK drops the condition (the key
-					// policy would make a cycle); the Deny below is the control
-					continue
-				}
+				// in every key mode: the stack's rule target keeps the
+				// condition where the CDK's SqsQueue dropped it with SSE-KMS
 				if !slices.ContainsFunc(rules, func(r any) bool {
 					return jsonEqual(t, get(st, "Condition", "ArnEquals", "aws:SourceArn"), r)
 				}) {
@@ -158,12 +164,14 @@ func TestConsumerQueuesOnlyAcceptTheirRules(t *testing.T) {
 	}
 }
 
-// GIVEN the default stack (defaults) and the custom stack (api 7, relay
-// unreserved, ledger 3)
+// GIVEN the default stack (defaults) and the custom stack (api 7, relay and
+// reconciler unreserved, ledger 60, consumers in provisioned mode with at
+// most 5 pollers)
 // WHEN each function's ReservedConcurrentExecutions is read
-// THEN the reconciler runs one at a time in both, the others have the
-// configured reservation, and a consumer's is at least its SQS mapping's
-// MaximumConcurrency.
+// THEN the reconciler runs one at a time by default and can be left
+// unreserved, the others have the configured reservation, and a consumer's
+// is at least its SQS mapping's peak concurrency (MaximumConcurrency, or
+// MaximumPollers × 10 in provisioned mode).
 func TestReservedConcurrency(t *testing.T) {
 	check := func(s *synthesized, want map[string]any) {
 		t.Helper()
@@ -183,14 +191,19 @@ func TestReservedConcurrency(t *testing.T) {
 			if !slices.Contains(consumerNames, name) {
 				continue
 			}
-			mc := get(s.props(t, mappingOf(t, s, id)), "ScalingConfig", "MaximumConcurrency")
-			if n, ok := got.(float64); !ok || mc == nil || n < mc.(float64) {
-				t.Errorf("%s %s: reserved concurrency %v below the mapping's MaximumConcurrency %v", *s.stack.StackName(), name, got, mc)
+			esm := s.props(t, mappingOf(t, s, id))
+			peak, _ := get(esm, "ScalingConfig", "MaximumConcurrency").(float64)
+			if pollers, ok := get(esm, "ProvisionedPollerConfig", "MaximumPollers").(float64); ok {
+				peak = pollers * config.SQSProvisionedInvokesPerPoller
+			}
+			if n, ok := got.(float64); !ok || peak == 0 || n < peak {
+				t.Errorf("%s %s: reserved concurrency %v below the mapping's peak concurrency %v", *s.stack.StackName(), name, got, peak)
 			}
 		}
 	}
-	check(def, map[string]any{APIFunction: 20, "relay": 20, "reconciler": 1, "ledger": 5, "notifier": 5, "fulfilment": 5})
-	check(custom, map[string]any{APIFunction: 7, "relay": nil, "reconciler": 1, "ledger": 3, "notifier": 5, "fulfilment": 5})
+	c := config.DefaultConsumerMaxConcurrency
+	check(def, map[string]any{APIFunction: 20, "relay": 20, "reconciler": 1, "ledger": c, "notifier": c, "fulfilment": c})
+	check(custom, map[string]any{APIFunction: 7, "relay": nil, "reconciler": nil, "ledger": 60, "notifier": 50, "fulfilment": 50})
 	if outboxcdk.ReconcilerReservedConcurrency != 1 {
 		t.Errorf("ReconcilerReservedConcurrency = %d, want 1", outboxcdk.ReconcilerReservedConcurrency)
 	}
@@ -415,10 +428,13 @@ func TestDeletionProtection(t *testing.T) {
 
 // GIVEN the custom stack with CustomerManagedKey
 // WHEN its tables, queues and key are read
-// THEN one rotating KMS key encrypts every table and every queue but the
-// outbox's two on-failure queues (metadata only, SSE-SQS), its
-// policy lets EventBridge use it for this account only, and every function
-// may use it; the default stack has no key (AWS managed keys).
+// THEN one rotating KMS key encrypts every table, the alarm topic and every
+// queue but the outbox's two on-failure queues and the schedule DLQ
+// (metadata only) and the rule DLQs (which must not depend on the key
+// their target uses), which are SSE-SQS; its policy lets EventBridge use it
+// only for SQS queues of this account and region (no unconditioned grant),
+// and every function may use it; the default stack has no key (AWS managed
+// keys).
 func TestCustomerManagedKey(t *testing.T) {
 	keys := custom.ofType("AWS::KMS::Key")
 	if len(keys) != 1 {
@@ -435,8 +451,15 @@ func TestCustomerManagedKey(t *testing.T) {
 			eb = st
 		}
 	}
-	if eb == nil || !jsonEqual(t, get(eb, "Condition"), map[string]any{"StringEquals": map[string]any{"aws:SourceAccount": ref("AWS::AccountId")}}) {
+	// scoped to SQS data keys of this account and region, and the only
+	// statement for EventBridge (TestEventBridgeKeyGrantIsScoped)
+	if eb == nil || !mentions(t, get(eb, "Condition", "StringLike"), "kms:EncryptionContext:aws:sqs:arn") {
 		t.Errorf("EventBridge key statement = %v", eb)
+	}
+	for _, st := range policyStatements(kp["KeyPolicy"]) {
+		if mentions(t, get(st, "Principal"), "events.amazonaws.com") && get(st, "Sid") != KeyForEventBridgeStatementID {
+			t.Errorf("another key statement for EventBridge: %v", normalize(t, st))
+		}
 	}
 	for _, id := range custom.ofType("AWS::DynamoDB::Table") {
 		p := custom.props(t, id)
@@ -444,12 +467,23 @@ func TestCustomerManagedKey(t *testing.T) {
 			t.Errorf("table %s SSESpecification = %v, want the stack key", id, p["SSESpecification"])
 		}
 	}
-	metadataOnly := []string{custom.id(custom.stack.Outbox.StreamFailureQueue.Queue), custom.id(custom.stack.Outbox.ReconcilerFailureQueue.Queue)}
+	ob := custom.stack.Outbox
+	sseSQS := []string{custom.id(ob.StreamFailureQueue.Queue), custom.id(ob.ReconcilerFailureQueue.Queue), custom.id(ob.ScheduleDLQ.Queue)}
+	for _, q := range custom.stack.RuleDLQs {
+		sseSQS = append(sseSQS, custom.id(q.Queue))
+	}
+	for _, c := range custom.stack.Consumers {
+		if c.Resequencer != nil {
+			sseSQS = append(sseSQS, custom.id(c.Resequencer.SweepDLQ.Queue)) // like a rule DLQ
+		}
+	}
 	for _, id := range custom.ofType("AWS::SQS::Queue") {
-		if slices.Contains(metadataOnly, id) {
-			// on-failure destinations: metadata only, SSE-SQS (see outboxcdk.New)
+		if slices.Contains(sseSQS, id) {
+			// on-failure destinations and the schedule DLQ hold metadata
+			// only; a rule DLQ must not fail with its target's key
+			// (addRule): SSE-SQS
 			if custom.props(t, id)["SqsManagedSseEnabled"] != true {
-				t.Errorf("on-failure queue %s is not encrypted", id)
+				t.Errorf("queue %s is not encrypted with SSE-SQS", id)
 			}
 			continue
 		}

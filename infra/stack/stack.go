@@ -18,9 +18,12 @@
 // its EventBridge rules (and the redrive roles); consumers expect events
 // from the stack's account (config.EnvExpectedEventAccount); the API offers
 // route-scoped caller policies, per-route throttles and 4xx/5xx-rate alarms;
-// every function has reserved concurrency and a Throttles alarm; tables have
-// deletion protection unless the stack is a throw-away one (Destroy); a
-// customer managed KMS key can encrypt every table and queue.
+// every function has reserved concurrency by default (optional, with a
+// preflight against the account's quota) and a Throttles alarm; every
+// dead-letter queue accepts only its own source; every alarm notifies the
+// alarm topic; tables have deletion protection unless the stack is a
+// throw-away one (Destroy); a customer managed KMS key can encrypt every
+// table and queue.
 package stack
 
 import (
@@ -34,7 +37,6 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigatewayv2authorizers"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigatewayv2integrations"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
-	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatchactions"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsdynamodb"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsevents"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
@@ -42,6 +44,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssecretsmanager"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssns"
 	"github.com/aws/aws-cdk-go/awscdk/v2/interfaces/interfacesawscloudwatch"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
@@ -115,11 +118,19 @@ type OrdersStack struct {
 	// provider's API token: OrdersStackProps.FulfilmentProviderSecretArn
 	// imported, or a secret created in the stack for the operator to fill.
 	ProviderSecret awssecretsmanager.ISecret
-	// Rules by routing rule name, and their targets' DLQs.
-	Rules    map[string]awsevents.Rule
-	RuleDLQs map[string]*deadletter.Queue
+	// Rules by routing rule name, their targets' DLQs, and the alarms on
+	// each rule's failed deliveries (outboxcdk.RuleDeliveryAlarms).
+	Rules      map[string]awsevents.Rule
+	RuleDLQs   map[string]*deadletter.Queue
+	RuleAlarms map[string][]awscloudwatch.Alarm
 	// Alarms lists every alarm in the stack, the outbox construct's included.
+	// Every alarm of the stack notifies AlarmTopic (outboxcdk.NotifyAlarms),
+	// these and any added later.
 	Alarms []awscloudwatch.Alarm
+	// AlarmTopic is the SNS topic every alarm notifies on ALARM and OK:
+	// OrdersStackProps.AlarmTopicArn, or a topic the stack created
+	// (outboxcdk.NewAlarmTopic; output AlarmTopicArn).
+	AlarmTopic awssns.ITopic
 	// Dashboard shows the API, outbox and consumer signals and all alarms.
 	Dashboard awscloudwatch.Dashboard
 	// EncryptionKey is the customer managed KMS key of every table and
@@ -163,11 +174,12 @@ func NewOrdersStack(scope constructs.Construct, id string, props OrdersStackProp
 	}
 	st := awscdk.NewStack(scope, jsii.String(id), &sp)
 	s := &OrdersStack{
-		Stack:     st,
-		Consumers: map[string]*Consumer{},
-		Rules:     map[string]awsevents.Rule{},
-		RuleDLQs:  map[string]*deadletter.Queue{},
-		props:     props,
+		Stack:      st,
+		Consumers:  map[string]*Consumer{},
+		Rules:      map[string]awsevents.Rule{},
+		RuleDLQs:   map[string]*deadletter.Queue{},
+		RuleAlarms: map[string][]awscloudwatch.Alarm{},
+		props:      props,
 	}
 
 	s.EncryptionKey = props.EncryptionKey
@@ -183,10 +195,18 @@ func NewOrdersStack(scope constructs.Construct, id string, props OrdersStackProp
 		Description: jsii.String("ddb-outbox order events"),
 	})
 
+	if props.AlarmTopicArn != "" {
+		s.AlarmTopic = awssns.Topic_FromTopicArn(st, jsii.String("AlarmTopic"), jsii.String(props.AlarmTopicArn))
+	} else {
+		s.AlarmTopic = outboxcdk.NewAlarmTopic(st, "AlarmTopic", s.EncryptionKey)
+	}
+
 	op := props.Outbox
 	if s.EncryptionKey != nil {
 		op.EncryptionKey = s.EncryptionKey
 	}
+	op.AlarmTopic = s.AlarmTopic
+	op.ReconcilerReservedConcurrency = props.ReservedConcurrency[outboxcdk.ReconcilerFunction]
 	op.EventBus = s.Bus
 	op.AssetRoot = props.AssetRoot
 	if props.EventSource != "" {
@@ -204,6 +224,7 @@ func NewOrdersStack(scope constructs.Construct, id string, props OrdersStackProp
 
 	s.OrdersTable = s.newTable("OrdersTable", order.AttrPK, order.TTLAttribute)
 	s.DedupTable = s.newTable("DedupTable", dedup.AttrPK, dedup.TTLAttribute)
+	s.addBufferIndex()
 	reserve(ob.Relay, props.ReservedConcurrency[outboxcdk.RelayFunction])
 
 	s.APIFunction, err = gofunc.New(st, idOf(APIFunction), gofunc.Props{
@@ -244,8 +265,26 @@ func NewOrdersStack(scope constructs.Construct, id string, props OrdersStackProp
 	s.addAPI(removal)
 	s.addCallerPolicies()
 	s.addAlarmsAndDashboard()
+	// every alarm in the stack, now or added later, notifies the topic; the
+	// outbox construct notifies its own (same topic)
+	outboxcdk.NotifyAlarms(st, s.AlarmTopic, ob)
 	s.addOutputs()
+	s.addPreflightNotes()
 	return s, nil
+}
+
+// addPreflightNotes puts OrdersStackProps.AccountRequirement in the synth
+// output (an info message), and a warning naming each consumer that runs
+// without reserved concurrency (AcceptConsumerThrottles).
+func (s *OrdersStack) addPreflightNotes() {
+	awscdk.Annotations_Of(s.Stack).AddInfo(jsii.String(s.props.AccountRequirement()))
+	if _, names := s.props.unreservedConsumerPeak(); len(names) > 0 {
+		awscdk.Annotations_Of(s.Stack).AddWarningV2(jsii.String(UnreservedConsumerWarning), jsii.String(fmt.Sprintf(
+			"Consumers %v have no reserved concurrency (AcceptConsumerThrottles): when the account's unreserved concurrency runs out, "+
+				"their SQS messages are throttled and count toward maxReceiveCount %d, and events can reach their DLQs without a consumer error "+
+				"(alarmed, redrivable). Reserve at least %d for each when the account allows it.",
+			names, config.DefaultConsumerMaxReceiveCount, s.props.ConsumerScaling.PeakConcurrency())), nil)
+	}
 }
 
 // Props returns the stack's effective props (defaults applied).
@@ -473,6 +512,10 @@ func (s *OrdersStack) addAlarmsAndDashboard() {
 			TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
 		})
 		s.Alarms = append(s.Alarms, c.BacklogAlarm, c.DLQ.Alarm)
+		if c.Resequencer != nil {
+			s.Alarms = append(s.Alarms, s.addResequencerAlarm(name, c), c.Resequencer.SweepDLQ.Alarm)
+			s.Alarms = append(s.Alarms, c.Resequencer.SweepAlarms...)
+		}
 		consumerMetrics = append(consumerMetrics, c.Function.MetricErrors(five))
 		ageMetrics = append(ageMetrics, age)
 		dlqMetrics = append(dlqMetrics, c.DLQ.Queue.MetricApproximateNumberOfMessagesVisible(nil))
@@ -480,20 +523,13 @@ func (s *OrdersStack) addAlarmsAndDashboard() {
 	for _, r := range routing.Rules() {
 		q := s.RuleDLQs[r.Name]
 		s.Alarms = append(s.Alarms, q.Alarm)
+		s.Alarms = append(s.Alarms, s.RuleAlarms[r.Name]...)
 		dlqMetrics = append(dlqMetrics, q.Queue.MetricApproximateNumberOfMessagesVisible(nil))
 	}
 	s.addAbuseAlarms()
 	throttles := []awscloudwatch.IMetric{s.APIFunction.MetricThrottles(five), s.Outbox.Relay.MetricThrottles(five), s.Outbox.Reconciler.MetricThrottles(five)}
 	for _, name := range consumerNames {
 		throttles = append(throttles, s.Consumers[name].Function.MetricThrottles(five))
-	}
-	if t := s.Outbox.Props().AlarmTopic; t != nil {
-		// the outbox construct wired its own alarms already
-		action := awscloudwatchactions.NewSnsAction(t)
-		for _, a := range s.Alarms[len(s.Outbox.Alarms):] {
-			a.AddAlarmAction(action)
-			a.AddOkAction(action)
-		}
 	}
 
 	graph := func(title string, m ...awscloudwatch.IMetric) awscloudwatch.IWidget {
@@ -551,6 +587,7 @@ func (s *OrdersStack) addOutputs() {
 	out("IdempotencyTableName", s.IdempotencyTable.TableName(), "Fulfilment consumer's idempotency records")
 	out("ProviderSecretArn", s.ProviderSecret.SecretArn(), "Secrets Manager secret holding the fulfilment provider's API token (SecretString = the token)")
 	out("ParkedQueueUrl", s.Outbox.ParkedQueue.Queue.QueueUrl(), "DLQ of parked outbox records")
+	out("AlarmTopicArn", s.AlarmTopic.TopicArn(), "SNS topic every alarm notifies on ALARM and OK: subscribe to it (aws sns subscribe --protocol email ...)")
 	for _, name := range consumerNames {
 		c := s.Consumers[name]
 		out(idOf(name)+"QueueUrl", c.Queue.QueueUrl(), "Queue feeding consumer "+name)

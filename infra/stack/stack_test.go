@@ -96,7 +96,9 @@ func setup(m *testing.M) (int, error) {
 		EventSource:                 "com.example.custom",
 		Destroy:                     true,
 		RouteThrottles:              customRouteThrottles,
-		ReservedConcurrency:         map[string]int{APIFunction: 7, outboxcdk.RelayFunction: NoReservedConcurrency, "ledger": 3},
+		ReservedConcurrency:         customReservations,
+		ConsumerScaling:             customScaling,
+		AccountConcurrency:          1000,
 		API4xxRatePercent:           25,
 		AccessLogRetention:          awslogs.RetentionDays_ONE_WEEK,
 		PublisherArns:               []string{breakGlassRole},
@@ -264,10 +266,14 @@ func sameShape(t *testing.T, cfn map[string]any, in *dynamodb.CreateTableInput) 
 	}
 	var gsis []any
 	for _, g := range in.GlobalSecondaryIndexes {
+		proj := map[string]any{"ProjectionType": string(g.Projection.ProjectionType)}
+		if len(g.Projection.NonKeyAttributes) > 0 {
+			proj["NonKeyAttributes"] = g.Projection.NonKeyAttributes
+		}
 		gsis = append(gsis, map[string]any{
 			"IndexName":  *g.IndexName,
 			"KeySchema":  keys(g.KeySchema),
-			"Projection": map[string]any{"ProjectionType": string(g.Projection.ProjectionType)},
+			"Projection": proj,
 		})
 	}
 	byName := func(v any) any { // attribute definitions: order-insensitive
@@ -716,9 +722,16 @@ func TestAPIRoutesRequireIAMAuthorization(t *testing.T) {
 
 func TestQueuesEncryptedAndTLSOnly(t *testing.T) {
 	queues := def.ofType("AWS::SQS::Queue")
-	// parked, stream on-failure, reconciler on-failure, one DLQ per routing
-	// rule, a queue and a DLQ per consumer
-	if want := 3 + len(routing.Rules()) + 2*len(def.stack.Consumers); len(queues) != want {
+	// parked, stream on-failure, reconciler on-failure, schedule DLQ, one
+	// DLQ per routing rule, a queue and a DLQ per consumer, a sweep
+	// schedule DLQ per ordered consumer
+	sweeps := 0
+	for _, c := range def.stack.Consumers {
+		if c.Resequencer != nil {
+			sweeps++
+		}
+	}
+	if want := 4 + len(routing.Rules()) + 2*len(def.stack.Consumers) + sweeps; len(queues) != want {
 		t.Errorf("%d queues, want %d", len(queues), want)
 	}
 	for _, id := range queues {
@@ -864,7 +877,20 @@ func TestStackPropsValidation(t *testing.T) {
 		{"zero route throttle", OrdersStackProps{AssetRoot: "x", RouteThrottles: map[string]Throttle{"POST /orders": {0, 20}}}, false},
 		{"no reservation", OrdersStackProps{AssetRoot: "x", ReservedConcurrency: map[string]int{"api": NoReservedConcurrency}}, true},
 		{"reconciler concurrency 2", OrdersStackProps{AssetRoot: "x", ReservedConcurrency: map[string]int{"reconciler": 2}}, false},
+		{"reconciler unreserved", OrdersStackProps{AssetRoot: "x", ReservedConcurrency: map[string]int{"reconciler": NoReservedConcurrency}}, true},
 		{"consumer below mapping concurrency", OrdersStackProps{AssetRoot: "x", ReservedConcurrency: map[string]int{"ledger": 1}}, false},
+		{"consumer below its own mapping concurrency", OrdersStackProps{AssetRoot: "x", ConsumerScaling: outboxcdk.SQSScaling{MaxConcurrency: 40}, ReservedConcurrency: map[string]int{"ledger": 30}}, false},
+		{"consumer at its own mapping concurrency", OrdersStackProps{AssetRoot: "x", ConsumerScaling: outboxcdk.SQSScaling{MaxConcurrency: 2}, ReservedConcurrency: map[string]int{"ledger": 2}}, true},
+		{"consumer below provisioned peak", OrdersStackProps{AssetRoot: "x", ConsumerScaling: outboxcdk.SQSScaling{Provisioned: &outboxcdk.ProvisionedPollers{Minimum: 2, Maximum: 5}}, ReservedConcurrency: map[string]int{"ledger": 49}}, false},
+		{"consumer unreserved, not accepted", OrdersStackProps{AssetRoot: "x", ReservedConcurrency: map[string]int{"ledger": NoReservedConcurrency}}, false},
+		{"consumer unreserved, accepted", OrdersStackProps{AssetRoot: "x", ReservedConcurrency: map[string]int{"ledger": NoReservedConcurrency}, AcceptConsumerThrottles: true}, true},
+		{"nothing reserved", OrdersStackProps{AssetRoot: "x", ReservedConcurrency: map[string]int{AllFunctions: NoReservedConcurrency}, AcceptConsumerThrottles: true}, true},
+		{"both scaling modes", OrdersStackProps{AssetRoot: "x", ConsumerScaling: outboxcdk.SQSScaling{MaxConcurrency: 5, Provisioned: &outboxcdk.ProvisionedPollers{Minimum: 2, Maximum: 5}}}, false},
+		{"max concurrency 1", OrdersStackProps{AssetRoot: "x", ConsumerScaling: outboxcdk.SQSScaling{MaxConcurrency: 1}}, false},
+		{"alarm topic", OrdersStackProps{AssetRoot: "x", AlarmTopicArn: "arn:aws:sns:eu-west-1:123456789012:ops"}, true},
+		{"FIFO alarm topic", OrdersStackProps{AssetRoot: "x", AlarmTopicArn: "arn:aws:sns:eu-west-1:123456789012:ops.fifo"}, false},
+		{"alarm topic not an ARN", OrdersStackProps{AssetRoot: "x", AlarmTopicArn: "ops"}, false},
+		{"negative account concurrency", OrdersStackProps{AssetRoot: "x", AccountConcurrency: -1}, false},
 		{"unknown function", OrdersStackProps{AssetRoot: "x", ReservedConcurrency: map[string]int{"mailer": 3}}, false},
 		{"concurrency too high", OrdersStackProps{AssetRoot: "x", ReservedConcurrency: map[string]int{"api": 1001}}, false},
 		{"4xx rate over 100", OrdersStackProps{AssetRoot: "x", API4xxRatePercent: 101}, false},

@@ -32,6 +32,7 @@ func NewLedger(s Settings, ddb *dynamodb.Client, log *slog.Logger) (*ledger.Ledg
 		ExpectedSource:  s.Source,
 		ExpectedAccount: s.ExpectedAccount,
 		GapMaxReceives:  s.ConsumerGapMaxReceives,
+		Resequencer:     dedup.ResequencerConfig{Metrics: s.Metrics},
 		Logger:          log,
 	})
 }
@@ -51,6 +52,7 @@ func NewNotifier(s Settings, ddb *dynamodb.Client, log *slog.Logger) (*notifier.
 		ExpectedSource:  s.Source,
 		ExpectedAccount: s.ExpectedAccount,
 		GapMaxReceives:  s.ConsumerGapMaxReceives,
+		Resequencer:     dedup.ResequencerConfig{Metrics: s.Metrics},
 		Logger:          log,
 	})
 }

@@ -26,11 +26,14 @@ type Resource string
 
 // Resources of the application.
 const (
-	ResourceOrdersTable        Resource = "orders-table"
-	ResourceOutboxTable        Resource = "outbox-table"
-	ResourcePendingIndex       Resource = "outbox-pending-index" // <outbox table ARN>/index/<outbox.PendingIndexName>
-	ResourceOutboxStream       Resource = "outbox-stream"        // the outbox table's latest stream ARN
-	ResourceDedupTable         Resource = "dedup-table"
+	ResourceOrdersTable  Resource = "orders-table"
+	ResourceOutboxTable  Resource = "outbox-table"
+	ResourcePendingIndex Resource = "outbox-pending-index" // <outbox table ARN>/index/<outbox.PendingIndexName>
+	ResourceOutboxStream Resource = "outbox-stream"        // the outbox table's latest stream ARN
+	ResourceDedupTable   Resource = "dedup-table"
+	// ResourceDedupBufferIndex is the dedup table's resequencer buffer
+	// index: <dedup table ARN>/index/<dedup.BufferIndex>.
+	ResourceDedupBufferIndex   Resource = "dedup-buffer-index"
 	ResourceLedgerTable        Resource = "ledger-table"
 	ResourceNotificationsTable Resource = "notifications-table"
 	// ResourceShipmentsTable is the fulfilment consumer's shipments table
@@ -223,11 +226,13 @@ func Permissions() []FunctionPermissions {
 			Function: name,
 			Calls: []Call{
 				{Operation: "dynamodb.TransactWriteItems", Grants: []Grant{
-					{ResourceDedupTable, []string{"dynamodb:PutItem", "dynamodb:UpdateItem"}},
+					{ResourceDedupTable, []string{"dynamodb:DeleteItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}},
 					{table, []string{"dynamodb:PutItem", "dynamodb:UpdateItem"}},
-				}, Why: "dedup.Applier: the dedup marker Put, the side effect's Put and Update and the ordering gate's Update (last_sequence) in one transaction"},
+				}, Why: "dedup.Applier: the dedup marker Put, the side effect's Put and Update and the ordering gate's Update (last_sequence) in one transaction; the resequencer's buffer item Put (an early event) and Delete (applied after its predecessor)"},
 				{Operation: "dynamodb.GetItem", Grants: []Grant{{ResourceDedupTable, []string{"dynamodb:GetItem"}}},
-					Why: "dedup.Applier.LastSequence reads the ordering item when the gate's condition failed, to tell a duplicate from an early event (docs/ORDERING.md)"},
+					Why: "dedup.Applier.ReadGate reads the ordering item when the gate's condition failed, to tell a duplicate from an early event; the resequencer reads a buffered event to apply it (docs/ORDERING.md)"},
+				{Operation: "dynamodb.Query", Grants: []Grant{{ResourceDedupBufferIndex, []string{"dynamodb:Query"}}},
+					Why: "dedup.Resequencer.Sweep (the scheduled sweep) lists the buffered events of its consumer"},
 				{Operation: "sqs.SendMessage", Grants: []Grant{{ResourceConsumerDLQ, []string{"sqs:SendMessage"}}},
 					Why: "sqsconsumer.Handler dead-letters a permanently failing event to the consumer's DLQ"},
 				{Operation: "sqs.ChangeMessageVisibility", Grants: []Grant{{ResourceConsumerQueue, []string{"sqs:ChangeMessageVisibility"}}},

@@ -85,7 +85,7 @@ type Settings struct {
 	RelayRetryBudget time.Duration
 	RelayCallTimeout time.Duration
 	// Metrics receives the CloudWatch embedded-metric-format lines of the
-	// relay and reconciler. Not read from the environment; nil means
+	// relay, the reconciler and the ordered consumers' resequencer sweeps. Not read from the environment; nil means
 	// standard output (where Lambda ships them to CloudWatch).
 	Metrics io.Writer
 	// Tracing is config.EnvTracing = config.TracingOn: the functions

@@ -25,6 +25,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 
+	"github.com/ddb-outbox/ddb-outbox/pkg/config"
+	"github.com/ddb-outbox/ddb-outbox/pkg/dedup"
 	"github.com/ddb-outbox/ddb-outbox/pkg/devstack"
 	"github.com/ddb-outbox/ddb-outbox/pkg/faults"
 	"github.com/ddb-outbox/ddb-outbox/pkg/fulfilment"
@@ -150,6 +152,15 @@ type Report struct {
 	// ParkedRedriven counts parked records the audit redrove because a
 	// later event of their aggregate exists (an ordered consumer holds it).
 	ParkedRedriven int
+	// Buffered counts events an ordered consumer stored in its resequencer
+	// buffer because they arrived before their predecessor (witnessed on
+	// the SDK stack), BufferDrained those applied from it right after
+	// their predecessor, StillBuffered those left waiting after the audit
+	// (each is an event not applied: a failure), LongestBufferedWait the
+	// longest wait and BufferAlarms the waits past the
+	// OldestBufferedAgeSeconds alarm's threshold (config.DefaultBufferedAgeAlarm).
+	Buffered, BufferDrained, StillBuffered, BufferAlarms int
+	LongestBufferedWait                                  time.Duration
 	// HostileWritten counts legacy changes committed with text SQS refuses
 	// (HostileReasons); each must end parked.
 	HostileWritten       int
@@ -169,14 +180,16 @@ type Report struct {
 // OK reports whether every promise held in every epoch.
 func (r Report) OK() bool {
 	return r.Lost == 0 && r.Ghost == 0 && r.DoubleApplied == 0 && r.Pending == 0 && r.DeadLettered == r.Redriven &&
-		r.ShipmentsMissing == 0 && r.DuplicatesUntraced == 0 && r.AppliedOutOfOrder == 0 && r.SequenceGapsUntraced == 0 && len(r.FailedEpochs) == 0
+		r.ShipmentsMissing == 0 && r.DuplicatesUntraced == 0 && r.AppliedOutOfOrder == 0 && r.SequenceGapsUntraced == 0 && len(r.FailedEpochs) == 0 &&
+		r.SequenceGapsDeadLettered == 0 && r.StillBuffered == 0
 }
 
 // Summary is the one-line result of make chaos.
 func (r Report) Summary() string {
-	return fmt.Sprintf("orders=%d committed=%d events=%d published=%d lost=%d ghost=%d double_applied=%d duplicates_absorbed=%d parked=%d dead_lettered=%d redriven=%d shipments=%d shipment_duplicates=%d shipments_missing=%d ordered_commits_witnessed=%d applied_out_of_order=%d sequence_gaps_dead_lettered=%d",
+	return fmt.Sprintf("orders=%d committed=%d events=%d published=%d lost=%d ghost=%d double_applied=%d duplicates_absorbed=%d parked=%d dead_lettered=%d redriven=%d shipments=%d shipment_duplicates=%d shipments_missing=%d ordered_commits_witnessed=%d applied_out_of_order=%d sequence_gaps_dead_lettered=%d buffered=%d drained=%d still_buffered=%d gap_alarms=%d",
 		r.Orders, r.Committed, r.Events, r.Published, r.Lost, r.Ghost, r.DoubleApplied, r.DuplicatesAbsorbed, r.Parked, r.DeadLettered, r.Redriven,
-		r.Shipments, r.ShipmentDuplicates, r.ShipmentsMissing, r.OrderedCommitsWitnessed, r.AppliedOutOfOrder, r.SequenceGapsDeadLettered)
+		r.Shipments, r.ShipmentDuplicates, r.ShipmentsMissing, r.OrderedCommitsWitnessed, r.AppliedOutOfOrder, r.SequenceGapsDeadLettered,
+		r.Buffered, r.BufferDrained, r.StillBuffered, r.BufferAlarms)
 }
 
 // Table renders the per-kind fault counts and pipeline counters.
@@ -218,6 +231,11 @@ func (r Report) Table() string {
 		{"bus dead letters", r.BusDeadLettered},
 		{"legacy hostile-text changes", int64(r.HostileWritten)},
 		{"ordered commits witnessed", int64(r.OrderedCommitsWitnessed)},
+		{"early events buffered", int64(r.Buffered)},
+		{"  applied after their predecessor", int64(r.BufferDrained)},
+		{"  still buffered after the audit", int64(r.StillBuffered)},
+		{"  longest wait (ms)", r.LongestBufferedWait.Milliseconds()},
+		{"  waits past the gap alarm", int64(r.BufferAlarms)},
 		{"applied out of order", int64(r.AppliedOutOfOrder)},
 		{"sequence gaps dead-lettered", int64(r.SequenceGapsDeadLettered)},
 		{"  waiting for a parked event", int64(r.SequenceGapsToParked)},
@@ -404,6 +422,23 @@ func runEpoch(ctx context.Context, cfg Config, epoch, orders int, rep *Report) e
 	rep.SequenceGapsClosedLate += gt.closedLate
 	rep.SequenceGapsUntraced += len(gt.problems)
 	a.Problems = append(a.Problems, gt.problems...)
+	buffered, drained, longest, alarms := witness.bufferStats(config.DefaultBufferedAgeAlarm)
+	rep.Buffered += buffered
+	rep.BufferDrained += drained
+	rep.BufferAlarms += alarms
+	rep.LongestBufferedWait = max(rep.LongestBufferedWait, longest)
+	still, err := s.Buffered(dctx)
+	if err != nil {
+		return err
+	}
+	for name, b := range still {
+		rep.StillBuffered += len(b)
+		for _, e := range b {
+			if len(a.Problems) < 20 {
+				a.Problems = append(a.Problems, fmt.Sprintf("%s: event %s (sequence %d of %s %s) still waits in the buffer", name, e.EventID, e.Sequence, e.AggregateType, e.AggregateID))
+			}
+		}
+	}
 	witnessed, inversions, problems := witness.audit()
 	rep.OrderedCommitsWitnessed += witnessed
 	rep.AppliedOutOfOrder += inversions
@@ -593,6 +628,12 @@ func drainRedriveAndAudit(ctx context.Context, s *devstack.Stack, inj *faults.In
 			return devstack.Audit{}, c, err
 		}
 	}
+	// What a crash left in a resequencer buffer (an invocation that died
+	// between applying an event and applying its buffered successors) the
+	// next sweep tick applies, as the schedule would within a minute.
+	if err := sweepBuffers(ctx, s); err != nil {
+		return devstack.Audit{}, c, err
+	}
 	for _, p := range s.Consumers {
 		// counted last: every message that reached a DLQ, the ones that
 		// came back during the rounds included
@@ -600,6 +641,39 @@ func drainRedriveAndAudit(ctx context.Context, s *devstack.Stack, inj *faults.In
 	}
 	a, err := drainAndAudit(ctx, s)
 	return a, c, err
+}
+
+// sweepBuffers sends the sweep ticks; a sweep leaves events younger than
+// dedup.DefaultSweepMinAge to the live path, so while any such event still
+// waits it waits for them to come of age and sweeps once more.
+func sweepBuffers(ctx context.Context, s *devstack.Stack) error {
+	for range 2 {
+		if err := s.SweepNow(ctx); err != nil {
+			return err
+		}
+		left, err := s.Buffered(ctx)
+		if err != nil {
+			return err
+		}
+		var youngest time.Time
+		for _, b := range left {
+			for _, e := range b {
+				if e.BufferedAt.After(youngest) {
+					youngest = e.BufferedAt
+				}
+			}
+		}
+		wait := dedup.DefaultSweepMinAge - time.Since(youngest) + time.Second
+		if youngest.IsZero() || wait <= 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+	return nil
 }
 
 // maxRedriveRounds bounds the audit's redrive rounds. Rounds converge (a

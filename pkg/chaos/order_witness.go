@@ -43,9 +43,19 @@ import (
 // nothing: no false positives, and any inversion separated by more than one
 // call's duration is caught (a late bus delivery is 100–600 ms, a redriven
 // dead letter seconds).
+//
+// It also follows the resequencer (dedup.Resequencer): every committed
+// transaction that puts a buffer item (an early event stored) or deletes
+// one together with a gate (a buffered event applied after its
+// predecessor), by buffer key, so the report says how many events waited
+// in a buffer, how many were applied from it and how long the longest
+// waited.
 type orderWitness struct {
-	mu       sync.Mutex
-	attempts map[string][]gateAttempt // by ordering item key
+	mu         sync.Mutex
+	attempts   map[string][]gateAttempt // by ordering item key
+	buffered   map[string]time.Time     // buffer key → first committed Put
+	bufferSent map[string]time.Time     // buffer key → first Put attempt not refused
+	drained    map[string]time.Time     // buffer key → first committed apply
 }
 
 type outcome int
@@ -63,7 +73,15 @@ type gateAttempt struct {
 }
 
 func newOrderWitness() *orderWitness {
-	return &orderWitness{attempts: map[string][]gateAttempt{}}
+	return &orderWitness{attempts: map[string][]gateAttempt{}, buffered: map[string]time.Time{}, bufferSent: map[string]time.Time{}, drained: map[string]time.Time{}}
+}
+
+// txInfo is what the witness reads from one TransactWriteItems input.
+type txInfo struct {
+	gate       gateRef
+	hasGate    bool
+	bufPuts    []string // buffer items put
+	bufApplied []string // buffer items deleted with a gate (applied)
 }
 
 type witnessGateKey struct{}
@@ -72,8 +90,8 @@ type witnessGateKey struct{}
 func (w *orderWitness) option(st *middleware.Stack) error {
 	if err := st.Initialize.Add(middleware.InitializeMiddlewareFunc("chaos.orderWitness.gate", func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
 		if p, ok := in.Parameters.(*dynamodb.TransactWriteItemsInput); ok {
-			if key, seq, ok := gateOf(p); ok {
-				ctx = middleware.WithStackValue(ctx, witnessGateKey{}, gateRef{key, seq})
+			if info := inspect(p); info.hasGate || len(info.bufPuts) > 0 {
+				ctx = middleware.WithStackValue(ctx, witnessGateKey{}, info)
 			}
 		}
 		return next.HandleInitialize(ctx, in)
@@ -81,7 +99,7 @@ func (w *orderWitness) option(st *middleware.Stack) error {
 		return err
 	}
 	return st.Finalize.Add(middleware.FinalizeMiddlewareFunc("chaos.orderWitness.commit", func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
-		g, ok := middleware.GetStackValue(ctx, witnessGateKey{}).(gateRef)
+		info, ok := middleware.GetStackValue(ctx, witnessGateKey{}).(txInfo)
 		if !ok {
 			return next.HandleFinalize(ctx, in)
 		}
@@ -95,7 +113,10 @@ func (w *orderWitness) option(st *middleware.Stack) error {
 		case errors.As(err, &re) && re.HTTPStatusCode() >= 400 && re.HTTPStatusCode() < 500:
 			o = refused
 		}
-		w.record(g.key, gateAttempt{seq: g.seq, sent: sent, done: time.Now(), outcome: o})
+		if info.hasGate {
+			w.record(info.gate.key, gateAttempt{seq: info.gate.seq, sent: sent, done: time.Now(), outcome: o})
+		}
+		w.recordBuffer(info, sent, o)
 		return out, md, err
 	}), middleware.After)
 }
@@ -111,9 +132,61 @@ func (w *orderWitness) record(key string, a gateAttempt) {
 	w.attempts[key] = append(w.attempts[key], a)
 }
 
-// gateOf returns the ordering item key and the sequence an ordered Apply's
-// transaction sets (the largest number among the gate's values: the
-// condition holds sequence-1, the update the sequence).
+// recordBuffer notes buffer writes and applies. A buffer write counts from
+// its first attempt that was not refused (its answer may be lost: the
+// fault injector discards some); it is known to have committed when it
+// answered 200 or when the item was later applied from the buffer.
+func (w *orderWitness) recordBuffer(info txInfo, sent time.Time, o outcome) {
+	if o == refused {
+		return
+	}
+	now := time.Now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, k := range info.bufPuts {
+		if _, ok := w.bufferSent[k]; !ok {
+			w.bufferSent[k] = sent
+		}
+		if _, ok := w.buffered[k]; !ok && o == committed {
+			w.buffered[k] = now
+		}
+	}
+	if o != committed {
+		return
+	}
+	for _, k := range info.bufApplied {
+		if _, ok := w.drained[k]; !ok {
+			w.drained[k] = now
+		}
+	}
+}
+
+// inspect reads a transaction: the ordering gate an ordered Apply's
+// transaction sets (gateOf), the buffer items it puts, and those it deletes
+// together with a gate (a buffered event applied).
+func inspect(p *dynamodb.TransactWriteItemsInput) txInfo {
+	var info txInfo
+	info.gate.key, info.gate.seq, info.hasGate = gateOf(p)
+	for _, it := range p.TransactItems {
+		switch {
+		case it.Put != nil:
+			if pk, _ := it.Put.Item[dedup.AttrPK].(*types.AttributeValueMemberS); pk != nil && strings.Contains(pk.Value, dedup.BufferInfix) {
+				info.bufPuts = append(info.bufPuts, pk.Value)
+			}
+		case it.Delete != nil && info.hasGate:
+			if pk, _ := it.Delete.Key[dedup.AttrPK].(*types.AttributeValueMemberS); pk != nil && strings.Contains(pk.Value, dedup.BufferInfix) {
+				info.bufApplied = append(info.bufApplied, pk.Value)
+			}
+		}
+	}
+	return info
+}
+
+// gateOf returns the ordering item key and the sequence a transaction sets
+// as the aggregate's last applied sequence: the value its Update of an
+// ordering item assigns to dedup.AttrLastSequence ("SET #n = :v"). A
+// resequencer buffer write also updates the ordering item but sets no
+// last_sequence (it only reads it in its condition): it is no gate.
 func gateOf(p *dynamodb.TransactWriteItemsInput) (string, int64, bool) {
 	for _, it := range p.TransactItems {
 		u := it.Update
@@ -124,19 +197,68 @@ func gateOf(p *dynamodb.TransactWriteItemsInput) (string, int64, bool) {
 		if pk == nil || !strings.Contains(pk.Value, dedup.SequenceInfix) {
 			continue
 		}
-		seq, found := int64(0), false
-		for _, v := range u.ExpressionAttributeValues {
-			if n, ok := v.(*types.AttributeValueMemberN); ok {
-				if x, err := strconv.ParseInt(n.Value, 10, 64); err == nil && x > seq {
-					seq, found = x, true
-				}
-			}
-		}
-		if found {
+		if seq, ok := assigned(u, dedup.AttrLastSequence); ok {
 			return pk.Value, seq, true
 		}
 	}
 	return "", 0, false
+}
+
+// assigned returns the number an update expression's SET assigns to attr.
+func assigned(u *types.Update, attr string) (int64, bool) {
+	expr := aws.ToString(u.UpdateExpression)
+	for name, a := range u.ExpressionAttributeNames {
+		if a != attr {
+			continue
+		}
+		i := strings.Index(expr, name+" = ")
+		if i < 0 {
+			continue
+		}
+		ref := expr[i+len(name)+3:]
+		if end := strings.IndexAny(ref, ", \n)"); end >= 0 {
+			ref = ref[:end]
+		}
+		if n, ok := u.ExpressionAttributeValues[ref].(*types.AttributeValueMemberN); ok {
+			if x, err := strconv.ParseInt(n.Value, 10, 64); err == nil {
+				return x, true
+			}
+		}
+	}
+	return 0, false
+}
+
+// bufferStats returns how many events waited in a buffer, how many were
+// applied from it, the longest wait (buffered → applied, or → now while
+// still waiting) and how many waited longer than alarmAfter (the
+// OldestBufferedAgeSeconds alarm's threshold: each would have paged).
+func (w *orderWitness) bufferStats(alarmAfter time.Duration) (buffered, drained int, longest time.Duration, alarms int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	now := time.Now()
+	seen := map[string]bool{}
+	for k := range w.buffered {
+		seen[k] = true
+	}
+	for k := range w.drained {
+		seen[k] = true // applied from the buffer: it was put, whatever its answer said
+	}
+	for k := range seen {
+		put, ok := w.bufferSent[k]
+		if !ok {
+			continue
+		}
+		end, ok := w.drained[k]
+		if !ok {
+			end = now
+		}
+		wait := end.Sub(put)
+		longest = max(longest, wait)
+		if wait > alarmAfter {
+			alarms++
+		}
+	}
+	return len(seen), len(w.drained), longest, alarms
 }
 
 // audit returns how many sequences it saw committed, the inversions (a

@@ -2,6 +2,8 @@ package chaos
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -9,11 +11,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/google/uuid"
 
+	"github.com/ddb-outbox/ddb-outbox/pkg/ddbtest"
 	"github.com/ddb-outbox/ddb-outbox/pkg/dedup"
+	"github.com/ddb-outbox/ddb-outbox/pkg/ledger"
+	"github.com/ddb-outbox/ddb-outbox/pkg/order"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
 )
 
@@ -108,5 +115,68 @@ func TestOrderWitnessAudit(t *testing.T) {
 	w.record("notifier#SEQ#Order#o-1", att(2, 2, 3, committed))
 	if _, inv, problems := w.audit(); inv != 1 || !strings.Contains(problems[0], "ledger#SEQ#Order#o-1: sequence 2 committed") {
 		t.Errorf("two consumers: %d inversions, %q; want 1 on the ledger's item", inv, problems)
+	}
+}
+
+// TestOrderWitnessFollowsTheResequencer runs a ledger on Dynoxide with the
+// witness on its client: sequence 3 arrives before 2 and waits in the
+// buffer. The witness sees the buffer write as no gate (it sets no
+// last_sequence, though its condition holds numbers), the payment's apply
+// as gate 2 and the refund's apply from the buffer as gate 3, and counts
+// one event buffered and drained.
+func TestOrderWitnessFollowsTheResequencer(t *testing.T) {
+	env := ddbtest.New(t)
+	lt, dt := ddbtest.Name("ledger"), ddbtest.Name("dedup")
+	env.CreateTable(t, ledger.CreateTableInput(lt))
+	env.CreateTable(t, dedup.CreateTableInput(dt))
+	w := newOrderWitness()
+	cfg := env.Config.Copy()
+	w.apply(&cfg)
+	l, err := ledger.New(dynamodb.NewFromConfig(cfg), ledger.Config{Table: lt, Dedup: dedup.Config{Table: dt},
+		Logger: slog.New(slog.DiscardHandler), Resequencer: dedup.ResequencerConfig{Metrics: io.Discard}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	id := "o-witness"
+	evs := []outbox.Event{
+		{Type: order.EventOrderPlaced, Version: 1, Payload: order.Placed{OrderID: id, CustomerID: "c-1", AmountMinor: 700, Currency: "EUR"}},
+		{Type: order.EventOrderPaid, Version: 1, Payload: order.Paid{OrderID: id, AmountMinor: 700, Currency: "EUR"}},
+		{Type: order.EventOrderCancelled, Version: 1, Payload: order.Cancelled{OrderID: id, WasPaid: true, RefundMinor: 700, Currency: "EUR"}},
+	}
+	deliver := func(i int) {
+		t.Helper()
+		env, err := outbox.NewEnvelope(outbox.Aggregate{Type: order.AggregateType, ID: id, Sequence: int64(i + 1)},
+			evs[i], outbox.Metadata{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		detail, _ := env.Detail()
+		if err := l.Handle(ctx, events.EventBridgeEvent{Version: "0", ID: uuid.NewString(), DetailType: env.EventType,
+			Source: "com.ddb-outbox.orders", AccountID: "123456789012", Region: "eu-west-1", Detail: detail}); err != nil {
+			t.Fatalf("sequence %d: %v", i+1, err)
+		}
+	}
+	deliver(0)
+	deliver(2)
+	deliver(1)
+	witnessed, inversions, problems := w.audit()
+	if witnessed != 3 || inversions != 0 {
+		t.Fatalf("witnessed %d gates, %d inversions %v; want 3, 0", witnessed, inversions, problems)
+	}
+	keys := make([]string, 0, len(w.attempts))
+	for k := range w.attempts {
+		keys = append(keys, k)
+	}
+	if len(keys) != 1 || !strings.HasSuffix(keys[0], id) {
+		t.Fatalf("gate keys %v", keys)
+	}
+	for _, a := range w.attempts[keys[0]] {
+		if a.seq < 1 || a.seq > 3 {
+			t.Fatalf("a gate attempt with sequence %d (a buffer write read as a gate?)", a.seq)
+		}
+	}
+	if b, d, longest, alarms := w.bufferStats(time.Minute); b != 1 || d != 1 || longest <= 0 || alarms != 0 {
+		t.Fatalf("bufferStats = %d buffered, %d drained, longest %s, %d alarms; want 1, 1", b, d, longest, alarms)
 	}
 }

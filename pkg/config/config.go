@@ -154,10 +154,45 @@ const (
 	// DefaultConsumerBatchSize is the SQS event source mapping's BatchSize
 	// (AWS default 10).
 	DefaultConsumerBatchSize = 10
-	// DefaultConsumerMaxConcurrency is the SQS event source mapping's
-	// MaximumConcurrency (AWS range 2..1000): it bounds contention on hot
-	// items such as the ledger's per-currency balance.
-	DefaultConsumerMaxConcurrency = 2
+	// DefaultConsumerMaxConcurrency is each consumer's SQS event source
+	// mapping MaximumConcurrency (AWS range 2..1000; Lambda developer guide,
+	// services-sqs-scaling), sized so that the default configuration
+	// sustains ConsumerTargetEventsPerSecond even if a consumer handled
+	// the messages of a batch one at a time:
+	//
+	//	ceil(ConsumerTargetEventsPerSecond × ConsumerPlannedMessageTime ÷ ConsumerPlanningUtilisationPercent %)
+	//	= ceil(1,000/s × 0.017 s ÷ 0.80) = ceil(21.25) = 22
+	//
+	// 22 concurrent invocations of 17 ms per message carry 1,294 messages/s
+	// per consumer, and the busiest consumers (ledger, notifier) take one
+	// delivery per event. A consumer that processes a batch's messages
+	// concurrently, grouped by aggregate, does a batch of
+	// DefaultConsumerBatchSize in about the time of its slowest aggregate's
+	// chain, so the same setting carries several times more. The infra
+	// stack reserves this much concurrency for each consumer by default
+	// (Lambda throttles a mapping whose MaximumConcurrency exceeds the
+	// function's reserved concurrency, and a throttled SQS message counts
+	// toward maxReceiveCount).
+	DefaultConsumerMaxConcurrency = (ConsumerTargetEventsPerSecond*int(ConsumerPlannedMessageTime/time.Millisecond)*100 +
+		ConsumerPlanningUtilisationPercent*1000 - 1) / (ConsumerPlanningUtilisationPercent * 1000)
+	// ConsumerTargetEventsPerSecond is the event rate (events per second)
+	// the default consumer configuration is sized for.
+	ConsumerTargetEventsPerSecond = 1000
+	// ConsumerPlannedMessageTime is the Lambda time one message costs a
+	// consumer handled alone, at AWS latency: 17 ms (`make bench` section
+	// g, one transaction of side effect + dedup marker at the DynamoDB
+	// latencies it injects; whole milliseconds).
+	ConsumerPlannedMessageTime = 17 * time.Millisecond
+	// ConsumerPlanningUtilisationPercent is the share of a limit a sizing
+	// allows itself (percent): 80, as the capacity plans in pkg/bench.
+	ConsumerPlanningUtilisationPercent = 80
+	// SQSProvisionedInvokesPerPoller is the most concurrent invocations one
+	// event poller of an SQS event source mapping in provisioned mode
+	// drives (Lambda developer guide, services-sqs-scaling: each poller
+	// handles up to 1 MB/s, 10 concurrent invokes or 10 SQS polls per
+	// second). A provisioned mapping can reach MaximumPollers × 10
+	// concurrent invocations.
+	SQSProvisionedInvokesPerPoller = 10
 	// DefaultRelayTimeout is the relay function's timeout.
 	DefaultRelayTimeout = 60 * time.Second
 )
@@ -171,6 +206,39 @@ const (
 	MetricReconcilerResent     = "ReconcilerResent"
 	MetricParked               = "ParkedRecords"
 	MetricDimensionOutboxTable = "OutboxTable"
+)
+
+// Metrics of an ordered consumer's resequencer (dedup.Resequencer), emitted
+// by its sweep once per ResequencerSweepInterval with the dimension
+// MetricDimensionConsumer (the consumer's name). The CDK alarm on
+// MetricOldestBufferedAge reads the same constants.
+const (
+	// MetricBufferedEvents: events waiting in the consumer's buffer for a
+	// predecessor (Count).
+	MetricBufferedEvents = "BufferedEvents"
+	// MetricOldestBufferedAge: the age of the oldest of them (Seconds; 0
+	// when none waits). It grows only while a gap stays open.
+	MetricOldestBufferedAge = "OldestBufferedAgeSeconds"
+	// MetricResequencerDrained: buffered events the sweep applied (Count):
+	// what a crash between applying an event and draining its successors
+	// left behind.
+	MetricResequencerDrained = "ResequencerDrained"
+	MetricDimensionConsumer  = "Consumer"
+)
+
+// Resequencer sweep schedule and alarm.
+const (
+	// ResequencerSweepInterval is how often each ordered consumer's sweep
+	// runs (an EventBridge schedule invoking the consumer function on AWS,
+	// a timer in the local stack).
+	ResequencerSweepInterval = time.Minute
+	// DefaultBufferedAgeAlarm is the OldestBufferedAgeSeconds threshold of
+	// the alarm: an event has waited this long for its predecessor. A
+	// predecessor that is only slow (retried, re-sent by the reconciler
+	// after DefaultReconcileAfter) arrives well within it; past it the
+	// missing event is parked, dead-lettered or lost upstream and an
+	// operator redrives it (docs/ORDERING.md).
+	DefaultBufferedAgeAlarm = 15 * time.Minute
 )
 
 // Defaults for the settings above.

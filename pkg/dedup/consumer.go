@@ -53,8 +53,12 @@ type ConsumerConfig struct {
 	// with ReasonSequenceGap (Hold). It must not exceed the consumer
 	// queue's maxReceiveCount, or the redrive policy moves the event first,
 	// without the reason. Default config.DefaultConsumerGapMaxReceives (5,
-	// the stack's maxReceiveCount).
+	// the stack's maxReceiveCount). With the resequencer (the default) it
+	// bounds only the fallback: events the buffer cannot take.
 	GapMaxReceives int
+	// Resequencer configures the ordered consumer's buffer for early events
+	// (Resequencer; docs/ORDERING.md). Unordered consumers ignore it.
+	Resequencer ResequencerConfig
 }
 
 // Ordering is a consumer's ordered-apply mode (ConsumerConfig.Ordering).
@@ -153,6 +157,21 @@ type Consumer struct {
 	Applier *Applier
 }
 
+// Resequence returns the Resequencer running h (the consumer's own
+// handler), or nil, nil when the consumer is unordered or
+// Config.Resequencer.Disabled is set. It returns NewResequencer's error
+// (e.g. a client without Query).
+func (c Consumer) Resequence(h sqsconsumer.EventHandler) (*Resequencer, error) {
+	if c.Config.Ordering != Ordered || c.Config.Resequencer.Disabled {
+		return nil, nil
+	}
+	r, err := NewResequencer(c.Applier, h, c.Config.Resequencer, c.Config.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", c.Config.Dedup.Consumer, err)
+	}
+	return r, nil
+}
+
 // NewConsumer applies the defaults (Dedup.Consumer = name; Dedup.MaxAttempts
 // = maxAttempts when unset and maxAttempts > 0; ExpectedSource =
 // config.DefaultEventSource; Ordering = ordering when unset, or Ordered
@@ -194,6 +213,10 @@ func NewConsumer(name string, client TransactWriter, cfg ConsumerConfig, maxAtte
 	cfg.Dedup.Ordered = cfg.Ordering == Ordered
 	if cfg.GapMaxReceives == 0 {
 		cfg.GapMaxReceives = config.DefaultConsumerGapMaxReceives
+	}
+	cfg.Resequencer.setDefaults()
+	if err := cfg.Resequencer.Validate(); err != nil {
+		return Consumer{}, fmt.Errorf("%s: %w", name, err)
 	}
 	switch {
 	case cfg.Ordering != Ordered && cfg.Ordering != Unordered:

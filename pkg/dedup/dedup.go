@@ -16,7 +16,6 @@ import (
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
-	"github.com/ddb-outbox/ddb-outbox/pkg/outboxtrace"
 )
 
 // Attribute names of a dedup marker item.
@@ -211,7 +210,9 @@ func (a *Applier) Marker(env outbox.Envelope, now time.Time) types.TransactWrite
 // Results:
 //   - (true, nil): marker and effects committed, this delivery applied the event.
 //   - (false, nil): the marker already exists; the event was applied by an
-//     earlier delivery. Nothing changed; acknowledge the delivery.
+//     earlier delivery. Nothing changed; acknowledge the delivery. Ordered
+//     with a Resequencer, also: the event is early and now waits in the
+//     buffer (ApplyEvent tells the two apart).
 //   - (false, err) with err wrapping outbox.ErrInvalidEnvelope: env does not
 //     validate; nothing was sent.
 //   - (false, err) with err wrapping outbox.ErrTransactionTooLarge or
@@ -225,93 +226,199 @@ func (a *Applier) Marker(env outbox.Envelope, now time.Time) types.TransactWrite
 //     written.
 //   - (false, err) with the SDK's error otherwise, or the context's error.
 //
-// Ordered (Config.Ordered): the ordering gate (Gate) is the last action,
-// 1+len(effects). When its condition fails, the ordering item is read
-// (LastSequence, strongly consistent) and decides, after the marker's
-// condition and before everything else:
-//   - env.Sequence <= last: (false, nil), a duplicate (applied before, even
-//     if its marker has expired);
-//   - env.Sequence > last+1: (false, err) with a *GapError (ErrSequenceGap)
-//     naming the missing range; nothing was written, deliver it again later;
-//   - env.Sequence == last+1: the item moved after the transaction read it;
-//     the gate's failure counts as a conflict: the transaction is sent again
-//     (bounded by MaxAttempts) unless another reason repeating cannot fix
-//     (ValidationError, ItemCollectionSizeLimitExceeded, an effect's
-//     condition) is there, which is returned at once as a *outbox.TxError.
+// Ordered (Config.Ordered): see ApplyEvent.
+func (a *Applier) Apply(ctx context.Context, env outbox.Envelope, effects []types.TransactWriteItem) (bool, error) {
+	o, err := a.ApplyEvent(ctx, env, effects)
+	return o == OutcomeApplied, err
+}
+
+// ApplyEvent is Apply with the outcome named: OutcomeApplied,
+// OutcomeDuplicate or, ordered with a Resequencer, OutcomeBuffered. Errors
+// are Apply's.
 //
-// A failed read is returned as an error (redeliver).
+// Ordered (Config.Ordered): the ordering gate (Gate) is the last action,
+// 1+len(effects), conditioned on the aggregate's last applied sequence
+// being env.Sequence-1 and on no successor waiting in the buffer: an event
+// that arrives in order costs one transaction, as unordered. When the gate
+// fails, the ordering item is read (ReadGate, strongly consistent) and
+// decides, after the marker's condition and before everything else:
+//   - env.Sequence <= last: OutcomeDuplicate (applied before, even if its
+//     marker has expired);
+//   - env.Sequence == last+1 while successors are buffered: the
+//     transaction is sent again without the buffer condition, removing the
+//     event from the buffer if it was there; after it commits, the
+//     Resequencer applies the successors (Resequencer.Handle);
+//   - env.Sequence == last+1 otherwise: the item moved after the
+//     transaction read it; the gate's failure counts as a conflict: the
+//     transaction is sent again (bounded by MaxAttempts) unless another
+//     reason repeating cannot fix (ValidationError,
+//     ItemCollectionSizeLimitExceeded, an effect's condition) is there,
+//     which is returned at once as a *outbox.TxError;
+//   - env.Sequence > last+1 (early): run by a Resequencer, the event is
+//     stored in the buffer (OutcomeBuffered; acknowledge it) in one
+//     transaction conditioned on the gate still being short of it — if the
+//     predecessor committed in between, the event is applied instead. A
+//     duplicate of a buffered event is OutcomeDuplicate; another event
+//     claiming a buffered sequence is a *sqsconsumer.PermanentError
+//     (ReasonSequenceConflict). Without a Resequencer, or when the buffer
+//     cannot take it (ResequencerConfig.MaxDepth events of the aggregate
+//     wait already, or the event is over MaxBufferedEventBytes), it is
+//     (0, err) with a *GapError (ErrSequenceGap): nothing was written,
+//     deliver it again later (ConsumerConfig.Hold).
+//
+// A marker that shows a duplicate while the gate is one short of the
+// event makes the gate adopt it (an event applied while the consumer was
+// unordered, or replayed history: docs/ORDERING.md "Starting point"). A
+// failed read is returned as an error (redeliver).
 //
 // With tracing on, the outcome is recorded on ctx's span (the consumer's
 // per-message span, pkg/sqsconsumer): outboxtrace.OutcomeApplied,
-// OutcomeDuplicate (marker or ordering gate) or OutcomeHeld (early event).
-func (a *Applier) Apply(ctx context.Context, env outbox.Envelope, effects []types.TransactWriteItem) (bool, error) {
+// OutcomeDuplicate (marker or ordering gate) or OutcomeHeld (buffered or
+// refused as early).
+func (a *Applier) ApplyEvent(ctx context.Context, env outbox.Envelope, effects []types.TransactWriteItem) (Outcome, error) {
 	if err := env.Validate(); err != nil {
-		return false, err
+		return 0, err
 	}
-	items := make([]types.TransactWriteItem, 0, 1+len(effects))
-	items = append(items, a.Marker(env, a.cfg.Now()))
-	items = append(items, effects...)
-	gate := -1
-	if a.cfg.Ordered {
-		g, err := a.Gate(env, a.cfg.Now())
-		if err != nil {
-			return false, err
-		}
-		gate = len(items)
-		items = append(items, g)
+	rs := stateFrom(ctx)
+	mode, delBuffer := gateFast, false
+	if a.cfg.Ordered && rs != nil && rs.drain.matches(env) {
+		mode, delBuffer = gateBuffered, true
 	}
-	if err := outbox.CheckTransaction(items); err != nil {
-		return false, fmt.Errorf("dedup: event %s: %w", env.EventID, err)
+	in, gate, err := a.transaction(env, effects, mode, delBuffer)
+	if err != nil {
+		return 0, err
 	}
-	in := &dynamodb.TransactWriteItemsInput{TransactItems: items}
 
 	var last error
+	backoff := 0
 	for attempt := 1; attempt <= a.cfg.MaxAttempts; attempt++ {
-		if attempt > 1 {
-			if err := sleep(ctx, a.backoff(attempt-1)); err != nil {
-				return false, fmt.Errorf("dedup: event %s: %w (last: %v)", env.EventID, err, last)
+		if backoff > 0 {
+			if err := sleep(ctx, a.backoff(backoff)); err != nil {
+				return 0, fmt.Errorf("dedup: event %s: %w (last: %v)", env.EventID, err, last)
 			}
 		}
 		err := a.call(ctx, in)
 		if err == nil {
-			outboxtrace.SetOutcome(ctx, outboxtrace.OutcomeApplied)
-			return true, nil
+			if mode == gateBuffered {
+				rs.follow(env.AggregateType, env.AggregateID)
+			}
+			setOutcome(ctx, rs, OutcomeApplied)
+			return OutcomeApplied, nil
 		}
 		err = outbox.TranslateTxError(err)
 		te, ok := outbox.AsTxError(err)
 		if !ok {
-			return false, fmt.Errorf("dedup: apply event %s: %w", env.EventID, err)
+			return 0, fmt.Errorf("dedup: apply event %s: %w", env.EventID, err)
 		}
 		if te.ConditionFailed(MarkerIndex) {
-			outboxtrace.SetOutcome(ctx, outboxtrace.OutcomeDuplicate)
-			return false, nil // already applied
+			if a.cfg.Ordered {
+				a.afterDuplicate(ctx, env, rs)
+			}
+			setOutcome(ctx, rs, OutcomeDuplicate)
+			return OutcomeDuplicate, nil // already applied
 		}
 		if gate >= 0 && te.ConditionFailed(gate) {
-			outcome, gap, err := a.judgeGate(ctx, env)
+			outcome, st, err := a.judgeGate(ctx, env)
 			switch {
 			case err != nil:
-				return false, fmt.Errorf("dedup: apply event %s: ordering gate failed: %w", env.EventID, err)
+				return 0, fmt.Errorf("dedup: apply event %s: ordering gate failed: %w", env.EventID, err)
 			case outcome == gateDuplicate:
-				outboxtrace.SetOutcome(ctx, outboxtrace.OutcomeDuplicate)
-				return false, nil
+				if st.IsBuffered(st.Last + 1) {
+					rs.follow(env.AggregateType, env.AggregateID)
+				}
+				setOutcome(ctx, rs, OutcomeDuplicate)
+				return OutcomeDuplicate, nil
 			case outcome == gateEarly:
-				outboxtrace.SetOutcome(ctx, outboxtrace.OutcomeHeld)
-				return false, gap
+				if st.IsBuffered(st.Last + 1) {
+					// A crash left the next sequence buffered: drain it
+					// after this run (Resequencer.Handle).
+					rs.follow(env.AggregateType, env.AggregateID)
+				}
+				if rs == nil || rs.r == nil {
+					setOutcome(ctx, rs, outcomeHeld)
+					return 0, a.gapError(env, st.Last)
+				}
+				bo, err := a.buffer(ctx, env, rs, st)
+				switch {
+				case err != nil:
+					return 0, err
+				case bo == bufferStored:
+					rs.r.log.InfoContext(ctx, "dedup: early event buffered until its predecessor is applied",
+						"event_id", env.EventID, "aggregate_id", env.AggregateID, "sequence", env.Sequence, "last_sequence", st.Last)
+					setOutcome(ctx, rs, OutcomeBuffered)
+					return OutcomeBuffered, nil
+				case bo == bufferDuplicate:
+					setOutcome(ctx, rs, OutcomeDuplicate)
+					return OutcomeDuplicate, nil
+				case bo == bufferFull:
+					setOutcome(ctx, rs, outcomeHeld)
+					return 0, a.gapError(env, st.Last)
+				}
+				// bufferRejudge: the gate moved under the buffer write.
+				backoff = 0
+				continue
 			}
-			// gateMoved: the gate's failure was a race, like a conflict.
-			// Another reason repeating cannot fix decides at once.
+			// gateNext.
+			if len(st.Buffered) > 0 && mode != gateBuffered {
+				// Successors wait: apply without the buffer condition,
+				// then drain them.
+				mode, delBuffer = gateBuffered, st.IsBuffered(env.Sequence)
+				if in, gate, err = a.transaction(env, effects, mode, delBuffer); err != nil {
+					return 0, err
+				}
+				backoff = 0
+				continue
+			}
+			// The gate's failure was a race, like a conflict. Another
+			// reason repeating cannot fix decides at once.
 			if te.Invalid() || te.CollectionFull() || effectConditionFailed(te, gate) {
-				return false, fmt.Errorf("dedup: apply event %s: %w", env.EventID, te)
+				return 0, fmt.Errorf("dedup: apply event %s: %w", env.EventID, te)
 			}
 			last = te
+			backoff++
 			continue
 		}
 		if !te.Retryable() {
-			return false, fmt.Errorf("dedup: apply event %s: %w", env.EventID, te)
+			return 0, fmt.Errorf("dedup: apply event %s: %w", env.EventID, te)
 		}
 		last = te
+		backoff++
 	}
-	return false, fmt.Errorf("dedup: apply event %s: gave up after %d attempts: %w", env.EventID, a.cfg.MaxAttempts, last)
+	if last == nil {
+		last = errors.New("the ordering gate kept moving")
+	}
+	return 0, fmt.Errorf("dedup: apply event %s: gave up after %d attempts: %w", env.EventID, a.cfg.MaxAttempts, last)
+}
+
+// outcomeHeld is an early event refused with a *GapError (trace outcome
+// "held"; nothing recorded on the run's state).
+const outcomeHeld = Outcome(-1)
+
+// transaction builds an Apply transaction: the marker (action 0), effects,
+// and for an ordered Applier the gate in mode (returned index; -1 when
+// unordered) and, with delBuffer, the Delete of env's buffer item.
+func (a *Applier) transaction(env outbox.Envelope, effects []types.TransactWriteItem, mode gateMode, delBuffer bool) (*dynamodb.TransactWriteItemsInput, int, error) {
+	now := a.cfg.Now()
+	items := make([]types.TransactWriteItem, 0, 3+len(effects))
+	items = append(items, a.Marker(env, now))
+	items = append(items, effects...)
+	gate := -1
+	if a.cfg.Ordered {
+		g, err := a.gate(env, now, mode)
+		if err != nil {
+			return nil, 0, err
+		}
+		gate = len(items)
+		items = append(items, g)
+		if delBuffer {
+			items = append(items, types.TransactWriteItem{Delete: &types.Delete{TableName: aws.String(a.cfg.Table),
+				Key: map[string]types.AttributeValue{AttrPK: &types.AttributeValueMemberS{Value: BufferKey(a.cfg.Consumer, env.AggregateType, env.AggregateID, env.Sequence)}}}})
+		}
+	}
+	if err := outbox.CheckTransaction(items); err != nil {
+		return nil, 0, fmt.Errorf("dedup: event %s: %w", env.EventID, err)
+	}
+	return &dynamodb.TransactWriteItemsInput{TransactItems: items}, gate, nil
 }
 
 func (a *Applier) call(ctx context.Context, in *dynamodb.TransactWriteItemsInput) error {
@@ -429,15 +536,28 @@ func EffectConditionFailed(err error, i int) bool {
 }
 
 // CreateTableInput returns the dedup table definition used by the local
-// runtime and tests: partition key AttrPK (S), on-demand billing, no stream.
-// It holds the markers and the ordered consumers' ordering items
-// (SequenceKey).
-// The CDK construct declares the same shape plus TTL on TTLAttribute.
+// runtime and tests: partition key AttrPK (S), on-demand billing, no stream,
+// and the sparse global secondary index BufferIndex over the resequencer's
+// buffer items. It holds the markers, the ordered consumers' ordering items
+// (SequenceKey) and their buffered events (BufferKey). The CDK construct
+// declares the same shape plus TTL on TTLAttribute.
 func CreateTableInput(name string) *dynamodb.CreateTableInput {
 	return &dynamodb.CreateTableInput{
-		TableName:            aws.String(name),
-		BillingMode:          types.BillingModePayPerRequest,
-		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String(AttrPK), AttributeType: types.ScalarAttributeTypeS}},
-		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String(AttrPK), KeyType: types.KeyTypeHash}},
+		TableName:   aws.String(name),
+		BillingMode: types.BillingModePayPerRequest,
+		AttributeDefinitions: []types.AttributeDefinition{
+			{AttributeName: aws.String(AttrPK), AttributeType: types.ScalarAttributeTypeS},
+			{AttributeName: aws.String(AttrBufferShard), AttributeType: types.ScalarAttributeTypeS},
+			{AttributeName: aws.String(AttrBufferedAt), AttributeType: types.ScalarAttributeTypeS},
+		},
+		KeySchema: []types.KeySchemaElement{{AttributeName: aws.String(AttrPK), KeyType: types.KeyTypeHash}},
+		GlobalSecondaryIndexes: []types.GlobalSecondaryIndex{{
+			IndexName: aws.String(BufferIndex),
+			KeySchema: []types.KeySchemaElement{
+				{AttributeName: aws.String(AttrBufferShard), KeyType: types.KeyTypeHash},
+				{AttributeName: aws.String(AttrBufferedAt), KeyType: types.KeyTypeRange},
+			},
+			Projection: &types.Projection{ProjectionType: types.ProjectionTypeInclude, NonKeyAttributes: BufferIndexAttributes},
+		}},
 	}
 }

@@ -35,12 +35,18 @@
 //   - Ordered appliers (Config.Ordered; ConsumerConfig.Ordering, promise
 //     I4) add one action after the effects: the ordering gate, an Update of
 //     "<consumer>#SEQ#<aggregate_type>#<aggregate_id>" (AttrLastSequence)
-//     guarded by last_sequence = sequence-1 (attribute_not_exists for
-//     sequence 1). An event that is not next writes nothing: a duplicate
-//     (sequence <= last) is acknowledged, an early one (sequence > last+1)
-//     is returned as a *GapError and held by ConsumerConfig.Hold until the
-//     gap closes or GapMaxReceives receives dead-letter it as
-//     ReasonSequenceGap (docs/ORDERING.md). Ordering items never expire.
+//     guarded by last_sequence = sequence-1 (no last_sequence for sequence
+//     1) and attribute_not_exists(buffered): in order, one transaction. A
+//     duplicate (sequence <= last) is acknowledged; an early event
+//     (sequence > last+1) is stored in the resequencer buffer
+//     ("<consumer>#BUF#…", Resequencer) and applied right after its
+//     predecessor by the invocation that applies the predecessor, each in
+//     its own transaction; without a Resequencer, or past its limits, it
+//     is returned as a *GapError and held by ConsumerConfig.Hold
+//     (docs/ORDERING.md). Ordering items never expire; a marker found for
+//     an event the gate is one short of makes the gate adopt it (a
+//     consumer switched from unordered: replaying the history starts it),
+//     and SetBaseline declares a starting point.
 //
 // # Example
 //

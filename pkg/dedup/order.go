@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -21,6 +22,11 @@ const (
 	AttrLastSequence  = "last_sequence"  // N: the last applied sequence of the aggregate
 	AttrLastEventID   = "last_event_id"  // S: the event that set it
 	AttrAggregateType = "aggregate_type" // S
+	// AttrBuffered (NS) holds the sequences of the aggregate waiting in the
+	// resequencer buffer; DynamoDB removes the attribute when its last
+	// member is deleted (sets cannot be empty), so its absence means
+	// "nothing buffered".
+	AttrBuffered = "buffered"
 )
 
 // SequenceInfix separates the consumer from the aggregate in an ordering
@@ -83,31 +89,60 @@ func SequenceKey(consumer, aggregateType, aggregateID string) string {
 	return consumer + SequenceInfix + aggregateType + "#" + aggregateID
 }
 
+// gateMode is how an ordered Apply conditions the ordering gate.
+type gateMode int
+
+const (
+	// gateFast: the gate is exactly one short of the event and nothing is
+	// buffered for the aggregate (attribute_not_exists(buffered)): the
+	// event arrived in order and no successor waits. One transaction, no
+	// read: order costs nothing when events arrive in order.
+	gateFast gateMode = iota
+	// gateBuffered: the gate is exactly one short of the event while
+	// successors wait in the resequencer buffer; the update also removes
+	// the event's own sequence from the buffered set (a no-op unless the
+	// event itself was buffered) and, after the commit, the buffered
+	// successors are drained.
+	gateBuffered
+)
+
 // Gate returns the ordering item's Update for env (the last action of an
 // ordered Apply transaction): SET last_sequence = env.Sequence, guarded by
-// attribute_not_exists(pk) when env.Sequence is 1 and by last_sequence =
-// env.Sequence-1 otherwise. The item never expires: it must outlive every
-// later event of the aggregate.
+// "no last_sequence yet" when env.Sequence is 1 and by last_sequence =
+// env.Sequence-1 otherwise, and by attribute_not_exists(buffered): the
+// fast path, taken when no successor of the aggregate waits in the
+// resequencer buffer (Resequencer). The item never expires: it must
+// outlive every later event of the aggregate.
 func (a *Applier) Gate(env outbox.Envelope, now time.Time) (types.TransactWriteItem, error) {
+	return a.gate(env, now, gateFast)
+}
+
+func (a *Applier) gate(env outbox.Envelope, now time.Time, mode gateMode) (types.TransactWriteItem, error) {
 	last := expression.Name(AttrLastSequence)
-	cond := expression.AttributeNotExists(expression.Name(AttrPK))
+	cond := expression.AttributeNotExists(last)
 	if env.Sequence > 1 {
 		cond = last.Equal(expression.Value(&types.AttributeValueMemberN{Value: strconv.FormatInt(env.Sequence-1, 10)}))
 	}
-	e, err := expression.NewBuilder().WithCondition(cond).WithUpdate(expression.
+	upd := expression.
 		Set(last, expression.Value(&types.AttributeValueMemberN{Value: strconv.FormatInt(env.Sequence, 10)})).
 		Set(expression.Name(AttrLastEventID), expression.Value(env.EventID)).
 		Set(expression.Name(AttrConsumer), expression.Value(a.cfg.Consumer)).
 		Set(expression.Name(AttrAggregateType), expression.Value(env.AggregateType)).
 		Set(expression.Name(AttrAggregateID), expression.Value(env.AggregateID)).
-		Set(expression.Name(AttrAppliedAt), expression.Value(now.UTC().Format(time.RFC3339Nano)))).
-		Build()
+		Set(expression.Name(AttrAppliedAt), expression.Value(now.UTC().Format(time.RFC3339Nano)))
+	switch mode {
+	case gateFast:
+		cond = cond.And(expression.AttributeNotExists(expression.Name(AttrBuffered)))
+	case gateBuffered:
+		upd = upd.Delete(expression.Name(AttrBuffered), expression.Value(seqSet(env.Sequence)))
+	}
+	e, err := expression.NewBuilder().WithCondition(cond).WithUpdate(upd).Build()
 	if err != nil {
 		return types.TransactWriteItem{}, fmt.Errorf("dedup: build ordering gate: %w", err)
 	}
 	return types.TransactWriteItem{Update: &types.Update{
 		TableName:                 aws.String(a.cfg.Table),
-		Key:                       map[string]types.AttributeValue{AttrPK: &types.AttributeValueMemberS{Value: SequenceKey(a.cfg.Consumer, env.AggregateType, env.AggregateID)}},
+		Key:                       a.seqKey(env.AggregateType, env.AggregateID),
 		UpdateExpression:          e.Update(),
 		ConditionExpression:       e.Condition(),
 		ExpressionAttributeNames:  e.Names(),
@@ -115,13 +150,45 @@ func (a *Applier) Gate(env outbox.Envelope, now time.Time) (types.TransactWriteI
 	}}, nil
 }
 
+// seqSet is a one-element number set, for ADD / DELETE on AttrBuffered.
+func seqSet(seq int64) *types.AttributeValueMemberNS {
+	return &types.AttributeValueMemberNS{Value: []string{strconv.FormatInt(seq, 10)}}
+}
+
+func (a *Applier) seqKey(aggregateType, aggregateID string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{AttrPK: &types.AttributeValueMemberS{Value: SequenceKey(a.cfg.Consumer, aggregateType, aggregateID)}}
+}
+
+// GateState is what an ordering item says about one aggregate for one
+// consumer: the last applied sequence and the sequences waiting in the
+// resequencer buffer.
+type GateState struct {
+	// Last is the last applied sequence (0: none yet, or no starting point).
+	Last int64
+	// Buffered holds the sequences waiting in the buffer, ascending.
+	Buffered []int64
+}
+
+// IsBuffered reports whether seq waits in the buffer.
+func (s GateState) IsBuffered(seq int64) bool { return slices.Contains(s.Buffered, seq) }
+
 // LastSequence returns the last sequence of the aggregate this consumer
 // applied (0 when none), with a strongly consistent GetItem bounded by
 // CallTimeout. It returns an error when the Applier is not ordered, the
 // read fails or the item's last_sequence is not a number.
 func (a *Applier) LastSequence(ctx context.Context, aggregateType, aggregateID string) (int64, error) {
+	st, err := a.ReadGate(ctx, aggregateType, aggregateID)
+	return st.Last, err
+}
+
+// ReadGate returns the aggregate's ordering state for this consumer with a
+// strongly consistent GetItem bounded by CallTimeout (a missing item is the
+// zero GateState). It returns an error when the Applier is not ordered, the
+// read fails, or last_sequence or buffered hold something other than a
+// number and a number set.
+func (a *Applier) ReadGate(ctx context.Context, aggregateType, aggregateID string) (GateState, error) {
 	if a.getter == nil {
-		return 0, errors.New("dedup: LastSequence on an unordered Applier")
+		return GateState{}, errors.New("dedup: ordering state read on an unordered Applier")
 	}
 	if a.cfg.CallTimeout > 0 {
 		var cancel context.CancelFunc
@@ -131,24 +198,46 @@ func (a *Applier) LastSequence(ctx context.Context, aggregateType, aggregateID s
 	key := SequenceKey(a.cfg.Consumer, aggregateType, aggregateID)
 	out, err := a.getter.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName:      aws.String(a.cfg.Table),
-		Key:            map[string]types.AttributeValue{AttrPK: &types.AttributeValueMemberS{Value: key}},
+		Key:            a.seqKey(aggregateType, aggregateID),
 		ConsistentRead: aws.Bool(true),
 	})
 	if err != nil {
-		return 0, fmt.Errorf("dedup: read %s: %w", key, err)
+		return GateState{}, fmt.Errorf("dedup: read %s: %w", key, err)
 	}
 	if out == nil || out.Item == nil {
-		return 0, nil
+		return GateState{}, nil
 	}
-	n, ok := out.Item[AttrLastSequence].(*types.AttributeValueMemberN)
-	if !ok {
-		return 0, fmt.Errorf("dedup: %s has no numeric %s", key, AttrLastSequence)
+	return decodeGate(key, out.Item)
+}
+
+func decodeGate(key string, item map[string]types.AttributeValue) (GateState, error) {
+	var st GateState
+	switch v := item[AttrLastSequence].(type) {
+	case nil:
+	case *types.AttributeValueMemberN:
+		n, err := strconv.ParseInt(v.Value, 10, 64)
+		if err != nil {
+			return st, fmt.Errorf("dedup: %s %s %q: %w", key, AttrLastSequence, v.Value, err)
+		}
+		st.Last = n
+	default:
+		return st, fmt.Errorf("dedup: %s has no numeric %s", key, AttrLastSequence)
 	}
-	v, err := strconv.ParseInt(n.Value, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("dedup: %s %s %q: %w", key, AttrLastSequence, n.Value, err)
+	switch v := item[AttrBuffered].(type) {
+	case nil:
+	case *types.AttributeValueMemberNS:
+		for _, s := range v.Value {
+			n, err := strconv.ParseInt(s, 10, 64)
+			if err != nil {
+				return st, fmt.Errorf("dedup: %s %s member %q: %w", key, AttrBuffered, s, err)
+			}
+			st.Buffered = append(st.Buffered, n)
+		}
+		slices.Sort(st.Buffered)
+	default:
+		return st, fmt.Errorf("dedup: %s %s is not a number set", key, AttrBuffered)
 	}
-	return v, nil
+	return st, nil
 }
 
 // gateOutcome is what a failed gate condition means, decided by reading
@@ -157,20 +246,24 @@ type gateOutcome int
 
 const (
 	gateDuplicate gateOutcome = iota // env.Sequence <= last: applied before
-	gateEarly                        // env.Sequence > last+1: a *GapError
-	gateMoved                        // env.Sequence == last+1: the item moved since; retry
+	gateEarly                        // env.Sequence > last+1: buffer it, or a *GapError
+	gateNext                         // env.Sequence == last+1: retry (moved) or take gateBuffered
 )
 
-func (a *Applier) judgeGate(ctx context.Context, env outbox.Envelope) (gateOutcome, *GapError, error) {
-	last, err := a.LastSequence(ctx, env.AggregateType, env.AggregateID)
+func (a *Applier) judgeGate(ctx context.Context, env outbox.Envelope) (gateOutcome, GateState, error) {
+	st, err := a.ReadGate(ctx, env.AggregateType, env.AggregateID)
 	switch {
 	case err != nil:
-		return 0, nil, err
-	case env.Sequence <= last:
-		return gateDuplicate, nil, nil
-	case env.Sequence > last+1:
-		return gateEarly, &GapError{Consumer: a.cfg.Consumer, AggregateType: env.AggregateType, AggregateID: env.AggregateID,
-			Last: last, Sequence: env.Sequence, EventID: env.EventID}, nil
+		return 0, st, err
+	case env.Sequence <= st.Last:
+		return gateDuplicate, st, nil
+	case env.Sequence > st.Last+1:
+		return gateEarly, st, nil
 	}
-	return gateMoved, nil, nil
+	return gateNext, st, nil
+}
+
+func (a *Applier) gapError(env outbox.Envelope, last int64) *GapError {
+	return &GapError{Consumer: a.cfg.Consumer, AggregateType: env.AggregateType, AggregateID: env.AggregateID,
+		Last: last, Sequence: env.Sequence, EventID: env.EventID}
 }

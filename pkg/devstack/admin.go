@@ -93,7 +93,9 @@ func (s *Stack) startAWSFront(opts Options, eb localrt.PutEventsAPI) error {
 		return fmt.Errorf("devstack: AWS front: listen on %s: %w%s", opts.AWSAddr, err, portHolder(opts.AWSAddr))
 	}
 	s.AWSURL = "http://" + ln.Addr().String()
-	s.awsServer = &http.Server{Handler: front, ReadHeaderTimeout: 5 * time.Second}
+	warnIfExposed(s.log, "the AWS front", opts.AWSAddr)
+	s.awsServer = &http.Server{Handler: newHostGuard(front, []string{opts.AWSAddr, ln.Addr().String()}, opts.AllowedHosts, denyAWS),
+		ReadHeaderTimeout: 5 * time.Second}
 	srv := s.awsServer
 	s.goRun(func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

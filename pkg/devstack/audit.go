@@ -158,7 +158,9 @@ func (s *Stack) Audit(ctx context.Context) (Audit, error) {
 		case strings.HasPrefix(pk, ledger.EntryPrefix):
 			entries[strings.TrimPrefix(pk, ledger.EntryPrefix)]++
 		case strings.HasPrefix(pk, ledger.BalancePrefix):
-			a.Balances[strings.TrimPrefix(pk, ledger.BalancePrefix)] = num(it[ledger.AttrBalanceMinor])
+			if cur, ok := ledger.BalanceCurrency(pk); ok {
+				a.Balances[cur] += num(it[ledger.AttrBalanceMinor]) // the sum of its shards
+			}
 		}
 	})
 	if err != nil {

@@ -2,15 +2,20 @@ package devstack
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/app"
+	"github.com/ddb-outbox/ddb-outbox/pkg/config"
+	"github.com/ddb-outbox/ddb-outbox/pkg/dedup"
 	"github.com/ddb-outbox/ddb-outbox/pkg/localrt"
+	"github.com/ddb-outbox/ddb-outbox/pkg/routing"
 	"github.com/ddb-outbox/ddb-outbox/pkg/sqsconsumer"
 	"github.com/ddb-outbox/ddb-outbox/pkg/sqsmsg"
 )
@@ -32,11 +37,13 @@ type ConsumerPath struct {
 // queue's retention).
 const DLQRetention = 14 * 24 * time.Hour
 
-func newConsumerPath(name string, h localrt.EventHandler, settings app.Settings, opts Options, log *slog.Logger) (*ConsumerPath, error) {
+// newConsumerPath builds one consumer's path; store (nil: in memory) keeps
+// its queue's and DLQ's messages across restarts.
+func newConsumerPath(name string, h localrt.EventHandler, settings app.Settings, opts Options, store localrt.StateStore, log *slog.Logger) (*ConsumerPath, error) {
 	// Every queue of the CDK stack has a MaximumMessageSize of 1 MiB (an
 	// EventBridge event wrapping a 256 KB entry is larger than 256 KiB).
 	dlq, err := localrt.NewSQSQueue(localrt.SQSQueueConfig{Name: opts.Prefix + "-" + name + "-dlq", RetentionPeriod: DLQRetention,
-		MaximumMessageSize: sqsmsg.MaxMaxBytes})
+		MaximumMessageSize: sqsmsg.MaxMaxBytes, Store: store})
 	if err != nil {
 		return nil, err
 	}
@@ -45,6 +52,7 @@ func newConsumerPath(name string, h localrt.EventHandler, settings app.Settings,
 		VisibilityTimeout:  opts.ConsumerVisibilityTimeout,
 		MaximumMessageSize: sqsmsg.MaxMaxBytes,
 		Redrive:            &localrt.RedrivePolicy{DeadLetterQueue: dlq, MaxReceiveCount: opts.ConsumerMaxReceiveCount},
+		Store:              store,
 	})
 	if err != nil {
 		return nil, err
@@ -78,6 +86,7 @@ func newConsumerPath(name string, h localrt.EventHandler, settings app.Settings,
 	}
 	p, err := localrt.NewSQSPoller(localrt.SQSPollerConfig{
 		Queue: q, FunctionName: name, FunctionTimeout: opts.ConsumerFunctionTimeout,
+		BatchSize: config.DefaultConsumerBatchSize, MaximumConcurrency: opts.ConsumerMaxConcurrency,
 		PollWait: 200 * time.Millisecond, Logger: log.With("fn", "sqs-event-source-mapping", "consumer", name),
 	}, sh)
 	if err != nil {
@@ -98,6 +107,37 @@ func (c consumerQueues) SendMessage(ctx context.Context, in *sqs.SendMessageInpu
 
 func (c consumerQueues) ChangeMessageVisibility(ctx context.Context, in *sqs.ChangeMessageVisibilityInput, opts ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error) {
 	return c.queue.ChangeMessageVisibility(ctx, in, opts...)
+}
+
+// addSweeps creates the resequencer sweep schedule of every ordered
+// consumer (a routing rule to it has Ordered): every Options.SweepEvery it
+// sends the scheduled event to the consumer's queue, as the CDK stack's
+// schedule rule with an SQS target does; the consumer sweeps its buffer on
+// it (dedup.IsSweepTick).
+func (s *Stack) addSweeps(opts Options, log *slog.Logger) error {
+	s.Sweeps = map[string]*localrt.Scheduler{}
+	for _, r := range routing.Rules() {
+		c, ok := s.Consumers[r.Consumer]
+		if !r.Ordered || !ok || s.Sweeps[r.Consumer] != nil {
+			continue
+		}
+		q := c.Queue
+		sw, err := localrt.NewScheduler(localrt.SchedulerConfig{
+			Interval: opts.SweepEvery, RuleName: r.Consumer + "-resequencer-sweep", Logger: log.With("fn", "schedule", "consumer", r.Consumer),
+		}, func(ctx context.Context, ev events.EventBridgeEvent) error {
+			body, err := json.Marshal(ev)
+			if err != nil {
+				return err
+			}
+			_, err = q.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(q.URL()), MessageBody: aws.String(string(body))})
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("devstack: sweep schedule of %s: %w", r.Consumer, err)
+		}
+		s.Sweeps[r.Consumer] = sw
+	}
+	return nil
 }
 
 // waitConsumers waits until every consumer queue is empty (messages that
@@ -128,4 +168,31 @@ func (s *Stack) consumerDeletes() int64 {
 		n += c.Poller.Stats().Deleted + c.DLQ.Sent()
 	}
 	return n
+}
+
+// SweepNow sends every ordered consumer's queue a sweep tick at once (what
+// its schedule does every Options.SweepEvery) and drains the stack, so
+// what a crash left in a resequencer buffer is applied. It returns the
+// first trigger or drain error.
+func (s *Stack) SweepNow(ctx context.Context) error {
+	for name, sw := range s.Sweeps {
+		if err := sw.Trigger(ctx); err != nil {
+			return fmt.Errorf("devstack: sweep tick for %s: %w", name, err)
+		}
+	}
+	return s.Drain(ctx)
+}
+
+// Buffered returns the events waiting in each ordered consumer's
+// resequencer buffer (dedup.ListBuffered), by consumer name.
+func (s *Stack) Buffered(ctx context.Context) (map[string][]dedup.BufferedEvent, error) {
+	out := map[string][]dedup.BufferedEvent{}
+	for name := range s.Sweeps {
+		b, err := dedup.ListBuffered(ctx, s.DDB, s.Settings.DedupTable, name)
+		if err != nil {
+			return nil, err
+		}
+		out[name] = b
+	}
+	return out, nil
 }

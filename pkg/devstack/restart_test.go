@@ -140,3 +140,21 @@ func TestPortInUseStartsNoServerOnTheDataFile(t *testing.T) {
 		t.Fatalf("the data file's directory exists (%v): Dynoxide was started before the port check", err)
 	}
 }
+
+// TestDataFileWithEndpointIsRefused: DataFile keeps the data of the Dynoxide
+// the stack starts; with Endpoint the server there keeps it, so the pair is
+// refused with an error naming both, before anything starts (it used to be
+// ignored silently).
+func TestDataFileWithEndpointIsRefused(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	data := filepath.Join(t.TempDir(), "state", "dev.db")
+	_, err := devstack.Start(ctx, devstack.Options{Endpoint: "http://127.0.0.1:1", DataFile: data, Logger: slog.New(slog.DiscardHandler)})
+	if err == nil || !strings.Contains(err.Error(), "DataFile") || !strings.Contains(err.Error(), "Endpoint") {
+		t.Fatalf("Start = %v, want the DataFile and Endpoint pair refused", err)
+	}
+	if _, err := os.Stat(filepath.Dir(data)); !os.IsNotExist(err) {
+		t.Fatalf("the data file's directory exists (%v): something started", err)
+	}
+}

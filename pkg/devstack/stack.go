@@ -38,6 +38,7 @@ import (
 	"github.com/ddb-outbox/ddb-outbox/pkg/idempotency"
 	"github.com/ddb-outbox/ddb-outbox/pkg/ledger"
 	"github.com/ddb-outbox/ddb-outbox/pkg/localrt"
+	"github.com/ddb-outbox/ddb-outbox/pkg/localstate"
 	"github.com/ddb-outbox/ddb-outbox/pkg/notifier"
 	"github.com/ddb-outbox/ddb-outbox/pkg/order"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
@@ -56,7 +57,15 @@ type Options struct {
 	// Prefix prefixes every table name (default "local").
 	Prefix string
 	// APIAddr is the HTTP listen address (default "127.0.0.1:0", a free port).
+	// An address beyond loopback is logged as a warning: the API
+	// authenticates nothing.
 	APIAddr string
+	// AllowedHosts are extra names the API and the AWS front accept in the
+	// Host header. Always accepted: "localhost" and names under
+	// ".localhost", loopback addresses, the listen address's host (every
+	// interface address when it is a wildcard). Any other Host is refused
+	// with 403 (DNS rebinding protection).
+	AllowedHosts []string
 	// BatchSize is the event source mapping batch size (default 100).
 	BatchSize int
 	// PollInterval is the poller's wait after an empty GetRecords (default 50 ms).
@@ -120,14 +129,38 @@ type Options struct {
 	ConsumerFunctionTimeout   time.Duration
 	ConsumerVisibilityTimeout time.Duration
 	ConsumerMaxReceiveCount   int
+	// ConsumerMaxConcurrency is each consumer's SQS event source mapping
+	// MaximumConcurrency (default config.DefaultConsumerMaxConcurrency, as
+	// the CDK stack deploys it).
+	ConsumerMaxConcurrency int
+	// SweepEvery is how often each ordered consumer's queue gets a
+	// resequencer sweep tick (default config.ResequencerSweepInterval, as
+	// the CDK stack's schedule).
+	SweepEvery time.Duration
 	// RelayFunctionTimeout is the relay's function timeout as the stream
 	// event source mapping invokes it (default config.DefaultRelayTimeout).
 	// Like the CDK construct, Start refuses one shorter than
 	// relay.MinFunctionTimeout of the relay's configuration.
 	RelayFunctionTimeout time.Duration
 	// DataFile keeps the started Dynoxide's data in this SQLite file across
-	// restarts (ignored with Endpoint). Default: in memory.
+	// restarts. Default: in memory. With Endpoint the server there keeps
+	// the data: Start refuses the pair (ErrDataFileWithEndpoint).
 	DataFile string
+	// RuntimeStateFile keeps the local runtime's state in a journal file
+	// (pkg/localstate) across restarts, as AWS keeps it in durable
+	// services: the messages of every SQS queue (the consumers' queues and
+	// DLQs, the parked-records queue, the stream event source mapping's
+	// on-failure destination) in flight or not, with their receive counts
+	// and visibility deadlines; the events the bus accepted and had not
+	// delivered, and its rule dead letters; the fulfilment provider's
+	// shipments and idempotency answers. Each change is written before it
+	// is acknowledged, so a stop by SIGTERM or SIGKILL loses nothing that
+	// the DynamoDB data says was delivered. The journal is bound to the
+	// outbox table's stream: state of a former data set (tables recreated)
+	// is discarded with a warning. Default: DataFile + ".state" with
+	// DataFile; without it, in memory (with Endpoint a warning says that a
+	// stop loses the queues while the server keeps the data).
+	RuntimeStateFile string
 	// CheckpointFile keeps the stream event source mapping's checkpoints
 	// across restarts (saved every second and at Close); a restarted stack
 	// resumes after them instead of reading the stream from its start.
@@ -208,11 +241,20 @@ func (o *Options) setDefaults() {
 	if o.ConsumerMaxReceiveCount == 0 {
 		o.ConsumerMaxReceiveCount = config.DefaultConsumerMaxReceiveCount
 	}
+	if o.ConsumerMaxConcurrency == 0 {
+		o.ConsumerMaxConcurrency = config.DefaultConsumerMaxConcurrency
+	}
+	if o.SweepEvery == 0 {
+		o.SweepEvery = config.ResequencerSweepInterval
+	}
 	if o.RelayFunctionTimeout == 0 {
 		o.RelayFunctionTimeout = config.DefaultRelayTimeout
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	if o.RuntimeStateFile == "" && o.DataFile != "" {
+		o.RuntimeStateFile = o.DataFile + ".state"
 	}
 }
 
@@ -225,11 +267,15 @@ type Stack struct {
 	// Settings are the function settings (table names, bus, ...).
 	Settings app.Settings
 
-	DDB            *dynamodb.Client
-	Streams        *dynamodbstreams.Client
-	Bus            *localrt.Bus
-	Poller         *localrt.StreamPoller
-	Scheduler      *localrt.Scheduler
+	DDB       *dynamodb.Client
+	Streams   *dynamodbstreams.Client
+	Bus       *localrt.Bus
+	Poller    *localrt.StreamPoller
+	Scheduler *localrt.Scheduler
+	// Sweeps are the ordered consumers' resequencer sweep schedules, by
+	// consumer name: each puts a scheduled event on the consumer's queue
+	// every Options.SweepEvery, as the CDK stack's schedule rule does.
+	Sweeps         map[string]*localrt.Scheduler
 	ParkedQueue    *localrt.MemoryQueue
 	OnFailureQueue *localrt.MemoryQueue
 	// AWSURL is the AWS front's URL (empty without Options.AWSAddr).
@@ -259,15 +305,26 @@ type Stack struct {
 	pollDone    chan struct{}
 
 	dynox   *dynoxide.Server
+	state   *localstate.Journal
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 	closeMu sync.Once
 }
 
+// ErrDataFileWithEndpoint: Options.DataFile (outboxdev's -data) was given
+// with Options.Endpoint (-endpoint, or AWS_ENDPOINT_URL_DYNAMODB): the data
+// file is for the Dynoxide the stack starts, and with an endpoint it starts
+// none.
+var ErrDataFileWithEndpoint = errors.New("devstack: DataFile (-data) keeps the data of the Dynoxide the stack starts, but with Endpoint (-endpoint, or AWS_ENDPOINT_URL_DYNAMODB) the server at that endpoint keeps the data and no Dynoxide starts: give one of them")
+
 // Start brings the whole stack up: server, tables, API, poller, bus and
 // scheduler. Stop it with Close. It returns an error if any part fails to
-// start (and stops what had started).
+// start (and stops what had started); ErrDataFileWithEndpoint before
+// anything starts when both are set.
 func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
+	if opts.DataFile != "" && opts.Endpoint != "" {
+		return nil, fmt.Errorf("%w (DataFile %q, Endpoint %q)", ErrDataFileWithEndpoint, opts.DataFile, opts.Endpoint)
+	}
 	opts.setDefaults()
 	log := opts.Logger
 	s := &Stack{log: log, Endpoint: opts.Endpoint}
@@ -346,13 +403,27 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	if err := s.createTables(ctx); err != nil {
 		return nil, err
 	}
+	store, err := s.openState(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
 
 	// Queues and bus stand in for SQS and EventBridge.
-	s.ParkedQueue = localrt.NewMemoryQueue(s.Settings.ParkedQueueURL)
-	s.OnFailureQueue = localrt.NewMemoryQueue("https://sqs.us-east-1.amazonaws.com/000000000000/" + p + "-relay-onfailure")
+	onFailureURL := "https://sqs.us-east-1.amazonaws.com/000000000000/" + p + "-relay-onfailure"
+	if store != nil {
+		if s.ParkedQueue, err = localrt.OpenMemoryQueue(s.Settings.ParkedQueueURL, store); err != nil {
+			return nil, err
+		}
+		if s.OnFailureQueue, err = localrt.OpenMemoryQueue(onFailureURL, store); err != nil {
+			return nil, err
+		}
+	} else {
+		s.ParkedQueue = localrt.NewMemoryQueue(s.Settings.ParkedQueueURL)
+		s.OnFailureQueue = localrt.NewMemoryQueue(onFailureURL)
+	}
 	if s.Bus, err = localrt.NewBus(localrt.BusConfig{
 		Name: s.Settings.EventBus, Source: s.Settings.Source, Logger: log,
-		TargetMaxAttempts: opts.BusTargetMaxAttempts,
+		TargetMaxAttempts: opts.BusTargetMaxAttempts, Store: store,
 	}); err != nil {
 		return nil, err
 	}
@@ -396,6 +467,9 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	if opts.Provider.APIKey == "" {
 		opts.Provider.APIKey = "local-provider-token"
 	}
+	if store != nil {
+		opts.Provider.Store = store
+	}
 	s.Provider = provider.New(opts.Provider)
 	if s.Settings.ProviderURL, err = s.Provider.Start("127.0.0.1:0"); err != nil {
 		return nil, fmt.Errorf("devstack: start the fulfilment provider: %w", err)
@@ -410,7 +484,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	s.Consumers = map[string]*ConsumerPath{}
 	for name, h := range map[string]localrt.EventHandler{routing.ConsumerLedger: s.Ledger.Handle, routing.ConsumerNotifier: s.Notifier.Handle,
 		routing.ConsumerFulfilment: s.Fulfilment.Handle} {
-		c, err := newConsumerPath(name, h, s.Settings, opts, log)
+		c, err := newConsumerPath(name, h, s.Settings, opts, store, log)
 		if err != nil {
 			return nil, err
 		}
@@ -420,6 +494,13 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 			target = opts.WrapQueueTarget(name, target)
 		}
 		s.Bus.SubscribeQueue(name, target, c.Queue.URL())
+	}
+	if err := s.addSweeps(opts, log); err != nil {
+		return nil, err
+	}
+	// Events the bus accepted and had not delivered when the stack stopped.
+	if _, err := s.Bus.Resume(); err != nil {
+		return nil, err
 	}
 
 	var streamHandler localrt.StreamHandler = s.Relay.Handle
@@ -477,7 +558,9 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		return nil, fmt.Errorf("devstack: listen on %s: %w%s", opts.APIAddr, err, portHolder(opts.APIAddr))
 	}
 	s.URL = "http://" + ln.Addr().String()
-	s.server = &http.Server{Handler: apiHandler, ReadHeaderTimeout: 5 * time.Second}
+	warnIfExposed(log, "the API", opts.APIAddr)
+	s.server = &http.Server{Handler: newHostGuard(apiHandler, []string{opts.APIAddr, ln.Addr().String()}, opts.AllowedHosts, denyAPI),
+		ReadHeaderTimeout: 5 * time.Second}
 
 	runCtx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
@@ -492,6 +575,9 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		s.goRun(func() { s.keepCheckpoints(runCtx, opts.CheckpointFile, streamARN) })
 	}
 	s.goRun(func() { _ = s.Scheduler.Run(runCtx) }) // returns nil when runCtx ends
+	for _, sw := range s.Sweeps {
+		s.goRun(func() { _ = sw.Run(runCtx) })
+	}
 	for _, c := range s.Consumers {
 		p := c.Poller
 		s.goRun(func() { _ = p.Run(runCtx) })
@@ -639,6 +725,11 @@ func (s *Stack) Close() {
 		}
 		if s.Provider != nil {
 			_ = s.Provider.Close(ctx)
+		}
+		if s.state != nil {
+			if err := s.state.Close(); err != nil {
+				s.log.Error("could not close the local runtime's state file", "file", s.state.Path(), "error", err)
+			}
 		}
 		if s.dynox != nil {
 			s.dynox.Stop()

@@ -3,6 +3,7 @@ package ledger_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"strconv"
 	"testing"
@@ -144,11 +145,12 @@ func TestLedgerRefusesForgedEvents(t *testing.T) {
 	mustBalance(t, f.ledger, "EUR", 100)
 }
 
-// setBalance stores a balance item directly (as many earlier bookings would).
-func setBalance(t *testing.T, f fixture, cur string, v int64) {
+// setBalance stores the balance shard of order orderID directly (as many
+// earlier bookings would).
+func setBalance(t *testing.T, f fixture, cur, orderID string, v int64) {
 	t.Helper()
 	_, err := f.env.DDB.PutItem(context.Background(), &dynamodb.PutItemInput{TableName: aws.String(f.table), Item: map[string]types.AttributeValue{
-		ledger.AttrPK:           &types.AttributeValueMemberS{Value: ledger.BalancePrefix + cur},
+		ledger.AttrPK:           &types.AttributeValueMemberS{Value: ledger.BalanceKey(cur, ledger.BalanceShard(orderID))},
 		ledger.AttrCurrency:     &types.AttributeValueMemberS{Value: cur},
 		ledger.AttrBalanceMinor: &types.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)},
 	}})
@@ -188,7 +190,7 @@ func TestLedgerBalanceNeverOverflows(t *testing.T) {
 			t.Parallel()
 			f := newAccountFixture(t, env)
 			if tt.start != 0 {
-				setBalance(t, f, "EUR", tt.start)
+				setBalance(t, f, "EUR", tt.env.AggregateID, tt.start)
 			}
 			err := f.ledger.Handle(context.Background(), delivery(t, tt.env))
 			if tt.overflow {
@@ -207,5 +209,60 @@ func TestLedgerBalanceNeverOverflows(t *testing.T) {
 			}
 			mustBalance(t, f.ledger, "EUR", tt.end)
 		})
+	}
+}
+
+// TestLedgerBalanceIsWriteSharded: bookings of one currency go to the
+// balance shard of their order (BalanceShard), so orders on different
+// shards update different items; Balance and Balances sum the shards and a
+// balance item written before sharding ("BALANCE#<currency>"); a sum past
+// the int64 range is an error, never a wrapped number.
+func TestLedgerBalanceIsWriteSharded(t *testing.T) {
+	t.Parallel()
+	env := ddbtest.New(t)
+	f := newAccountFixture(t, env)
+	ctx := context.Background()
+	// two orders on different shards
+	a, b := "o-a", ""
+	for i := range 1000 {
+		if id := fmt.Sprint("o-", i); ledger.BalanceShard(id) != ledger.BalanceShard(a) {
+			b = id
+			break
+		}
+	}
+	for _, id := range []string{a, b} {
+		if err := f.ledger.Handle(ctx, delivery(t, envelope(t, id, 2, order.EventOrderPaid, order.Paid{OrderID: id, AmountMinor: 250, Currency: "EUR"}))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []string{a, b} {
+		out, err := env.DDB.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(f.table), ConsistentRead: aws.Bool(true),
+			Key: map[string]types.AttributeValue{ledger.AttrPK: &types.AttributeValueMemberS{Value: ledger.BalanceKey("EUR", ledger.BalanceShard(id))}}})
+		if err != nil || out.Item == nil {
+			t.Fatalf("balance shard of %s: %v, %v", id, out.Item, err)
+		}
+	}
+	mustBalance(t, f.ledger, "EUR", 500)
+	// a balance item from before sharding counts too
+	if _, err := env.DDB.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(f.table), Item: map[string]types.AttributeValue{
+		ledger.AttrPK:           &types.AttributeValueMemberS{Value: ledger.BalancePrefix + "EUR"},
+		ledger.AttrBalanceMinor: &types.AttributeValueMemberN{Value: "1000"},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	mustBalance(t, f.ledger, "EUR", 1500)
+	if all, err := f.ledger.Balances(ctx); err != nil || all["EUR"] != 1500 || len(all) != 1 {
+		t.Fatalf("Balances = %v, %v; want EUR 1500", all, err)
+	}
+	// two shards near the bound: each is valid, their sum is not
+	setBalance(t, f, "USD", a, math.MaxInt64-10)
+	setBalance(t, f, "USD", b, 20)
+	if _, err := f.ledger.Balance(ctx, "USD"); !errors.Is(err, ledger.ErrBalanceOverflow) {
+		t.Fatalf("Balance past int64 = %v, want ErrBalanceOverflow", err)
+	}
+	for pk, want := range map[string]string{"BALANCE#EUR#07": "EUR", "BALANCE#EUR": "EUR", "ENTRY#x": "", "BALANCE#": ""} {
+		if got, ok := ledger.BalanceCurrency(pk); got != want || ok != (want != "") {
+			t.Errorf("BalanceCurrency(%q) = %q, %v", pk, got, ok)
+		}
 	}
 }

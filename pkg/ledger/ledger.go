@@ -22,10 +22,14 @@
 // the last applied sequence of each order ("ledger#SEQ#Order#<id>" in the
 // dedup table) in the same transaction as the booking, so a refund
 // (OrderCancelled with was_paid, sequence 3) is never booked before its
-// payment (OrderPaid, sequence 2): an early event is held and redelivered
-// (dedup.ErrSequenceGap), and dead-lettered as sequence_gap when the gap
-// does not close within Config.GapMaxReceives receives
-// (dedup.ConsumerConfig.Hold; docs/ORDERING.md).
+// payment (OrderPaid, sequence 2): an early event waits in the
+// resequencer's buffer in the dedup table (dedup.Resequencer) and is
+// booked right after its predecessor, by the invocation that books the
+// predecessor. Only an event the buffer cannot take falls back to being
+// held in the queue (dedup.ErrSequenceGap) and dead-lettered as
+// sequence_gap when the gap does not close within Config.GapMaxReceives
+// receives (dedup.ConsumerConfig.Hold; docs/ORDERING.md). Sweep drains what
+// a crash left in the buffer and reports its oldest age.
 //
 // # Exactly once
 //
@@ -78,19 +82,27 @@
 // # Table
 //
 // One table with a single string partition key "pk" (CreateTableInput):
-// "BALANCE#<currency>" items (AttrBalanceMinor, N, minor units) and
-// "ENTRY#<event_id>" items. Balance items are hot keys: every booking of a
-// currency updates the same item, which limits throughput to roughly 1,000
-// writes/s per currency and produces TransactionConflict under concurrency.
+// balance items (AttrBalanceMinor, N, minor units) and "ENTRY#<event_id>"
+// items. A currency's balance is write-sharded over BalanceShards items,
+// "BALANCE#<currency>#<nn>" (BalanceKey): a booking updates the shard of
+// its order (BalanceShard), so bookings of one currency spread over
+// BalanceShards partitions instead of one hot item (DynamoDB: 1,000 write
+// units/s per partition, 2 per transactional write: about 500 bookings/s
+// per item, so 32,000 per currency with 64 shards) and conflict only when
+// two bookings of the same shard meet. Balance sums the shards (one
+// BatchGetItem); a "BALANCE#<currency>" item written before sharding is
+// added to the sum, so existing tables keep their balances.
 package ledger
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -126,6 +138,38 @@ const (
 	BalancePrefix = "BALANCE#"
 	EntryPrefix   = "ENTRY#"
 )
+
+// BalanceShards is the number of balance items per currency. Fixed:
+// Balance reads exactly these (BatchGetItem takes up to 100 keys, so up to
+// 99 shards and the unsharded legacy item fit one call).
+const BalanceShards = 64
+
+// BalanceShard returns the shard (0..BalanceShards-1) of an order's
+// bookings: FNV-1a of the order id, so an order's payment and refund land
+// on the same item.
+func BalanceShard(orderID string) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(orderID))
+	return int(h.Sum32() % BalanceShards)
+}
+
+// BalanceKey returns the key of a currency's balance shard:
+// "BALANCE#<currency>#<nn>".
+func BalanceKey(currency string, shard int) string {
+	return fmt.Sprintf("%s%s#%02d", BalancePrefix, currency, shard)
+}
+
+// BalanceCurrency returns the currency of a balance item's key, sharded
+// ("BALANCE#EUR#07") or written before sharding ("BALANCE#EUR"), and false
+// for any other key.
+func BalanceCurrency(pk string) (string, bool) {
+	rest, ok := strings.CutPrefix(pk, BalancePrefix)
+	if !ok || rest == "" {
+		return "", false
+	}
+	cur, _, _ := strings.Cut(rest, "#")
+	return cur, cur != ""
+}
 
 // Entry directions.
 const (
@@ -167,11 +211,12 @@ const (
 
 // Client is the DynamoDB subset the Ledger calls, with the SDK's exact
 // signatures; *dynamodb.Client satisfies it. Scan is used only by the audit
-// helpers Balances and EntryCount.
+// helpers Balances and EntryCount; Query by the resequencer's sweep;
+// BatchGetItem by Balance.
 type Client interface {
-	dedup.TransactWriter
-	GetItem(ctx context.Context, params *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
+	dedup.BufferClient
 	Scan(ctx context.Context, params *dynamodb.ScanInput, optFns ...func(*dynamodb.Options)) (*dynamodb.ScanOutput, error)
+	BatchGetItem(ctx context.Context, params *dynamodb.BatchGetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error)
 }
 
 // Config configures a Ledger: dedup.ConsumerConfig. Dedup.Consumer defaults to
@@ -184,6 +229,7 @@ type Ledger struct {
 	client  Client
 	cfg     Config
 	applier *dedup.Applier
+	reseq   *dedup.Resequencer // nil: unordered, or the resequencer disabled
 	log     *slog.Logger
 }
 
@@ -194,19 +240,46 @@ func New(client Client, cfg Config) (*Ledger, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Ledger{client: client, cfg: c.Config, applier: c.Applier, log: c.Config.Logger}, nil
+	l := &Ledger{client: client, cfg: c.Config, applier: c.Applier, log: c.Config.Logger}
+	if l.reseq, err = c.Resequence(l.handle); err != nil {
+		return nil, err
+	}
+	return l, nil
 }
 
 // Handle books one EventBridge event (see the package doc for what is
-// booked). It returns nil when the event was applied, was a duplicate, moves
-// no money, or is of a type the ledger ignores; it returns an error when the
-// platform must redeliver or park the event (see "Errors and redelivery").
+// booked). It returns nil when the event was applied, was a duplicate, was
+// buffered until its predecessor is booked, moves no money, or is of a type
+// the ledger ignores; it returns an error when the platform must redeliver
+// or park the event (see "Errors and redelivery"). Buffered successors
+// that its booking makes next are booked before it returns
+// (dedup.Resequencer.Handle).
 // Errors for events retrying cannot fix wrap *sqsconsumer.PermanentError
 // with a reason (forged_source, forged_account, malformed_event, a
-// order.Reason* value, balance_overflow) and one of dedup.ErrMalformedEvent,
+// order.Reason* value, balance_overflow, sequence_conflict) and one of dedup.ErrMalformedEvent,
 // dedup.ErrForeignSource, dedup.ErrForeignAccount, ErrInvalidPayload,
 // ErrUnsupportedVersion or ErrBalanceOverflow.
 func (l *Ledger) Handle(ctx context.Context, ev events.EventBridgeEvent) error {
+	if l.reseq != nil {
+		return l.reseq.Handle(ctx, ev)
+	}
+	if dedup.IsSweepTick(ev) {
+		return nil // no buffer to sweep
+	}
+	return l.handle(ctx, ev)
+}
+
+// Sweep drains the order events a crash left waiting in the resequencer's
+// buffer and reports what still waits (dedup.Resequencer.Sweep); a zero
+// report when the ledger is unordered or its resequencer disabled.
+func (l *Ledger) Sweep(ctx context.Context) (dedup.SweepReport, error) {
+	if l.reseq == nil {
+		return dedup.SweepReport{}, nil
+	}
+	return l.reseq.Sweep(ctx)
+}
+
+func (l *Ledger) handle(ctx context.Context, ev events.EventBridgeEvent) error {
 	env, log, err := l.cfg.Accept(ctx, l.log, ev)
 	if err != nil {
 		return err
@@ -247,7 +320,7 @@ func (l *Ledger) Handle(ctx context.Context, ev events.EventBridgeEvent) error {
 			return err
 		}
 	}
-	applied, err := l.applier.Apply(ctx, env, effects)
+	outcome, err := l.applier.ApplyEvent(ctx, env, effects)
 	switch {
 	case errors.Is(err, dedup.ErrSequenceGap):
 		// An earlier event of the order is not booked yet: nothing was
@@ -255,21 +328,32 @@ func (l *Ledger) Handle(ctx context.Context, ev events.EventBridgeEvent) error {
 		return l.cfg.Hold(ctx, log, err)
 	case err != nil && b != nil && dedup.EffectConditionFailed(err, effectEntry):
 		// The entry exists though the marker did not: the marker expired and
-		// the event came back. The money moved the first time.
+		// the event came back. The money moved the first time. Ordered, the
+		// event is recorded as seen (marker and gate, no money) so the
+		// order's sequence advances past it.
 		log.WarnContext(ctx, "ledger: entry already booked; acknowledging redelivery")
+		if ordered {
+			if _, err := l.applier.ApplyEvent(ctx, env, nil); errors.Is(err, dedup.ErrSequenceGap) {
+				return l.cfg.Hold(ctx, log, err)
+			} else if err != nil {
+				return fmt.Errorf("ledger: record booked %s %s as seen: %w", env.EventType, env.EventID, err)
+			}
+		}
 		return nil
 	case err != nil && permanentTx(err):
 		reason, _ := dedup.PermanentReason(err)
 		log.ErrorContext(ctx, "ledger: event refused", "reason", reason, "error", err)
 		return sqsconsumer.Permanent(reason, fmt.Errorf("ledger: book %s %s: %w", env.EventType, env.EventID, err))
 	case err != nil && b != nil && dedup.EffectConditionFailed(err, effectBalance):
-		err = fmt.Errorf("%w: %s %d %s on %s (event %s)", ErrBalanceOverflow, b.direction, b.amount, b.currency, BalancePrefix+b.currency, env.EventID)
+		err = fmt.Errorf("%w: %s %d %s on %s (event %s)", ErrBalanceOverflow, b.direction, b.amount, b.currency, BalanceKey(b.currency, BalanceShard(b.orderID)), env.EventID)
 		log.ErrorContext(ctx, "ledger: event refused", "reason", ReasonBalanceOverflow, "error", err)
 		return sqsconsumer.Permanent(ReasonBalanceOverflow, err)
 	case err != nil:
 		log.ErrorContext(ctx, "ledger: booking failed; the event will be redelivered", "error", err)
 		return fmt.Errorf("ledger: book %s %s: %w", env.EventType, env.EventID, err)
-	case !applied:
+	case outcome == dedup.OutcomeBuffered:
+		log.InfoContext(ctx, "ledger: early event buffered; booked right after its predecessor")
+	case outcome == dedup.OutcomeDuplicate:
 		log.InfoContext(ctx, "ledger: duplicate delivery acknowledged")
 	case b == nil:
 		log.InfoContext(ctx, "ledger: no money moved; event recorded")
@@ -375,7 +459,7 @@ func (l *Ledger) effects(env outbox.Envelope, b booking, now time.Time) ([]types
 		}},
 		{Update: &types.Update{
 			TableName:                 table,
-			Key:                       pk(BalancePrefix + b.currency),
+			Key:                       pk(BalanceKey(b.currency, BalanceShard(b.orderID))),
 			UpdateExpression:          upd.Update(),
 			ConditionExpression:       upd.Condition(),
 			ExpressionAttributeNames:  upd.Names(),

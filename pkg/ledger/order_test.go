@@ -25,14 +25,26 @@ import (
 )
 
 // newOrderedFixture is newFixture with the ledger's default ordering
-// (dedup.Ordered) and gapMax receives before a gap is dead-lettered.
+// (dedup.Ordered, with the resequencer) and gapMax receives before a gap
+// the buffer cannot take is dead-lettered.
 func newOrderedFixture(t *testing.T, gapMax int) fixture {
+	return newOrderedFixtureWith(t, gapMax, dedup.ResequencerConfig{})
+}
+
+// newHoldingFixture is newOrderedFixture with the resequencer disabled: an
+// early event is held in its queue (the fallback for events the buffer
+// cannot take).
+func newHoldingFixture(t *testing.T, gapMax int) fixture {
+	return newOrderedFixtureWith(t, gapMax, dedup.ResequencerConfig{Disabled: true})
+}
+
+func newOrderedFixtureWith(t *testing.T, gapMax int, rc dedup.ResequencerConfig) fixture {
 	t.Helper()
 	env := ddbtest.New(t)
 	lt, dt := ddbtest.Name("ledger"), ddbtest.Name("dedup")
 	env.CreateTable(t, ledger.CreateTableInput(lt))
 	env.CreateTable(t, dedup.CreateTableInput(dt))
-	l, err := ledger.New(env.DDB, ledger.Config{Table: lt, GapMaxReceives: gapMax, Logger: quiet,
+	l, err := ledger.New(env.DDB, ledger.Config{Table: lt, GapMaxReceives: gapMax, Logger: quiet, Resequencer: rc,
 		Dedup: dedup.Config{Table: dt, MaxAttempts: 10, BaseBackoff: 5 * time.Millisecond, MaxBackoff: 100 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
@@ -69,14 +81,61 @@ func paidThenRefunded(t *testing.T, id string, amount int64) []outbox.Envelope {
 	}
 }
 
-// TestLedgerOrderedAppliesInSequence delivers one order's events in every
-// interesting arrival order; a held event goes back to the end of the
-// queue, as a message reported failed comes back. Whatever the arrival
-// order, the events are applied in sequence order (dedup markers'
-// applied_at, entries' booked_at), an event is refused while its
-// predecessor is missing (never booked early), and the money balances.
-func TestLedgerOrderedAppliesInSequence(t *testing.T) {
+// TestLedgerBufferedAppliesInSequence delivers one order's events once
+// each, in every arrival order of three: an early event is acknowledged at
+// once (buffered, nothing booked), and the delivery of its predecessor
+// books both, in sequence order (dedup markers' applied_at, entries'
+// booked_at). No event is ever delivered twice and the money balances.
+func TestLedgerBufferedAppliesInSequence(t *testing.T) {
 	f := newOrderedFixture(t, 0)
+	ctx := context.Background()
+	for _, arrival := range [][]int{{3, 1, 2}, {1, 3, 2}, {2, 3, 1}, {3, 2, 1}, {1, 2, 3}, {2, 1, 3}} {
+		t.Run(fmt.Sprint(arrival), func(t *testing.T) {
+			id := "ob-" + strings.Trim(strings.ReplaceAll(fmt.Sprint(arrival), " ", ""), "[]")
+			evs := paidThenRefunded(t, id, 500)
+			applied := 0 // the contiguous prefix delivered so far
+			delivered := map[int64]bool{}
+			for _, seq := range arrival {
+				if err := f.ledger.Handle(ctx, delivery(t, evs[seq-1])); err != nil {
+					t.Fatalf("seq %d: %v", seq, err)
+				}
+				delivered[int64(seq)] = true
+				for delivered[int64(applied+1)] {
+					applied++
+				}
+				for i, e := range evs {
+					if got, want := f.markerExists(t, e.EventID), i < applied; got != want {
+						t.Fatalf("after seq %d: sequence %d applied = %v, want %v", seq, e.Sequence, got, want)
+					}
+				}
+			}
+			for i := 1; i < len(evs); i++ {
+				if a, b := f.appliedAt(t, evs[i-1].EventID), f.appliedAt(t, evs[i].EventID); a.IsZero() || !a.Before(b) {
+					t.Fatalf("sequence %d applied at %s, sequence %d at %s", i, a, i+1, b)
+				}
+			}
+			paid, _, _ := f.ledger.Entry(ctx, evs[1].EventID)
+			refund, _, _ := f.ledger.Entry(ctx, evs[2].EventID)
+			if !paid.BookedAt.Before(refund.BookedAt) {
+				t.Fatalf("refund booked at %s, payment at %s", refund.BookedAt, paid.BookedAt)
+			}
+		})
+	}
+	mustBalance(t, f.ledger, "EUR", 0)
+	if left, err := dedup.ListBuffered(ctx, f.env.DDB, f.dedup, "ledger"); err != nil || len(left) != 0 {
+		t.Fatalf("buffer after every order completed: %v, %v", left, err)
+	}
+}
+
+// TestLedgerOrderedAppliesInSequence is the fallback without the buffer
+// (ResequencerConfig.Disabled): one order's events in every interesting
+// arrival order; a held event goes back to the end of the queue, as a
+// message reported failed comes back. Whatever the arrival order, the
+// events are applied in sequence order (dedup markers' applied_at,
+// entries' booked_at), an event is refused while its predecessor is
+// missing (never booked early), and the money balances.
+func TestLedgerOrderedAppliesInSequence(t *testing.T) {
+	f := newHoldingFixture(t, 0)
 	ctx := context.Background()
 	for _, arrival := range [][]int{{3, 1, 2}, {1, 3, 2}, {2, 3, 1}, {3, 2, 1}, {1, 2, 3}} {
 		t.Run(fmt.Sprint(arrival), func(t *testing.T) {
@@ -131,10 +190,41 @@ func TestLedgerOrderedAppliesInSequence(t *testing.T) {
 // TestLedgerNeverRefundsBeforePayment: an order placed (1); its refund
 // (OrderCancelled was_paid, 3) arrives before its payment (OrderPaid, 2).
 // An unordered ledger would book the refund first (the balance goes
-// negative); the ordered ledger holds it, books the payment, then the
-// refund. The balance never drops below zero.
+// negative); the ordered ledger buffers it, and the payment's delivery
+// books the payment, then the refund. The balance never drops below zero.
 func TestLedgerNeverRefundsBeforePayment(t *testing.T) {
 	f := newOrderedFixture(t, 0)
+	ctx := context.Background()
+	evs := paidThenRefunded(t, "o-rb", 900)
+	for i, e := range []outbox.Envelope{evs[0], evs[2]} {
+		if err := f.ledger.Handle(ctx, delivery(t, e)); err != nil {
+			t.Fatalf("delivery %d: %v", i, err)
+		}
+	}
+	mustBalance(t, f.ledger, "EUR", 0)
+	if _, booked, _ := f.ledger.Entry(ctx, evs[2].EventID); booked {
+		t.Fatal("refund booked before its payment")
+	}
+	left, err := dedup.ListBuffered(ctx, f.env.DDB, f.dedup, "ledger")
+	if err != nil || len(left) != 1 || left[0].Sequence != 3 || left[0].EventID != evs[2].EventID {
+		t.Fatalf("buffered = %+v, %v; want the refund (sequence 3)", left, err)
+	}
+	if err := f.ledger.Handle(ctx, delivery(t, evs[1])); err != nil {
+		t.Fatal(err)
+	}
+	mustBalance(t, f.ledger, "EUR", 0)
+	paid, _, _ := f.ledger.Entry(ctx, evs[1].EventID)
+	refund, booked, _ := f.ledger.Entry(ctx, evs[2].EventID)
+	if !booked || !paid.BookedAt.Before(refund.BookedAt) {
+		t.Fatalf("refund booked=%v at %s, payment at %s", booked, refund.BookedAt, paid.BookedAt)
+	}
+}
+
+// TestLedgerHoldingNeverRefundsBeforePayment is the same without the
+// buffer: the ordered ledger holds the refund (a *GapError, redelivered),
+// books the payment, then the refund.
+func TestLedgerHoldingNeverRefundsBeforePayment(t *testing.T) {
+	f := newHoldingFixture(t, 0)
 	ctx := context.Background()
 	evs := paidThenRefunded(t, "o-r", 900)
 	if err := f.ledger.Handle(ctx, delivery(t, evs[0])); err != nil {
@@ -243,9 +333,12 @@ func sqsMessage(t *testing.T, e outbox.Envelope, n int) events.SQSMessage {
 // reason sequence_gap and the missing range; nothing is booked. Redriven
 // (new messages, receive count 1) after the missing event, the held event
 // applies in order.
+//
+// This is the fallback path (the resequencer disabled, or an event the
+// buffer cannot take); with the buffer, see TestLedgerGapWaitsInBuffer.
 func TestLedgerSequenceGapDeadLettered(t *testing.T) {
 	const gapMax = 4
-	f := newOrderedFixture(t, gapMax)
+	f := newHoldingFixture(t, gapMax)
 	ctx := context.Background()
 	d := &dlq{}
 	h, err := sqsconsumer.New(f.ledger.Handle, sqsconsumer.Config{Name: "ledger", DLQ: d, DLQURL: "https://sqs/dlq", Logger: quiet})
@@ -288,5 +381,70 @@ func TestLedgerSequenceGapDeadLettered(t *testing.T) {
 	mustBalance(t, f.ledger, "EUR", 0)
 	if n, err := f.ledger.EntryCount(ctx); err != nil || n != 2 {
 		t.Fatalf("EntryCount = %d, %v; want 2", n, err)
+	}
+}
+
+// TestLedgerStartingPointAfterRunningUnordered is the new user's case: the
+// ledger ran unordered and booked an order's events 1 and 2 (the payment);
+// it is redeployed ordered and receives the refund (3). Without a starting
+// point the refund waits in the buffer (not dead-lettered, not lost, the
+// balance unchanged); replaying the order's history (outboxctl replay, or a
+// backfill) finds events 1 and 2 applied (their markers), so the gate
+// adopts them instead of booking them again, and the refund is booked: the
+// balance is right.
+func TestLedgerStartingPointAfterRunningUnordered(t *testing.T) {
+	f := newFixture(t) // unordered
+	ctx := context.Background()
+	evs := paidThenRefunded(t, "o-switch", 800)
+	for _, e := range evs[:2] {
+		if err := f.ledger.Handle(ctx, delivery(t, e)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustBalance(t, f.ledger, "EUR", 800)
+	ordered, err := ledger.New(f.env.DDB, ledger.Config{Table: f.table, Logger: quiet, Dedup: dedup.Config{Table: f.dedup}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ordered.Handle(ctx, delivery(t, evs[2])); err != nil {
+		t.Fatalf("the refund after the switch: %v", err)
+	}
+	mustBalance(t, f.ledger, "EUR", 800)
+	if b, err := dedup.ListBuffered(ctx, f.env.DDB, f.dedup, "ledger"); err != nil || len(b) != 1 || b[0].Sequence != 3 {
+		t.Fatalf("buffered = %+v, %v; want the refund waiting", b, err)
+	}
+	for _, e := range evs[:2] { // the replay
+		if err := ordered.Handle(ctx, delivery(t, e)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustBalance(t, f.ledger, "EUR", 0)
+	if n, err := f.ledger.EntryCount(ctx); err != nil || n != 2 {
+		t.Fatalf("EntryCount = %d, %v; want 2 (payment once, refund once)", n, err)
+	}
+}
+
+// TestLedgerStartingPointJoinsLate: a new ledger joins a running system;
+// an order it never saw already has events 1..2 (paid before the ledger
+// existed). Its refund (3) waits; the operator declares the starting point
+// from the orders' current versions (outboxctl consumer-baseline), the
+// sweep books the refund alone (the payment belongs to the time before).
+func TestLedgerStartingPointJoinsLate(t *testing.T) {
+	f := newOrderedFixtureWith(t, 0, dedup.ResequencerConfig{SweepMinAge: time.Nanosecond})
+	ctx := context.Background()
+	evs := paidThenRefunded(t, "o-late", 600)
+	if err := f.ledger.Handle(ctx, delivery(t, evs[2])); err != nil {
+		t.Fatal(err)
+	}
+	mustBalance(t, f.ledger, "EUR", 0)
+	if set, err := dedup.SetBaseline(ctx, f.env.DDB, f.dedup, "ledger", order.AggregateType, "o-late", 2, time.Now()); err != nil || !set {
+		t.Fatalf("SetBaseline = %v, %v", set, err)
+	}
+	if rep, err := f.ledger.Sweep(ctx); err != nil || rep.Drained != 1 || rep.Buffered != 0 {
+		t.Fatalf("Sweep = %+v, %v", rep, err)
+	}
+	mustBalance(t, f.ledger, "EUR", -600)
+	if _, booked, _ := f.ledger.Entry(ctx, evs[2].EventID); !booked {
+		t.Fatal("the refund after the starting point was not booked")
 	}
 }

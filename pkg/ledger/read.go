@@ -3,10 +3,12 @@ package ledger
 import (
 	"context"
 	"fmt"
-	"strings"
+	"math"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
@@ -22,24 +24,50 @@ type Entry struct {
 	BookedAt    time.Time `dynamodbav:"booked_at"`
 }
 
-// balance is the shape of a "BALANCE#<currency>" item.
+// balance is the shape of a balance item (BalanceKey, or the unsharded
+// "BALANCE#<currency>" of tables written before sharding).
 type balance struct {
 	PK           string `dynamodbav:"pk"`
 	BalanceMinor int64  `dynamodbav:"balance_minor"`
 }
 
-// Balance returns the balance of currency in minor units with a strongly
-// consistent GetItem; 0 when nothing was booked in that currency.
+// Balance returns the balance of currency in minor units: the sum of its
+// BalanceShards items and of an unsharded item left from before sharding,
+// read with strongly consistent BatchGetItem calls (unprocessed keys are
+// read again, bounded by CallTimeout per call); 0 when nothing was booked in
+// that currency. It returns ErrBalanceOverflow when the sum leaves the
+// int64 range (each item is kept inside it, their sum need not be), and
+// the read's error otherwise.
 func (l *Ledger) Balance(ctx context.Context, currency string) (int64, error) {
-	item, err := l.get(ctx, BalancePrefix+currency)
-	if err != nil || item == nil {
-		return 0, err
+	keys := []map[string]types.AttributeValue{pk(BalancePrefix + currency)}
+	for i := range BalanceShards {
+		keys = append(keys, pk(BalanceKey(currency, i)))
 	}
-	var b balance
-	if err := attributevalue.UnmarshalMap(item, &b); err != nil {
-		return 0, fmt.Errorf("ledger: decode balance %s: %w", currency, err)
+	in := &dynamodb.BatchGetItemInput{RequestItems: map[string]types.KeysAndAttributes{
+		l.cfg.Table: {Keys: keys, ConsistentRead: aws.Bool(true)},
+	}}
+	var sum int64
+	for len(in.RequestItems) > 0 {
+		cctx, cancel := context.WithTimeout(ctx, l.cfg.CallTimeout)
+		out, err := l.client.BatchGetItem(cctx, in)
+		cancel()
+		if err != nil {
+			return 0, fmt.Errorf("ledger: read balance %s: %w", currency, err)
+		}
+		var bs []balance
+		if err := attributevalue.UnmarshalListOfMaps(out.Responses[l.cfg.Table], &bs); err != nil {
+			return 0, fmt.Errorf("ledger: decode balance %s: %w", currency, err)
+		}
+		for _, b := range bs {
+			v := b.BalanceMinor
+			if v > 0 && sum > math.MaxInt64-v || v < 0 && sum < math.MinInt64-v {
+				return 0, fmt.Errorf("%w: the shards of %s sum past int64", ErrBalanceOverflow, currency)
+			}
+			sum += v
+		}
+		in.RequestItems = out.UnprocessedKeys
 	}
-	return b.BalanceMinor, nil
+	return sum, nil
 }
 
 // Entry returns the entry booked for an event id (strongly consistent
@@ -69,7 +97,9 @@ func (l *Ledger) Balances(ctx context.Context) (map[string]int64, error) {
 			return fmt.Errorf("ledger: decode balances: %w", err)
 		}
 		for _, b := range bs {
-			out[strings.TrimPrefix(b.PK, BalancePrefix)] = b.BalanceMinor
+			if cur, ok := BalanceCurrency(b.PK); ok {
+				out[cur] += b.BalanceMinor
+			}
 		}
 		return nil
 	})

@@ -39,7 +39,20 @@ type cancelClient struct {
 	commits int
 	// last is the ordering item's last_sequence GetItem returns (0: no item).
 	last int64
+	// noEffects: the event's Apply transaction has no effect actions, so
+	// any commit is the apply (else only commits with an effect are).
+	noEffects bool
+	// buffered counts committed resequencer buffer writes (a buffer item
+	// Put and the gate's ADD: they always commit here).
+	buffered int
+	// seen counts committed transactions without the consumer's effect
+	// (marker and gate only: an event recorded as seen).
+	seen int
 }
+
+// roleBuffer is the resequencer's buffer item Put (its transaction always
+// commits in this fake).
+const roleBuffer = "buffer"
 
 // GetItem answers the ordered ledger's read of its ordering item.
 func (c *cancelClient) GetItem(_ context.Context, in *dynamodb.GetItemInput, _ ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
@@ -58,6 +71,9 @@ func ledgerRole(it types.TransactWriteItem) string {
 		return roleBalance
 	}
 	pk, _ := it.Put.Item["pk"].(*types.AttributeValueMemberS)
+	if pk != nil && strings.Contains(pk.Value, dedup.BufferInfix) {
+		return roleBuffer
+	}
 	if pk != nil && strings.HasPrefix(pk.Value, ledger.EntryPrefix) {
 		return roleEntry
 	}
@@ -69,7 +85,16 @@ func (c *cancelClient) TransactWriteItems(_ context.Context, in *dynamodb.Transa
 	defer c.mu.Unlock()
 	c.calls++
 	reasons := make([]types.CancellationReason, len(in.TransactItems))
-	cancel := false
+	cancel, effect := false, false
+	for _, it := range in.TransactItems {
+		switch r := ledgerRole(it); {
+		case r == roleBuffer:
+			c.buffered++
+			return &dynamodb.TransactWriteItemsOutput{}, nil
+		case r != roleMarker && r != roleGate:
+			effect = true
+		}
+	}
 	for i, it := range in.TransactItems {
 		code := c.codes[ledgerRole(it)]
 		if code == "" {
@@ -81,7 +106,11 @@ func (c *cancelClient) TransactWriteItems(_ context.Context, in *dynamodb.Transa
 	if cancel {
 		return nil, &types.TransactionCanceledException{Message: aws.String("Transaction cancelled"), CancellationReasons: reasons}
 	}
-	c.commits++
+	if effect || c.noEffects {
+		c.commits++
+	} else {
+		c.seen++
+	}
 	return &dynamodb.TransactWriteItemsOutput{}, nil
 }
 
@@ -98,6 +127,9 @@ var (
 	// held: an ordered consumer's event is early (dedup.ErrSequenceGap);
 	// nothing written, redelivered (dead-lettered past GapMaxReceives).
 	held = consumerOutcome{kind: "held"}
+	// bufferedOutcome: an ordered consumer's early event is stored in the
+	// resequencer's buffer and acknowledged.
+	bufferedOutcome = consumerOutcome{kind: "buffered"}
 )
 
 func permanent(reason string) consumerOutcome {
@@ -188,7 +220,7 @@ func TestLedgerCancellationOutcomes(t *testing.T) {
 			}
 			t.Run(sh.name+"/"+strings.Join(parts, ","), func(t *testing.T) {
 				t.Parallel()
-				client := &cancelClient{codes: c}
+				client := &cancelClient{codes: c, noEffects: len(sh.roles) == 1}
 				l, err := ledger.New(client, ledger.Config{Ordering: dedup.Unordered, Table: "ledger", Logger: quiet, Dedup: dedup.Config{Table: "dedup",
 					MaxAttempts: consumerAttempts, BaseBackoff: time.Nanosecond, MaxBackoff: time.Nanosecond}})
 				if err != nil {
@@ -202,7 +234,7 @@ func TestLedgerCancellationOutcomes(t *testing.T) {
 						break
 					}
 				}
-				got := observe(err, client.commits)
+				got := observe(err, client)
 				if got != want {
 					t.Fatalf("rule %q: got %+v (err %v), want %+v", rule, got, err, want)
 				}
@@ -215,7 +247,7 @@ func TestLedgerCancellationOutcomes(t *testing.T) {
 }
 
 // observe classifies Handle's result.
-func observe(err error, commits int) consumerOutcome {
+func observe(err error, c *cancelClient) consumerOutcome {
 	if p, ok := sqsconsumer.AsPermanent(err); ok {
 		return permanent(p.Reason)
 	}
@@ -224,8 +256,10 @@ func observe(err error, commits int) consumerOutcome {
 		return held
 	case err != nil:
 		return retryOutcome
-	case commits > 0:
+	case c.commits > 0:
 		return applied
+	case c.buffered > 0:
+		return bufferedOutcome
 	}
 	return duplicate
 }
@@ -242,24 +276,35 @@ var gateLast = map[string]int64{gateBehind: 2, gateEarly: 0, gateMoved: 1}
 
 // orderedLedgerRules is the outcome precedence of an ordered ledger
 // delivery: the marker first, then the ordering gate (decided by reading
-// the ordering item), then ledgerRules.
+// the ordering item: an early event goes to the resequencer's buffer), then
+// ledgerRules — except that an entry found booked (its marker expired) is
+// recorded as seen, a second transaction of marker and gate, so the
+// order's sequence advances: it is a duplicate only if that commits.
 func orderedLedgerRules(state string) []consumerRule {
 	gate := is(roleGate, outbox.ReasonConditionalCheckFailed)
+	entryExists := is(roleEntry, outbox.ReasonConditionalCheckFailed)
 	rules := []consumerRule{
 		{"committed", allNone, applied},
 		{"marker exists", is(roleMarker, outbox.ReasonConditionalCheckFailed), duplicate},
 	}
+	seen := []consumerRule{
+		{"entry exists (marker expired); recorded as seen", func(c map[string]string) bool {
+			return entryExists(c) && c[roleMarker] == outbox.ReasonNone && c[roleGate] == outbox.ReasonNone
+		}, duplicate},
+		{"entry exists; recording it as seen fails for now", entryExists, retryOutcome},
+	}
+	rest := append(seen, ledgerRules[3:]...)
 	switch state {
 	case gateBehind:
 		rules = append(rules, consumerRule{"gate: sequence <= last", gate, duplicate})
 	case gateEarly:
-		rules = append(rules, consumerRule{"gate: sequence > last+1", gate, held})
+		rules = append(rules, consumerRule{"gate: sequence > last+1: buffered", gate, bufferedOutcome})
 	case gateMoved:
 		// The gate's failure counts as a conflict: the other reasons
 		// decide as in ledgerRules, else re-sent until the retries end.
-		return append(append(rules, ledgerRules[1:]...), consumerRule{"gate moved: a conflict", gate, retryOutcome})
+		return append(append(rules, rest...), consumerRule{"gate moved: a conflict", gate, retryOutcome})
 	}
-	return append(rules, ledgerRules[1:]...)
+	return append(rules, rest...)
 }
 
 // TestLedgerOrderedCancellationOutcomes: the ordered ledger's transactions
@@ -295,7 +340,7 @@ func TestLedgerOrderedCancellationOutcomes(t *testing.T) {
 				}
 				t.Run(sh.name+"/"+strings.Join(parts, ",")+"/"+state, func(t *testing.T) {
 					t.Parallel()
-					client := &cancelClient{codes: c, last: gateLast[state]}
+					client := &cancelClient{codes: c, last: gateLast[state], noEffects: len(sh.roles) == 2}
 					l, err := ledger.New(client, ledger.Config{Table: "ledger", Logger: quiet, Dedup: dedup.Config{Table: "dedup",
 						MaxAttempts: consumerAttempts, BaseBackoff: time.Nanosecond, MaxBackoff: time.Nanosecond}})
 					if err != nil {
@@ -309,12 +354,21 @@ func TestLedgerOrderedCancellationOutcomes(t *testing.T) {
 							break
 						}
 					}
-					got := observe(err, client.commits)
+					got := observe(err, client)
 					if got != want {
 						t.Fatalf("rule %q: got %+v (err %v), want %+v", rule, got, err, want)
 					}
-					if want == retryOutcome && client.calls != consumerAttempts {
-						t.Fatalf("rule %q: %d attempts, want %d", rule, client.calls, consumerAttempts)
+					wantCalls := consumerAttempts
+					if strings.HasPrefix(rule, "entry exists") {
+						// the booking, then the "seen" transaction: retried
+						// unless a reason repeating cannot fix is there
+						wantCalls = 2
+						if !has(outbox.ReasonValidation, outbox.ReasonItemCollectionSize)(map[string]string{"m": c[roleMarker], "g": c[roleGate]}) {
+							wantCalls = 1 + consumerAttempts
+						}
+					}
+					if want == retryOutcome && client.calls != wantCalls {
+						t.Fatalf("rule %q: %d attempts, want %d", rule, client.calls, wantCalls)
 					}
 				})
 			}

@@ -106,6 +106,15 @@ type BusConfig struct {
 	Now func() time.Time
 	// Logger receives the bus's logs (default slog.Default()).
 	Logger *slog.Logger
+	// Store, when set, keeps what EventBridge would still hold after the
+	// local stack stops: each accepted entry's delivery to each matching
+	// target is written before PutEvents answers (an entry that cannot be
+	// kept fails with the retryable InternalFailure) and forgotten once the
+	// target took it; dead letters are kept too. NewBus restores the dead
+	// letters, Resume the deliveries, and Close leaves deliveries it
+	// interrupts kept for the next start instead of dead-lettering them.
+	// nil: in memory only.
+	Store StateStore
 }
 
 func (c *BusConfig) setDefaults() {
@@ -263,6 +272,11 @@ func NewBus(cfg BusConfig) (*Bus, error) {
 	}
 	b.stats = BusStats{FailedEntries: map[string]int64{}, Deliveries: map[string]int64{}, Attempts: map[string]int64{}, Retries: map[string]int64{}, DeadLettered: map[string]int64{}}
 	b.closeCtx, b.cancelAll = context.WithCancel(context.Background())
+	if cfg.Store != nil {
+		if err := b.restoreDeadLetters(); err != nil {
+			return nil, err
+		}
+	}
 	return b, nil
 }
 
@@ -324,7 +338,9 @@ func (b *Bus) SubscribeQueue(consumer string, q MessageSender, url string) {
 //
 // Each accepted entry gets a fresh UUID v4 EventId and is routed
 // asynchronously; PutEvents does not wait for deliveries (use WaitIdle).
-// After Close it fails with Code "InternalException".
+// With a Store, an entry whose deliveries cannot be kept fails with
+// "InternalFailure" (retryable). After Close it fails with Code
+// "InternalException".
 func (b *Bus) PutEvents(ctx context.Context, params *eventbridge.PutEventsInput, _ ...func(*eventbridge.Options)) (*eventbridge.PutEventsOutput, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -374,6 +390,7 @@ func (b *Bus) PutEvents(ctx context.Context, params *eventbridge.PutEventsInput,
 	now := b.cfg.Now().UTC()
 	out := &eventbridge.PutEventsOutput{Entries: make([]ebtypes.PutEventsResultEntry, len(params.Entries))}
 	type acceptedEvent struct {
+		i           int
 		raw         json.RawMessage
 		traceHeader string
 	}
@@ -411,10 +428,14 @@ func (b *Bus) PutEvents(ctx context.Context, params *eventbridge.PutEventsInput,
 		// EventBridge hands the entry's X-Ray TraceHeader to the targets
 		// (an SQS target gets it as the AWSTraceHeader system attribute), not
 		// inside the event: https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-related-service-xray.html
-		accepted = append(accepted, acceptedEvent{raw, aws.ToString(e.TraceHeader)})
+		accepted = append(accepted, acceptedEvent{i, raw, aws.ToString(e.TraceHeader)})
 	}
 	for _, a := range accepted {
-		b.route(a.raw, a.traceHeader)
+		if err := b.route(a.raw, a.traceHeader); err != nil {
+			out.Entries[a.i] = ebtypes.PutEventsResultEntry{ErrorCode: aws.String("InternalFailure"), ErrorMessage: aws.String(err.Error())}
+			out.FailedEntryCount++
+			b.count(func(s *BusStats) { s.FailedEntries["InternalFailure"]++ })
+		}
 	}
 	return out, nil
 }
@@ -478,14 +499,13 @@ func entrySize(e ebtypes.PutEventsRequestEntry) int {
 }
 
 // route records an accepted event and starts one delivery per matching
-// rule with a subscribed consumer.
-func (b *Bus) route(raw json.RawMessage, traceHeader string) {
+// rule with a subscribed consumer, each kept in the Store first (an error:
+// nothing was started or kept).
+func (b *Bus) route(raw json.RawMessage, traceHeader string) error {
 	v, _ := decodeJSON(raw)
 	m, _ := v.(map[string]any)
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.stats.Accepted++
-	b.accepted = append(b.accepted, raw)
+	var ds []delivery
 	matched := false
 	for _, r := range b.rules {
 		if !r.pattern.Match(m) {
@@ -498,17 +518,41 @@ func (b *Bus) route(raw json.RawMessage, traceHeader string) {
 			b.log.Warn("rule matched but its consumer has no handler", "rule", r.rule.Name, "consumer", r.rule.Consumer)
 			continue
 		}
+		ds = append(ds, delivery{id: uuid.NewString(), rule: r.rule, target: t, raw: raw, traceHeader: traceHeader})
+	}
+	b.mu.Unlock()
+	if err := b.keepDeliveries(ds); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.stats.Accepted++
+	b.accepted = append(b.accepted, raw)
+	for _, d := range ds {
 		b.inflight++
-		go b.deliver(r.rule, t, raw, traceHeader)
+		go b.deliver(d)
 	}
 	if !matched {
 		b.stats.Unmatched++
 	}
+	return nil
 }
 
-// deliver runs the target's attempts and dead-letters on exhaustion.
-func (b *Bus) deliver(rule routing.Rule, t busTarget, raw json.RawMessage, traceHeader string) {
+// delivery is one accepted event on its way to one rule target.
+type delivery struct {
+	id          string
+	rule        routing.Rule
+	target      busTarget
+	raw         json.RawMessage
+	traceHeader string
+}
+
+// deliver runs the target's attempts and dead-letters on exhaustion. With
+// a Store, a delivery interrupted by Close stays kept (not dead-lettered)
+// for Resume after a restart.
+func (b *Bus) deliver(d delivery) {
 	defer b.done()
+	rule, t, raw, traceHeader := d.rule, d.target, d.raw, d.traceHeader
 	consumer := rule.Consumer
 	ctx := b.closeCtx
 	var lastErr error
@@ -537,11 +581,20 @@ func (b *Bus) deliver(rule routing.Rule, t busTarget, raw json.RawMessage, trace
 		}
 		if lastErr == nil {
 			b.count(func(s *BusStats) { s.Deliveries[consumer]++ })
+			b.forgetDelivery(d.id)
 			return
+		}
+		if b.cfg.Store != nil && ctx.Err() != nil {
+			break
 		}
 		b.log.Warn("delivery failed", "consumer", consumer, "rule", rule.Name, "id", ev.ID, "attempt", attempt, "error", lastErr)
 	}
+	if b.cfg.Store != nil && ctx.Err() != nil {
+		b.log.Info("delivery kept for the next start (bus closed)", "consumer", consumer, "rule", rule.Name, "id", ev.ID)
+		return
+	}
 	dl := DeadLetter{Consumer: consumer, Rule: rule.Name, EventJSON: raw, Event: ev, Attempts: attempt, Error: fmt.Sprint(lastErr), At: time.Now()}
+	b.keepDeadLetter(d.id, dl)
 	b.mu.Lock()
 	b.dead = append(b.dead, dl)
 	b.stats.DeadLettered[consumer]++
@@ -625,8 +678,9 @@ func (b *Bus) WaitIdle(ctx context.Context) error {
 func (b *Bus) Drain(ctx context.Context) error { return b.WaitIdle(ctx) }
 
 // Close refuses further PutEvents, cancels the context of in-flight
-// deliveries (pending retries are dead-lettered) and waits for them, or
-// until ctx ends.
+// deliveries and waits for them, or until ctx ends. Pending retries are
+// dead-lettered — or, with a Store, kept for Resume after a restart, as
+// EventBridge would still hold them.
 func (b *Bus) Close(ctx context.Context) error {
 	b.mu.Lock()
 	b.closed = true

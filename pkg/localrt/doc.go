@@ -25,6 +25,10 @@
 //     every interval.
 //   - MemoryQueue is an in-memory SQS SendMessage target with SQS's body
 //     rules (the parked-records DLQ and the on-failure destination).
+//   - With a StateStore (localstate.Journal), the queues (SQSQueueConfig.Store,
+//     OpenMemoryQueue) and the bus (BusConfig.Store, Resume) keep what AWS
+//     would still hold across a restart of the process: messages in flight
+//     or not, undelivered events, dead letters.
 //   - Every handler gets its function timeout as its context deadline, and an
 //     answer after the deadline is discarded, as Lambda discards it.
 //

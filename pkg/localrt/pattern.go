@@ -96,18 +96,26 @@ const (
 //     whether or not the parent object exists; {"exists": true} when it has
 //     one (so not for [] or an object value) — "Exists matching only works
 //     on leaf nodes".
-//   - Exact values: strings character by character; numbers by their JSON
-//     text ("For numbers, EventBridge uses string representation. For
-//     example, 300, 300.0, and 3.0e2 are not considered equal"); true,
-//     false, null as literals.
+//   - Exact values: strings character by character; true, false, null as
+//     literals; numbers by value when both are within -5.0e9..+5.0e9,
+//     compared at six decimal places (300, 300.0 and 3.0e2 are equal), and
+//     by their JSON text otherwise. The user guide says the opposite ("For
+//     numbers, EventBridge uses string representation. For example, 300,
+//     300.0, and 3.0e2 are not considered equal"); AWS's TestEventPattern
+//     answered true for [300] against 300.0, and Event Ruler compiles a
+//     number in a rule to a numeric equality beside its literal
+//     (JsonRuleCompiler): the recording is followed (docs/PATTERNS.md).
 //   - prefix, suffix, equals-ignore-case, wildcard and cidr match string
 //     values only; numeric matches JSON numbers only, in -5.0e9..+5.0e9,
 //     compared at six decimal places (values are scaled by 1e6 and
 //     truncated, as Event Ruler's ComparableNumber does).
-//   - anything-but matches a present value that is not excluded; values of
-//     the other JSON type than the anything-but list (a number against a
-//     string list, say) do not match (where the docs are silent the
-//     stricter reading is used).
+//   - anything-but matches a present leaf that is not excluded. Its string
+//     forms (a string, a string list, prefix, suffix, equals-ignore-case,
+//     wildcard) exclude only strings, so they match null, true, false and
+//     numbers; its numeric forms exclude only numbers within ±5.0e9, so they
+//     match every other leaf (recorded on AWS for null and numbers; Event
+//     Ruler's ByteMachine for the rest). A field without a leaf (absent, []
+//     or an object) matches no anything-but.
 //   - "$or": [obj, obj, ...] (two or more objects) ORs sub-patterns at any
 //     object level.
 //
@@ -363,7 +371,11 @@ func (c compiler) leaf(alts []any, path string) ([]matcher, error) {
 		case string:
 			out = append(out, matcher{kind: mExact, value: jsonString(a)})
 		case json.Number:
-			out = append(out, matcher{kind: mExact, value: jsonNumber(a)})
+			m := matcher{kind: mExact, value: jsonNumber(a)}
+			// Event Ruler adds a numeric equality beside the literal when the
+			// number is within its comparable range (JsonRuleCompiler).
+			m.num, m.hasNum = comparableNumber(a)
+			out = append(out, m)
 		case bool:
 			out = append(out, matcher{kind: mExact, value: jsonBool(a)})
 		case nil:
@@ -671,8 +683,11 @@ type numRange struct {
 }
 
 type matcher struct {
-	kind       matcherKind
-	value      jsonValue
+	kind  matcherKind
+	value jsonValue
+	// num is an exact number's comparable form (hasNum: within ±5.0e9).
+	num        int64
+	hasNum     bool
 	exists     bool
 	str        string
 	ignoreCase bool
@@ -691,6 +706,13 @@ type matcher struct {
 func (m *matcher) matches(v jsonValue) bool {
 	switch m.kind {
 	case mExact:
+		if m.hasNum && v.kind == 'n' {
+			// By value at six decimal places; an event number outside the
+			// comparable range is read as text, which cannot equal an
+			// in-range number's text.
+			n, ok := comparableNumber(json.Number(v.s))
+			return ok && n == m.num
+		}
 		return v == m.value
 	case mExists:
 		return m.exists
@@ -745,14 +767,19 @@ func (m *matcher) matches(v jsonValue) bool {
 	return false
 }
 
+// anythingBut reports whether a present leaf passes an anything-but: the
+// numeric forms exclude only numbers within ±5.0e9 (Event Ruler reads
+// nothing else as a number), the string forms only strings (Event Ruler
+// matches them against the quoted value), so a leaf of another kind always
+// passes.
 func (m *matcher) anythingBut(v jsonValue) bool {
 	if m.abKind == abNumbers {
 		if v.kind != 'n' {
-			return false
+			return true
 		}
 		n, ok := comparableNumber(json.Number(v.s))
 		if !ok {
-			return false // outside AWS's numeric range: not modelled, no match
+			return true
 		}
 		for _, x := range m.abNumbers {
 			if x == n {
@@ -762,7 +789,7 @@ func (m *matcher) anythingBut(v jsonValue) bool {
 		return true
 	}
 	if v.kind != 's' {
-		return false
+		return true
 	}
 	for _, w := range m.abWildcards {
 		if w.match(v.s) {

@@ -30,6 +30,12 @@ const (
 	docRuler   = "Event Ruler README (the EventBridge engine)"
 	docLambda  = "Lambda invocation-eventfiltering"
 	docSNS     = "SNS numeric-value-matching (same pattern engine)"
+	// docRulerCode: Event Ruler's source, where its README is silent:
+	// JsonRuleCompiler adds numericEquals beside the literal for a number
+	// in a rule; ByteMachine matches anything-but string forms against
+	// quoted strings only, and numeric anything-but only against values
+	// it could read as numbers.
+	docRulerCode = "Event Ruler source (JsonRuleCompiler, ByteMachine)"
 )
 
 func runPatternCases(t *testing.T, d PatternDialect, tests []patternCase) {
@@ -62,8 +68,13 @@ func TestPatternOperators(t *testing.T) {
 		{"number same text big", `{"n":[12345678901234567890123456789012345678]}`, `{"n":12345678901234567890123456789012345678}`, true, docPattern},
 		{"number neighbour", `{"n":[12345678901234567890123456789012345678]}`, `{"n":12345678901234567890123456789012345679}`, false, docPattern},
 		{"number 300 vs 300", `{"n":[300]}`, `{"n":300}`, true, docPattern},
-		{"number 300 vs 300.0 (string representation)", `{"n":[300]}`, `{"n":300.0}`, false, docPattern},
-		{"number 300 vs 3.0e2 (string representation)", `{"n":[300]}`, `{"n":3.0e2}`, false, docPattern},
+		{"number 300 vs 300.0: equal (the user guide says not; AWS answered true)", `{"n":[300]}`, `{"n":300.0}`, true, recorded},
+		{"number 300 vs 3.0e2: equal", `{"n":[300]}`, `{"n":3.0e2}`, true, docRulerCode},
+		{"number 3.0e2 vs 300: equal", `{"n":[3.0e2]}`, `{"n":300}`, true, docRulerCode},
+		{"number equal to six decimal places", `{"n":[1.5]}`, `{"n":1.5000001}`, true, docRulerCode},
+		{"number differs at the sixth decimal", `{"n":[1.5]}`, `{"n":1.500001}`, false, docRulerCode},
+		{"number past 5.0e9: by its text", `{"n":[6000000000]}`, `{"n":6000000000}`, true, docRulerCode},
+		{"number past 5.0e9: other text", `{"n":[6000000000]}`, `{"n":6.0e9}`, false, docRulerCode},
 		{"number vs string", `{"n":[1]}`, `{"n":"1"}`, false, docPattern},
 		{"string vs number", `{"n":["1"]}`, `{"n":1}`, false, docPattern},
 		{"bool", `{"b":[true]}`, `{"b":true}`, true, docPattern},
@@ -230,8 +241,10 @@ func TestPatternAnythingBut(t *testing.T) {
 		{"number hit", `{"a":[{"anything-but":123}]}`, `{"a":123}`, false, docContent},
 		{"number list hit, other text", `{"a":[{"anything-but":[100,200]}]}`, `{"a":1.0e2}`, false, docSNS},
 		{"number list pass", `{"a":[{"anything-but":[100,200]}]}`, `{"a":100.1}`, true, docSNS},
-		{"number list on a string value", `{"a":[{"anything-but":[100]}]}`, `{"a":"x"}`, false, "stricter reading; docs silent"},
-		{"string list on a number value", `{"a":[{"anything-but":["x"]}]}`, `{"a":1}`, false, "stricter reading; docs silent"},
+		{"number list on a string value", `{"a":[{"anything-but":[100]}]}`, `{"a":"x"}`, true, docRulerCode},
+		{"number list on the number's text", `{"a":[{"anything-but":[100]}]}`, `{"a":"100"}`, true, docRulerCode},
+		{"string list on a number value", `{"a":[{"anything-but":["x"]}]}`, `{"a":1}`, true, docRulerCode},
+		{"string list on the string's number", `{"a":[{"anything-but":["1"]}]}`, `{"a":1}`, true, docRulerCode},
 		{"prefix", `{"a":[{"anything-but":{"prefix":"aws."}}]}`, `{"a":"aws.events"}`, false, docContent},
 		{"prefix pass", `{"a":[{"anything-but":{"prefix":"aws."}}]}`, `{"a":"com.shop"}`, true, docContent},
 		{"prefix list", `{"a":[{"anything-but":{"prefix":["us-","eu-"]}}]}`, `{"a":"eu-west-1"}`, false, docRuler},
@@ -245,8 +258,90 @@ func TestPatternAnythingBut(t *testing.T) {
 		{"wildcard", `{"p":[{"anything-but":{"wildcard":"*/lib/*"}}]}`, `{"p":"/usr/lib/x"}`, false, docContent},
 		{"wildcard pass", `{"p":[{"anything-but":{"wildcard":"*/lib/*"}}]}`, `{"p":"/usr/bin/x"}`, true, docContent},
 		{"wildcard list", `{"p":[{"anything-but":{"wildcard":["*/lib/*","*/bin/*"]}}]}`, `{"p":"/usr/bin/x"}`, false, docRuler},
-		{"prefix on a number value", `{"a":[{"anything-but":{"prefix":"1"}}]}`, `{"a":2}`, false, "stricter reading; docs silent"},
+		{"prefix on a number value", `{"a":[{"anything-but":{"prefix":"1"}}]}`, `{"a":2}`, true, recorded},
 	})
+}
+
+// TestPatternNullNumberMissing pins, for every operator, what it answers for
+// a null, a number, a boolean, an absent field, an empty array and an object
+// value. The rule (Event Ruler, the engine EventBridge runs): string
+// operators — prefix, suffix, equals-ignore-case, wildcard, cidr and the
+// string forms of anything-but — see string values only, so anything-but in
+// those forms matches every present non-string leaf (null, numbers, true,
+// false); numeric operators and numeric anything-but see numbers within
+// ±5.0e9 only, so numeric anything-but matches every other present leaf;
+// nothing but exists:false matches a field that has no leaf (absent, [] or
+// an object). "recorded" rows are LocalStack's event pattern templates
+// validated against AWS's TestEventPattern (content_anything_*_null,
+// content_anything_prefix_int_value, content_anything_prefix_list_int,
+// content_anything_wildcard_int, content_anything_*_missing_NEG,
+// arrays_empty_null_NEG, number_comparison_float) and its rule-to-SQS test
+// of anything-but on a null detail field.
+func TestPatternNullNumberMissing(t *testing.T) {
+	t.Parallel()
+	type row struct {
+		op                                   string
+		pattern                              string
+		null, number, boolean, missing, empt bool
+		object                               bool
+		aws                                  string
+	}
+	const (
+		recordedNull       = recorded + " for null (absent: recorded _missing_NEG); " + docRulerCode + " for the rest"
+		recordedNullNumber = recorded + " for null and a number (absent: recorded _missing_NEG); " + docRulerCode + " for the rest"
+	)
+	rows := []row{
+		{"exact string", `["x"]`, false, false, false, false, false, false, docPattern},
+		{"exact number", `[12]`, false, true, false, false, false, false, docPattern},
+		{"exact null", `[null]`, true, false, false, false, false, false, recorded + " (null_value, arrays_empty_null_NEG)"},
+		{"exact true", `[true]`, false, false, true, false, false, false, docPattern},
+		{"exists true", `[{"exists":true}]`, true, true, true, false, false, false, docRuler + "; [] recorded"},
+		{"exists false", `[{"exists":false}]`, false, false, false, true, true, true, docContent + "; absent parent recorded"},
+		{"prefix", `[{"prefix":"1"}]`, false, false, false, false, false, false, docContent},
+		{"suffix", `[{"suffix":"2"}]`, false, false, false, false, false, false, docContent},
+		{"equals-ignore-case", `[{"equals-ignore-case":"12"}]`, false, false, false, false, false, false, docContent},
+		{"wildcard", `[{"wildcard":"*"}]`, false, false, false, false, false, false, docRuler},
+		{"cidr", `[{"cidr":"10.0.0.0/8"}]`, false, false, false, false, false, false, docContent},
+		{"numeric", `[{"numeric":[">",0]}]`, false, true, false, false, false, false, docContent},
+		{"anything-but string", `[{"anything-but":"x"}]`, true, true, true, false, false, false, recordedNull},
+		{"anything-but string list", `[{"anything-but":["x","y"]}]`, true, true, true, false, false, false, recordedNull},
+		{"anything-but number", `[{"anything-but":0}]`, true, true, true, false, false, false, docRulerCode},
+		{"anything-but number, excluded", `[{"anything-but":12}]`, true, false, true, false, false, false, docContent},
+		{"anything-but number list", `[{"anything-but":[100,200]}]`, true, true, true, false, false, false, docRulerCode},
+		{"anything-but prefix", `[{"anything-but":{"prefix":"1"}}]`, true, true, true, false, false, false, recordedNullNumber},
+		{"anything-but prefix list", `[{"anything-but":{"prefix":["1","x"]}}]`, true, true, true, false, false, false, recordedNullNumber},
+		{"anything-but suffix", `[{"anything-but":{"suffix":"2"}}]`, true, true, true, false, false, false, recordedNull},
+		{"anything-but suffix list", `[{"anything-but":{"suffix":["2","x"]}}]`, true, true, true, false, false, false, recordedNull},
+		{"anything-but equals-ignore-case", `[{"anything-but":{"equals-ignore-case":"12"}}]`, true, true, true, false, false, false, recordedNull},
+		{"anything-but wildcard", `[{"anything-but":{"wildcard":"*"}}]`, true, true, true, false, false, false, recordedNullNumber},
+		{"anything-but wildcard list", `[{"anything-but":{"wildcard":["1*","x*"]}}]`, true, true, true, false, false, false, recordedNull},
+	}
+	events := []struct {
+		name, event string
+		want        func(row) bool
+	}{
+		{"null", `{"a":null}`, func(r row) bool { return r.null }},
+		{"number 12", `{"a":12}`, func(r row) bool { return r.number }},
+		{"true", `{"a":true}`, func(r row) bool { return r.boolean }},
+		{"absent", `{"b":"x"}`, func(r row) bool { return r.missing }},
+		{"empty array", `{"a":[]}`, func(r row) bool { return r.empt }},
+		{"object", `{"a":{"k":"x"}}`, func(r row) bool { return r.object }},
+	}
+	var cases []patternCase
+	for _, r := range rows {
+		for _, e := range events {
+			cases = append(cases, patternCase{name: r.op + " on " + e.name, pattern: `{"a":` + r.pattern + `}`, event: e.event, want: e.want(r), aws: r.aws})
+		}
+	}
+	runPatternCases(t, EventBridgeRule, cases)
+	// The Lambda dialect shares the matcher: its operators answer the same.
+	var lambda []patternCase
+	for _, c := range cases {
+		if _, err := CompilePatternFor(c.pattern, LambdaFilter); err == nil {
+			lambda = append(lambda, c)
+		}
+	}
+	t.Run("lambda", func(t *testing.T) { runPatternCases(t, LambdaFilter, lambda) })
 }
 
 func TestPatternMatchGoValues(t *testing.T) {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/md5"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"sort"
 	"sync"
 	"time"
 
@@ -51,13 +53,15 @@ type QueueMessage struct {
 // mapping's on-failure destination, and keeps every message for inspection.
 // It is never kinder than SQS: SendMessage refuses what SQS refuses (body
 // character set, MaximumMessageSize counting message attributes, empty
-// values). The zero value is not usable; call NewMemoryQueue. Safe for
-// concurrent use.
+// values). The zero value is not usable; call NewMemoryQueue, or
+// OpenMemoryQueue to keep the messages in a StateStore across restarts.
+// Safe for concurrent use.
 type MemoryQueue struct {
 	url      string
 	mu       sync.Mutex
 	maxBytes int // MaximumMessageSize in bytes
 	msgs     []QueueMessage
+	store    StateStore // nil: in memory only
 }
 
 // NewMemoryQueue returns an empty queue whose MaximumMessageSize is the SQS
@@ -67,6 +71,34 @@ type MemoryQueue struct {
 func NewMemoryQueue(url string) *MemoryQueue {
 	return &MemoryQueue{url: url, maxBytes: MaxSQSMessageBytes}
 }
+
+// OpenMemoryQueue is NewMemoryQueue whose messages are kept in store: it
+// holds what store kept for url, and SendMessage and Purge write store
+// before they return, so an accepted message survives the process being
+// killed (the parked-records queue and the on-failure destination are SQS
+// queues on AWS, durable). It returns an error when a stored message does
+// not decode.
+func OpenMemoryQueue(url string, store StateStore) (*MemoryQueue, error) {
+	q := NewMemoryQueue(url)
+	q.store = store
+	recs := store.Records(q.storePrefix())
+	for k, b := range recs {
+		var m QueueMessage
+		if err := json.Unmarshal(b, &m); err != nil {
+			return nil, fmt.Errorf("localrt: queue %s: stored message %s: %w", url, k, err)
+		}
+		q.msgs = append(q.msgs, m)
+	}
+	sort.Slice(q.msgs, func(i, j int) bool {
+		if !q.msgs[i].SentAt.Equal(q.msgs[j].SentAt) {
+			return q.msgs[i].SentAt.Before(q.msgs[j].SentAt)
+		}
+		return q.msgs[i].MessageID < q.msgs[j].MessageID
+	})
+	return q, nil
+}
+
+func (q *MemoryQueue) storePrefix() string { return "memq/" + q.url + "/" }
 
 // SetMaxMessageBytes sets the queue's MaximumMessageSize attribute, in
 // bytes: the most a message (body plus message attributes) may hold. SQS
@@ -104,6 +136,8 @@ func (q *MemoryQueue) URL() string { return q.url }
 //   - "InvalidMessageContents" when the body holds a character outside
 //     #x9 | #xA | #xD | #x20–#xD7FF | #xE000–#xFFFD | #x10000–#x10FFFF, or
 //     bytes that are not UTF-8 (sqsmsg.Check);
+//   - "InternalError" (a server fault) when the queue's store cannot keep
+//     the message;
 //   - "InvalidParameterValue" when a message attribute has an empty name,
 //     data type or value, or a String/Number value with a character outside
 //     that set (the API reference: a string attribute value "has the same
@@ -140,8 +174,7 @@ func (q *MemoryQueue) SendMessage(ctx context.Context, params *sqs.SendMessageIn
 	}
 	id := uuid.NewString()
 	sum := md5.Sum([]byte(body))
-	q.mu.Lock()
-	q.msgs = append(q.msgs, QueueMessage{
+	m := QueueMessage{
 		MessageID:       id,
 		QueueURL:        url,
 		Body:            body,
@@ -149,8 +182,19 @@ func (q *MemoryQueue) SendMessage(ctx context.Context, params *sqs.SendMessageIn
 		MessageGroupID:  aws.ToString(params.MessageGroupId),
 		DeduplicationID: aws.ToString(params.MessageDeduplicationId),
 		SentAt:          time.Now(),
-	})
-	q.mu.Unlock()
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.store != nil {
+		b, err := json.Marshal(m)
+		if err == nil {
+			err = q.store.Put(q.storePrefix()+id, b)
+		}
+		if err != nil {
+			return nil, &smithy.GenericAPIError{Code: "InternalError", Message: fmt.Sprintf("the local queue could not keep the message: %v", err), Fault: smithy.FaultServer}
+		}
+	}
+	q.msgs = append(q.msgs, m)
 	return &sqs.SendMessageOutput{MessageId: aws.String(id), MD5OfMessageBody: aws.String(hex.EncodeToString(sum[:]))}, nil
 }
 
@@ -203,11 +247,19 @@ func (q *MemoryQueue) Len() int {
 	return len(q.msgs)
 }
 
-// Purge removes every stored message and returns them.
+// Purge removes every stored message and returns them (from the queue's
+// store too: one it fails to forget comes back after a restart).
 func (q *MemoryQueue) Purge() []QueueMessage {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	m := q.msgs
 	q.msgs = nil
+	if q.store != nil && len(m) > 0 {
+		keys := make([]string, len(m))
+		for i, x := range m {
+			keys[i] = q.storePrefix() + x.MessageID
+		}
+		_ = q.store.Delete(keys...)
+	}
 	return m
 }

@@ -82,6 +82,14 @@ type SQSQueueConfig struct {
 	Redrive *RedrivePolicy
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// Store, when set, keeps the queue's messages durably (the local stack
+	// passes its state journal): NewSQSQueue restores them, and every
+	// change — a send, a receive (count, receipt, visibility deadline), a
+	// visibility change, a delete, a move to the DLQ, an expiry, a purge —
+	// is written before it is answered, so a message acknowledged to its
+	// sender survives the process being killed, as an SQS queue is durable.
+	// nil: in memory only.
+	Store StateStore
 }
 
 type sqsMessage struct {
@@ -121,10 +129,12 @@ type sqsMessage struct {
 //   - ChangeMessageVisibility, GetQueueAttributes (approximate counts) and
 //     PurgeQueue; messages past RetentionPeriod are deleted.
 //
-// Not modelled: FIFO queues, delay queues and message timers, occasional
-// duplicate receipt of a standard queue (faults inject duplicates instead),
-// server-side encryption, and the 120,000 in-flight message quota. Safe for
-// concurrent use.
+// The messages live in memory; with SQSQueueConfig.Store they are also kept
+// durably, as an SQS queue is durable, and a queue built again on the same
+// store holds them. Not modelled: FIFO queues, delay queues and message
+// timers, occasional duplicate receipt of a standard queue (faults inject
+// duplicates instead), server-side encryption, and the 120,000 in-flight
+// message quota. Safe for concurrent use.
 type SQSQueue struct {
 	cfg  SQSQueueConfig
 	url  string
@@ -138,7 +148,8 @@ type SQSQueue struct {
 	moved int64
 }
 
-// NewSQSQueue returns an empty queue, or an error for an invalid setting.
+// NewSQSQueue returns a queue — empty, or holding what cfg.Store kept for
+// it — or an error for an invalid setting or an unreadable stored message.
 func NewSQSQueue(cfg SQSQueueConfig) (*SQSQueue, error) {
 	if cfg.Name == "" {
 		return nil, errors.New("localrt: SQSQueueConfig.Name is required")
@@ -169,13 +180,19 @@ func NewSQSQueue(cfg SQSQueueConfig) (*SQSQueue, error) {
 	case cfg.Redrive != nil && (cfg.Redrive.DeadLetterQueue == nil || cfg.Redrive.MaxReceiveCount < 1 || cfg.Redrive.MaxReceiveCount > MaxMaxReceiveCount):
 		return nil, fmt.Errorf("localrt: queue %s: a redrive policy needs a DLQ and MaxReceiveCount 1..%d", cfg.Name, MaxMaxReceiveCount)
 	}
-	return &SQSQueue{
+	q := &SQSQueue{
 		cfg:  cfg,
 		url:  fmt.Sprintf("https://sqs.%s.amazonaws.com/%s/%s", cfg.Region, cfg.Account, cfg.Name),
 		arn:  fmt.Sprintf("arn:aws:sqs:%s:%s:%s", cfg.Region, cfg.Account, cfg.Name),
 		wake: make(chan struct{}),
 		rng:  rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7)),
-	}, nil
+	}
+	if cfg.Store != nil {
+		if err := q.restore(); err != nil {
+			return nil, err
+		}
+	}
+	return q, nil
 }
 
 // URL is the queue URL: https://sqs.<region>.amazonaws.com/<account>/<name>.
@@ -249,6 +266,9 @@ func (q *SQSQueue) SendMessage(ctx context.Context, in *sqs.SendMessageInput, _ 
 	sum := md5.Sum([]byte(body))
 	m := &sqsMessage{id: uuid.NewString(), body: body, md5: hex.EncodeToString(sum[:]), attrs: maps.Clone(in.MessageAttributes), sentAt: q.cfg.Now(),
 		senderID: senderID(ctx), traceHeader: traceHeader}
+	if err := q.persist(m); err != nil {
+		return nil, err
+	}
 	q.put(m)
 	return &sqs.SendMessageOutput{MessageId: aws.String(m.id), MD5OfMessageBody: aws.String(m.md5)}, nil
 }
@@ -292,7 +312,9 @@ func (q *SQSQueue) put(m *sqsMessage) {
 // DeadLetterQueueSourceArn on a DLQ) and all its message attributes. A
 // VisibilityTimeout in the request overrides the queue's for these messages.
 // Errors: InvalidParameterValue for out-of-range arguments, a wrong QueueUrl,
-// or ctx's error.
+// ctx's error, or InternalError when the queue's Store cannot keep the
+// receive (the messages then return after their visibility timeout, like a
+// lost response).
 func (q *SQSQueue) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, _ ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
 	if in == nil {
 		in = &sqs.ReceiveMessageInput{}
@@ -327,7 +349,10 @@ func (q *SQSQueue) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInp
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		out, wake, next := q.receive(n, vis)
+		out, wake, next, err := q.receive(n, vis)
+		if err != nil {
+			return nil, err
+		}
 		if len(out) > 0 || timer == nil {
 			return &sqs.ReceiveMessageOutput{Messages: out}, nil
 		}
@@ -350,9 +375,9 @@ func (q *SQSQueue) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInp
 }
 
 // receive takes up to n visible messages; it returns them, the channel a
-// later send closes, and the earliest time an in-flight message becomes
-// visible (zero if none).
-func (q *SQSQueue) receive(n int, vis time.Duration) ([]sqstypes.Message, chan struct{}, time.Time) {
+// later send closes, the earliest time an in-flight message becomes
+// visible (zero if none), and the Store's error, if any.
+func (q *SQSQueue) receive(n int, vis time.Duration) ([]sqstypes.Message, chan struct{}, time.Time, error) {
 	now := q.cfg.Now()
 	var moved []*sqsMessage
 	q.mu.Lock()
@@ -371,6 +396,7 @@ func (q *SQSQueue) receive(n int, vis time.Duration) ([]sqstypes.Message, chan s
 	// A standard queue returns messages in no guaranteed order.
 	q.rng.Shuffle(len(visible), func(i, j int) { visible[i], visible[j] = visible[j], visible[i] })
 	var out []sqstypes.Message
+	var storeErr error
 	drop := map[int]bool{}
 	for _, i := range visible {
 		if len(out) == n {
@@ -389,6 +415,9 @@ func (q *SQSQueue) receive(n int, vis time.Duration) ([]sqstypes.Message, chan s
 		m.visibleAt = now.Add(vis)
 		m.receipt = uuid.NewString() + "#" + m.id
 		out = append(out, m.toSDK())
+		if err := q.persist(m); err != nil && storeErr == nil {
+			storeErr = err
+		}
 	}
 	if len(drop) > 0 {
 		kept := q.msgs[:0]
@@ -404,14 +433,28 @@ func (q *SQSQueue) receive(n int, vis time.Duration) ([]sqstypes.Message, chan s
 	// released, so no reader sees them on neither queue. Locking q then its
 	// DLQ cannot deadlock: a redrive policy names a queue that already
 	// exists, so redrive chains have no cycles.
+	// Kept in the DLQ's store before it leaves this one's: a kill in
+	// between leaves a duplicate, never a loss.
 	for _, m := range moved {
-		q.cfg.Redrive.DeadLetterQueue.put(&sqsMessage{
+		dm := &sqsMessage{
 			id: m.id, body: m.body, md5: m.md5, attrs: m.attrs, sentAt: m.sentAt, sourceArn: q.arn, senderID: m.senderID,
-		})
+		}
+		dlq := q.cfg.Redrive.DeadLetterQueue
+		err := dlq.persist(dm)
+		if err == nil {
+			err = q.unpersist(m.id)
+		}
+		if err != nil && storeErr == nil {
+			storeErr = err
+		}
+		dlq.put(dm)
 	}
 	wake := q.wake
 	q.mu.Unlock()
-	return out, wake, next
+	if storeErr != nil {
+		return nil, wake, next, storeErr
+	}
+	return out, wake, next, nil
 }
 
 func (m *sqsMessage) toSDK() sqstypes.Message {
@@ -440,15 +483,20 @@ func (m *sqsMessage) toSDK() sqstypes.Message {
 	}
 }
 
-// expireLocked drops messages past the retention period.
+// expireLocked drops messages past the retention period (from the Store
+// too; one it fails to forget expires again after a restart).
 func (q *SQSQueue) expireLocked(now time.Time) {
 	kept := q.msgs[:0]
+	var expired []string
 	for _, m := range q.msgs {
 		if now.Sub(m.sentAt) < q.cfg.RetentionPeriod {
 			kept = append(kept, m)
+		} else {
+			expired = append(expired, m.id)
 		}
 	}
 	q.msgs = kept
+	_ = q.unpersist(expired...)
 }
 
 // find returns the index of the message a receipt handle names, whether the
@@ -469,7 +517,8 @@ func (q *SQSQueue) findLocked(handle string) (idx int, wellFormed, latest bool) 
 // DeleteMessage deletes the message whose latest receipt handle is given.
 // A stale handle (the message was received again since) or the handle of a
 // message already deleted succeeds and deletes nothing; a malformed handle
-// is ReceiptHandleIsInvalid.
+// is ReceiptHandleIsInvalid; InternalError when the Store cannot forget it
+// (it is gone now, but would come back after a restart: a duplicate).
 func (q *SQSQueue) DeleteMessage(ctx context.Context, in *sqs.DeleteMessageInput, _ ...func(*sqs.Options)) (*sqs.DeleteMessageOutput, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -484,7 +533,11 @@ func (q *SQSQueue) DeleteMessage(ctx context.Context, in *sqs.DeleteMessageInput
 		return nil, sqsErr("ReceiptHandleIsInvalid", fmt.Sprintf("The input receipt handle %q is not a valid receipt handle.", aws.ToString(in.ReceiptHandle)))
 	}
 	if i >= 0 && latest {
+		id := q.msgs[i].id
 		q.msgs = append(q.msgs[:i], q.msgs[i+1:]...)
+		if err := q.unpersist(id); err != nil {
+			return nil, err
+		}
 	}
 	return &sqs.DeleteMessageOutput{}, nil
 }
@@ -515,6 +568,9 @@ func (q *SQSQueue) ChangeMessageVisibility(ctx context.Context, in *sqs.ChangeMe
 		return nil, sqsErr("AWS.SimpleQueueService.MessageNotInflight", "The message referred to is not in flight.")
 	}
 	q.msgs[i].visibleAt = now.Add(d)
+	if err := q.persist(q.msgs[i]); err != nil {
+		return nil, err
+	}
 	if d == 0 {
 		close(q.wake)
 		q.wake = make(chan struct{})
@@ -557,8 +613,15 @@ func (q *SQSQueue) PurgeQueue(ctx context.Context, in *sqs.PurgeQueueInput, _ ..
 		return nil, err
 	}
 	q.mu.Lock()
+	defer q.mu.Unlock()
+	ids := make([]string, len(q.msgs))
+	for i, m := range q.msgs {
+		ids[i] = m.id
+	}
 	q.msgs = nil
-	q.mu.Unlock()
+	if err := q.unpersist(ids...); err != nil {
+		return nil, err
+	}
 	return &sqs.PurgeQueueOutput{}, nil
 }
 
@@ -591,7 +654,8 @@ func (q *SQSQueue) Moved() int64 {
 	return q.moved
 }
 
-// Sent is the number of messages ever put on the queue (sends and moves).
+// Sent is the number of messages put on the queue (sends and moves) since
+// this queue value was built (messages restored from a Store not counted).
 func (q *SQSQueue) Sent() int64 {
 	q.mu.Lock()
 	defer q.mu.Unlock()

@@ -68,8 +68,10 @@ type lambdaIdentity struct {
 // stream gives milliseconds; AWS-recorded events carry the fraction, and
 // handlers must accept both forms); images are DynamoDB JSON ({"S":"x"}, {"N":"101"} with the number
 // kept as its exact string, B and BS as standard base64, SS, NS, M, L,
-// {"NULL":true}, {"BOOL":b}); userIdentity is present only when the record
-// has one. awsRegion falls back to region when the record has none.
+// {"NULL":true}, {"BOOL":b}); SizeBytes is computed as AWS computes it
+// (StreamRecordSizeBytes), whatever the server answered; userIdentity is
+// present only when the record has one. awsRegion falls back to region when
+// the record has none.
 func StreamRecordJSON(rec streamtypes.Record, streamARN, region string) ([]byte, error) {
 	lr := lambdaRecord{
 		EventID:        aws.ToString(rec.EventID),
@@ -107,7 +109,8 @@ func StreamRecordJSON(rec streamtypes.Record, streamARN, region string) ([]byte,
 			return nil, fmt.Errorf("OldImage: %w", err)
 		}
 		sr.SequenceNumber = aws.ToString(d.SequenceNumber)
-		sr.SizeBytes = aws.ToInt64(d.SizeBytes)
+		// AWS's figure, not the server's: Dynoxide's was 1.6–2.3 times larger.
+		sr.SizeBytes = StreamRecordSizeBytes(d)
 		sr.StreamViewType = string(d.StreamViewType)
 	}
 	return json.Marshal(lr)

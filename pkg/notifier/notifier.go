@@ -20,8 +20,10 @@
 //
 // Ordered (the default, dedup.Ordered; promise I4): the transaction also
 // carries the ordering gate "notifier#SEQ#Order#<id>" (last action), so an
-// order's notifications are recorded in sequence order: an early event is
-// held and redelivered (dedup.ErrSequenceGap) and dead-lettered as
+// order's notifications are recorded in sequence order: an early event
+// waits in the resequencer's buffer (dedup.Resequencer) and is recorded
+// right after its predecessor; only an event the buffer cannot take is
+// held in the queue (dedup.ErrSequenceGap) and dead-lettered as
 // sequence_gap when the gap does not close within Config.GapMaxReceives
 // receives (dedup.ConsumerConfig.Hold; docs/ORDERING.md). Unordered, the
 // view condition alone keeps the view from going backwards.
@@ -140,10 +142,9 @@ var (
 
 // Client is the DynamoDB subset the Notifier calls, with the SDK's exact
 // signatures; *dynamodb.Client satisfies it. Scan is used only by the audit
-// helper NotificationCount.
+// helper NotificationCount; Query by the resequencer's sweep.
 type Client interface {
-	dedup.TransactWriter
-	GetItem(ctx context.Context, params *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
+	dedup.BufferClient
 	Scan(ctx context.Context, params *dynamodb.ScanInput, optFns ...func(*dynamodb.Options)) (*dynamodb.ScanOutput, error)
 }
 
@@ -158,6 +159,7 @@ type Notifier struct {
 	client  Client
 	cfg     Config
 	applier *dedup.Applier
+	reseq   *dedup.Resequencer // nil: unordered, or the resequencer disabled
 	log     *slog.Logger
 }
 
@@ -168,7 +170,21 @@ func New(client Client, cfg Config) (*Notifier, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Notifier{client: client, cfg: c.Config, applier: c.Applier, log: c.Config.Logger}, nil
+	n := &Notifier{client: client, cfg: c.Config, applier: c.Applier, log: c.Config.Logger}
+	if n.reseq, err = c.Resequence(n.handle); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// Sweep drains the order events a crash left waiting in the resequencer's
+// buffer and reports what still waits (dedup.Resequencer.Sweep); a zero
+// report when the notifier is unordered or its resequencer disabled.
+func (n *Notifier) Sweep(ctx context.Context) (dedup.SweepReport, error) {
+	if n.reseq == nil {
+		return dedup.SweepReport{}, nil
+	}
+	return n.reseq.Sweep(ctx)
 }
 
 // payload holds the fields of every v1 order payload the notifier renders.
@@ -206,8 +222,20 @@ func payloadOf(v any) payload {
 // dedup.ReasonForeignAccount, dedup.ReasonMalformedEvent or an
 // order.Reason* value, and one of dedup.ErrForeignSource,
 // dedup.ErrForeignAccount, dedup.ErrMalformedEvent, ErrUnsupportedVersion or
-// ErrInvalidPayload.
+// ErrInvalidPayload. An early event is buffered (nil) and recorded right
+// after its predecessor, by the run that records the predecessor
+// (dedup.Resequencer.Handle).
 func (n *Notifier) Handle(ctx context.Context, ev events.EventBridgeEvent) error {
+	if n.reseq != nil {
+		return n.reseq.Handle(ctx, ev)
+	}
+	if dedup.IsSweepTick(ev) {
+		return nil // no buffer to sweep
+	}
+	return n.handle(ctx, ev)
+}
+
+func (n *Notifier) handle(ctx context.Context, ev events.EventBridgeEvent) error {
 	env, log, err := n.cfg.Accept(ctx, n.log, ev)
 	if err != nil {
 		return err
@@ -217,7 +245,7 @@ func (n *Notifier) Handle(ctx context.Context, ev events.EventBridgeEvent) error
 	if !known && n.cfg.Ordering == dedup.Ordered {
 		// It holds a sequence of the aggregate: record it as seen so the
 		// ordering gate advances past it.
-		_, err := n.applier.Apply(ctx, env, nil)
+		_, err := n.applier.ApplyEvent(ctx, env, nil)
 		if errors.Is(err, dedup.ErrSequenceGap) {
 			return n.cfg.Hold(ctx, log, err)
 		}
@@ -253,7 +281,7 @@ func (n *Notifier) Handle(ctx context.Context, ev events.EventBridgeEvent) error
 	if err != nil {
 		return err
 	}
-	applied, err := n.applier.Apply(ctx, env, []types.TransactWriteItem{note, view})
+	outcome, err := n.applier.ApplyEvent(ctx, env, []types.TransactWriteItem{note, view})
 	if errors.Is(err, dedup.ErrSequenceGap) {
 		// An earlier event of the order is not recorded yet: nothing was
 		// written; hold it (redelivered), or dead-letter it past the bound.
@@ -265,11 +293,23 @@ func (n *Notifier) Handle(ctx context.Context, ev events.EventBridgeEvent) error
 		// The view already reflects this or a later event: record the
 		// notification (and marker) without touching the view.
 		viewSkipped = true
-		applied, err = n.applier.Apply(ctx, env, []types.TransactWriteItem{note})
+		outcome, err = n.applier.ApplyEvent(ctx, env, []types.TransactWriteItem{note})
+		if errors.Is(err, dedup.ErrSequenceGap) {
+			return n.cfg.Hold(ctx, log, err)
+		}
 	}
 	switch {
 	case err != nil && dedup.EffectConditionFailed(err, effectNotification):
+		// Recorded before its marker expired. Ordered, record the event as
+		// seen (marker and gate) so the order's sequence advances past it.
 		log.WarnContext(ctx, "notifier: notification already recorded; acknowledging redelivery")
+		if n.cfg.Ordering == dedup.Ordered {
+			if _, err := n.applier.ApplyEvent(ctx, env, nil); errors.Is(err, dedup.ErrSequenceGap) {
+				return n.cfg.Hold(ctx, log, err)
+			} else if err != nil {
+				return fmt.Errorf("notifier: record %s %s as seen: %w", env.EventType, env.EventID, err)
+			}
+		}
 		return nil
 	case err != nil && permanentTx(err):
 		reason, _ := dedup.PermanentReason(err)
@@ -278,7 +318,9 @@ func (n *Notifier) Handle(ctx context.Context, ev events.EventBridgeEvent) error
 	case err != nil:
 		log.ErrorContext(ctx, "notifier: apply failed; the event will be redelivered", "error", err)
 		return fmt.Errorf("notifier: record %s %s: %w", env.EventType, env.EventID, err)
-	case !applied:
+	case outcome == dedup.OutcomeBuffered:
+		log.InfoContext(ctx, "notifier: early event buffered; recorded right after its predecessor")
+	case outcome == dedup.OutcomeDuplicate:
 		log.InfoContext(ctx, "notifier: duplicate delivery acknowledged")
 	default:
 		log.InfoContext(ctx, "notifier: notification recorded", "view_updated", !viewSkipped)

@@ -21,15 +21,25 @@ import (
 
 // TestNotifierOrderedRecordsInSequence: with its default ordering, the
 // notifier records an order's notifications in sequence order whatever
-// the arrival order (created_at), holds an early event (nothing written)
-// until its predecessors are recorded, and ends with the view at the last
-// event. A duplicate of a recorded event is acknowledged without effect.
+// the arrival order (created_at), and ends with the view at the last
+// event. With the resequencer (the default) each event is delivered once:
+// an early one is buffered (nothing recorded) and recorded by the delivery
+// of its predecessor; without it (the fallback) an early event is held
+// (nothing written) and redelivered. A duplicate of a recorded event is
+// acknowledged without effect.
 func TestNotifierOrderedRecordsInSequence(t *testing.T) {
+	for _, buffered := range []bool{true, false} {
+		t.Run(fmt.Sprint("resequencer=", buffered), func(t *testing.T) { testNotifierOrdered(t, buffered) })
+	}
+}
+
+func testNotifierOrdered(t *testing.T, buffered bool) {
 	env := ddbtest.New(t)
 	nt, dt := ddbtest.Name("notifications"), ddbtest.Name("dedup")
 	env.CreateTable(t, notifier.CreateTableInput(nt))
 	env.CreateTable(t, dedup.CreateTableInput(dt))
-	n, err := notifier.New(env.DDB, notifier.Config{Table: nt, Logger: quiet, Dedup: dedup.Config{Table: dt}})
+	n, err := notifier.New(env.DDB, notifier.Config{Table: nt, Logger: quiet, Dedup: dedup.Config{Table: dt},
+		Resequencer: dedup.ResequencerConfig{Disabled: !buffered}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,6 +57,7 @@ func TestNotifierOrderedRecordsInSequence(t *testing.T) {
 				queue = append(queue, evs[seq-1])
 			}
 			next := int64(1)
+			delivered := map[int64]bool{}
 			for rounds := 0; len(queue) > 0; rounds++ {
 				if rounds > 20 {
 					t.Fatalf("queue never drained: %d left", len(queue))
@@ -55,6 +66,18 @@ func TestNotifierOrderedRecordsInSequence(t *testing.T) {
 				queue = queue[1:]
 				err := n.Handle(ctx, delivery(t, e))
 				switch {
+				case buffered && err == nil:
+					// Recorded now: every event up to the first not yet
+					// delivered; nothing after it.
+					delivered[e.Sequence] = true
+					for delivered[next] {
+						next++
+					}
+					for _, x := range evs {
+						if _, ok, _ := n.Notification(ctx, x.EventID); ok != (x.Sequence < next) {
+							t.Fatalf("after seq %d: sequence %d recorded = %v", e.Sequence, x.Sequence, ok)
+						}
+					}
 				case e.Sequence == next && err == nil:
 					next++
 				case e.Sequence > next && errors.Is(err, dedup.ErrSequenceGap):

@@ -39,7 +39,20 @@ type cancelClient struct {
 	commits int
 	// last is the ordering item's last_sequence GetItem returns (0: no item).
 	last int64
+	// noEffects: the event's Apply transaction has no effect actions, so
+	// any commit is the apply (else only commits with an effect are).
+	noEffects bool
+	// buffered counts committed resequencer buffer writes (a buffer item
+	// Put and the gate's ADD: they always commit here).
+	buffered int
+	// seen counts committed transactions without the consumer's effect
+	// (marker and gate only: an event recorded as seen).
+	seen int
 }
+
+// roleBuffer is the resequencer's buffer item Put (its transaction always
+// commits in this fake).
+const roleBuffer = "buffer"
 
 // GetItem answers the ordered notifier's read of its ordering item.
 func (c *cancelClient) GetItem(_ context.Context, in *dynamodb.GetItemInput, _ ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
@@ -58,6 +71,9 @@ func notifierRole(it types.TransactWriteItem) string {
 		return roleView
 	}
 	pk, _ := it.Put.Item["pk"].(*types.AttributeValueMemberS)
+	if pk != nil && strings.Contains(pk.Value, dedup.BufferInfix) {
+		return roleBuffer
+	}
 	if pk != nil && strings.HasPrefix(pk.Value, notifier.NotificationPrefix) {
 		return roleNotification
 	}
@@ -69,7 +85,16 @@ func (c *cancelClient) TransactWriteItems(_ context.Context, in *dynamodb.Transa
 	defer c.mu.Unlock()
 	c.calls++
 	reasons := make([]types.CancellationReason, len(in.TransactItems))
-	cancel := false
+	cancel, effect := false, false
+	for _, it := range in.TransactItems {
+		switch r := notifierRole(it); {
+		case r == roleBuffer:
+			c.buffered++
+			return &dynamodb.TransactWriteItemsOutput{}, nil
+		case r != roleMarker && r != roleGate:
+			effect = true
+		}
+	}
 	for i, it := range in.TransactItems {
 		code := c.codes[notifierRole(it)]
 		if code == "" {
@@ -81,7 +106,11 @@ func (c *cancelClient) TransactWriteItems(_ context.Context, in *dynamodb.Transa
 	if cancel {
 		return nil, &types.TransactionCanceledException{Message: aws.String("Transaction cancelled"), CancellationReasons: reasons}
 	}
-	c.commits++
+	if effect || c.noEffects {
+		c.commits++
+	} else {
+		c.seen++
+	}
 	return &dynamodb.TransactWriteItemsOutput{}, nil
 }
 
@@ -98,6 +127,9 @@ var (
 	// held: an ordered consumer's event is early (dedup.ErrSequenceGap);
 	// nothing written, redelivered (dead-lettered past GapMaxReceives).
 	held = consumerOutcome{kind: "held"}
+	// bufferedOutcome: an ordered consumer's early event is stored in the
+	// resequencer's buffer and acknowledged.
+	bufferedOutcome = consumerOutcome{kind: "buffered"}
 )
 
 func permanent(reason string) consumerOutcome {
@@ -195,7 +227,7 @@ func TestNotifierCancellationOutcomes(t *testing.T) {
 					break
 				}
 			}
-			got := observe(err, client.commits)
+			got := observe(err, client)
 			if got != want {
 				t.Fatalf("rule %q: got %+v (err %v), want %+v", rule, got, err, want)
 			}
@@ -204,7 +236,7 @@ func TestNotifierCancellationOutcomes(t *testing.T) {
 }
 
 // observe classifies Handle's result.
-func observe(err error, commits int) consumerOutcome {
+func observe(err error, c *cancelClient) consumerOutcome {
 	if p, ok := sqsconsumer.AsPermanent(err); ok {
 		return permanent(p.Reason)
 	}
@@ -213,8 +245,10 @@ func observe(err error, commits int) consumerOutcome {
 		return held
 	case err != nil:
 		return retryOutcome
-	case commits > 0:
+	case c.commits > 0:
 		return applied
+	case c.buffered > 0:
+		return bufferedOutcome
 	}
 	return duplicate
 }
@@ -231,10 +265,15 @@ var gateLast = map[string]int64{gateBehind: 2, gateEarly: 0, gateMoved: 1}
 
 // orderedNotifierRules is the outcome precedence of an ordered notifier
 // delivery: the marker, then the ordering gate (decided by reading the
-// ordering item), then notifierRules. A moved gate counts as a conflict:
-// the re-run without the view fails on it too, so "view is newer" retries.
+// ordering item: an early event goes to the resequencer's buffer), then
+// notifierRules — except that a notification found recorded (its marker
+// expired) is recorded as seen, a second transaction of marker and gate,
+// so the order's sequence advances: a duplicate only if that commits. A
+// moved gate counts as a conflict: the re-run without the view fails on it
+// too, so "view is newer" retries.
 func orderedNotifierRules(state string) []consumerRule {
 	gate := is(roleGate, outbox.ReasonConditionalCheckFailed)
+	noteExists := is(roleNotification, outbox.ReasonConditionalCheckFailed)
 	rules := []consumerRule{
 		{"committed", allNone, applied},
 		{"marker exists", is(roleMarker, outbox.ReasonConditionalCheckFailed), duplicate},
@@ -245,14 +284,20 @@ func orderedNotifierRules(state string) []consumerRule {
 		return c[roleView] == outbox.ReasonConditionalCheckFailed && c[roleMarker] == outbox.ReasonNone &&
 			c[roleNotification] == outbox.ReasonNone && c[roleGate] == outbox.ReasonNone
 	}, applied}
-	rest := []consumerRule{notifierRules[2], notifierRules[3], notifierRules[4], viewNewer, notifierRules[6]}
+	seen := []consumerRule{
+		{"notification exists (marker expired); recorded as seen", func(c map[string]string) bool {
+			return noteExists(c) && c[roleMarker] == outbox.ReasonNone && c[roleGate] == outbox.ReasonNone
+		}, duplicate},
+		{"notification exists; recording it as seen fails for now", noteExists, retryOutcome},
+	}
+	rest := append(append(seen, notifierRules[3], notifierRules[4]), viewNewer, notifierRules[6])
 	switch state {
 	case gateBehind:
 		rules = append(rules, consumerRule{"gate: sequence <= last", gate, duplicate})
 	case gateEarly:
-		rules = append(rules, consumerRule{"gate: sequence > last+1", gate, held})
+		rules = append(rules, consumerRule{"gate: sequence > last+1: buffered", gate, bufferedOutcome})
 	case gateMoved:
-		return append(append(rules, rest[:3]...), consumerRule{"gate moved: a conflict", gate, retryOutcome})
+		return append(append(rules, rest[:4]...), consumerRule{"gate moved: a conflict", gate, retryOutcome})
 	}
 	return append(rules, rest...)
 }
@@ -293,7 +338,7 @@ func TestNotifierOrderedCancellationOutcomes(t *testing.T) {
 						break
 					}
 				}
-				got := observe(err, client.commits)
+				got := observe(err, client)
 				if got != want {
 					t.Fatalf("rule %q: got %+v (err %v), want %+v", rule, got, err, want)
 				}

@@ -26,7 +26,9 @@
 // the same key with another method, path or body gets 422
 // "idempotency_key_reused"; a repeat while the first is still being
 // processed gets 409 "idempotency_key_in_use" (retryable). Keys are kept for
-// the server's lifetime. With Config.IgnoreIdempotencyKey the server is a
+// the server's lifetime, and across restarts with Config.Store, which keeps
+// the shipments too (new shipment numbers continue after the kept ones).
+// With Config.IgnoreIdempotencyKey the server is a
 // naive provider: every POST acts, so a retried create makes a second
 // shipment.
 //

@@ -3,7 +3,6 @@ package provider
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -97,6 +96,25 @@ type Config struct {
 	MaxBodyBytes int64
 	// Now returns the current time; default time.Now.
 	Now func() time.Time
+	// Store, when set, keeps the provider's state across restarts (the
+	// local stack passes its state journal): every shipment as created or
+	// cancelled, with the Idempotency-Key answer that created it, and every
+	// stored key answer, each written before the request is answered. New
+	// restores them, and shipment numbers continue after the highest kept,
+	// so a restarted provider never hands an existing shipment id to
+	// another order. The request log (Requests) is not kept. nil: in
+	// memory.
+	Store Store
+}
+
+// Store keeps the provider's state durably; localstate.Journal implements
+// it. Records returns a copy of every record under a key prefix; Put and
+// Delete return once the change survives the process being killed. Safe
+// for concurrent use.
+type Store interface {
+	Records(prefix string) map[string][]byte
+	Put(key string, value []byte) error
+	Delete(keys ...string) error
 }
 
 func (c *Config) setDefaults() {
@@ -189,18 +207,25 @@ type Server struct {
 	keys      map[string]*keyed
 	requests  []Request
 	nextID    int
+	// createdBy is the Idempotency-Key answer that created each shipment
+	// (kept with the shipment in Store).
+	createdBy map[string]storedKey
 
 	srv *http.Server
 	err error // configuration error
 }
 
-// New returns a Server for cfg (defaults applied). An invalid cfg (see
-// Validate) does not panic: Err reports it, Start returns it and every
-// request is answered 500 "invalid_config".
+// New returns a Server for cfg (defaults applied), holding what cfg.Store
+// kept. An invalid cfg (see Validate) or an unreadable stored record does
+// not panic: Err reports it, Start returns it and every request is
+// answered 500 "invalid_config".
 func New(cfg Config) *Server {
 	cfg.setDefaults()
 	s := &Server{cfg: cfg, err: cfg.Validate()}
 	s.init()
+	if s.err == nil && cfg.Store != nil {
+		s.err = s.restore()
+	}
 	return s
 }
 
@@ -211,6 +236,7 @@ func (s *Server) init() {
 	s.rng = rand.New(rand.NewPCG(s.cfg.Faults.Seed, 0x5eed))
 	s.shipments = map[string]*Shipment{}
 	s.keys = map[string]*keyed{}
+	s.createdBy = map[string]storedKey{}
 }
 
 // Handler returns the server's http.Handler (for httptest.NewServer).
@@ -418,7 +444,7 @@ func (s *Server) idempotent(x *exchange, act func() (int, []byte, string, string
 		s.answer(x, status, outcome, body)
 		return
 	}
-	fp := sha256.Sum256(append([]byte(x.r.Method+" "+x.r.URL.Path+"\n"), x.body...))
+	fp := x.fingerprint()
 	s.mu.Lock()
 	k, seen := s.keys[key]
 	if !seen {
@@ -445,6 +471,13 @@ func (s *Server) idempotent(x *exchange, act func() (int, []byte, string, string
 		return
 	}
 	status, body, outcome, id := act()
+	if status < 500 {
+		if err := s.keepKey(key, storedKey{Key: key, Fingerprint: hexFP(fp), Status: status, Body: body}); err != nil {
+			// The effect is kept with its shipment (create) or is a no-op
+			// to repeat (cancel): answering 500 lets the caller retry.
+			status, body, outcome = http.StatusInternalServerError, errBody(CodeServerError, err.Error()), OutcomeFault
+		}
+	}
 	s.mu.Lock()
 	if status >= 500 {
 		delete(s.keys, key) // a server failure is not stored: retry acts
@@ -471,14 +504,23 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 			return http.StatusBadRequest, errBody(CodeBadRequest, "order_id, a positive amount_minor and a 3-letter currency are required"), OutcomeBadRequest, ""
 		}
 		s.mu.Lock()
-		s.nextID++
-		sh := &Shipment{ID: fmt.Sprintf("shp_%06d", s.nextID), OrderID: in.OrderID, AmountMinor: in.AmountMinor,
+		defer s.mu.Unlock()
+		sh := &Shipment{ID: fmt.Sprintf("shp_%06d", s.nextID+1), OrderID: in.OrderID, AmountMinor: in.AmountMinor,
 			Currency: in.Currency, Status: StatusCreated, CreatedAt: s.cfg.Now().UTC()}
+		body := mustJSON(*sh)
+		var by storedKey
+		if key := x.rec.IdempotencyKey; key != "" && !s.cfg.IgnoreIdempotencyKey {
+			by = storedKey{Key: key, Fingerprint: hexFP(x.fingerprint()), Status: http.StatusCreated, Body: body}
+		}
+		// Kept before it is answered, with the answer its key replays.
+		if err := s.keepShipment(*sh, by); err != nil {
+			return http.StatusInternalServerError, errBody(CodeServerError, err.Error()), OutcomeFault, ""
+		}
+		s.nextID++
 		s.shipments[sh.ID] = sh
 		s.order = append(s.order, sh.ID)
-		out := *sh
-		s.mu.Unlock()
-		return http.StatusCreated, mustJSON(out), OutcomeCreated, out.ID
+		s.createdBy[sh.ID] = by
+		return http.StatusCreated, body, OutcomeCreated, sh.ID
 	})
 }
 
@@ -497,7 +539,12 @@ func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
 		}
 		if sh.Status != StatusCancelled {
 			now := s.cfg.Now().UTC()
-			sh.Status, sh.CancelledAt = StatusCancelled, &now
+			next := *sh
+			next.Status, next.CancelledAt = StatusCancelled, &now
+			if err := s.keepShipment(next, s.createdBy[id]); err != nil {
+				return http.StatusInternalServerError, errBody(CodeServerError, err.Error()), OutcomeFault, ""
+			}
+			*sh = next
 		}
 		return http.StatusOK, mustJSON(*sh), OutcomeCancelled, sh.ID
 	})

@@ -16,7 +16,13 @@
 //
 //   - Each SQS message body is the EventBridge event JSON the rule delivered
 //     ({"version":"0","id":…,"detail-type":…,"source":…,"detail":{…}}).
-//   - Messages are handled one at a time in batch order. The response is a
+//   - Messages are grouped by aggregate (Config.Group: by default the outbox
+//     envelope's aggregate_type and aggregate_id in the event's detail);
+//     each group's messages are handled one at a time in sequence order,
+//     different groups concurrently, at most Config.Concurrency at once
+//     (default DefaultConcurrency; 1 handles the batch one message at a
+//     time in batch order). A message whose body names no aggregate is a
+//     group of its own. The response is a
 //     partial batch response (FunctionResponseTypes
 //     ["ReportBatchItemFailures"]) naming, by messageId, every message not
 //     done: Lambda deletes the others and the named ones come back after the
@@ -48,7 +54,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sort"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -56,6 +64,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/jsonstrict"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outboxtrace"
@@ -163,6 +172,36 @@ type Config struct {
 	// Logger receives one line per failed or dead-lettered message
 	// (default slog.Default()).
 	Logger *slog.Logger
+	// Concurrency bounds the groups of a batch handled at once (default
+	// DefaultConcurrency; 1: one message at a time, in batch order). The
+	// handler must be safe for concurrent use.
+	Concurrency int
+	// Group returns the group of a message body and its order within the
+	// group (e.g. aggregate and sequence), ok false when the body names
+	// none. Default GroupByAggregate.
+	Group func(body string) (key string, order int64, ok bool)
+}
+
+// DefaultConcurrency is Config.Concurrency's default: 10, the SQS event
+// source mapping's default BatchSize, so a batch of ten different
+// aggregates takes about the time of its slowest message.
+const DefaultConcurrency = 10
+
+// GroupByAggregate is the default Config.Group: the outbox envelope's
+// "aggregate_type" "#" "aggregate_id" in the EventBridge event's detail,
+// ordered by its "sequence". Bodies that are not such events have no group.
+func GroupByAggregate(body string) (string, int64, bool) {
+	var ev struct {
+		Detail struct {
+			AggregateType string `json:"aggregate_type"`
+			AggregateID   string `json:"aggregate_id"`
+			Sequence      int64  `json:"sequence"`
+		} `json:"detail"`
+	}
+	if err := json.Unmarshal([]byte(body), &ev); err != nil || ev.Detail.AggregateID == "" {
+		return "", 0, false
+	}
+	return ev.Detail.AggregateType + "#" + ev.Detail.AggregateID, ev.Detail.Sequence, true
 }
 
 func (c *Config) setDefaults() {
@@ -178,6 +217,12 @@ func (c *Config) setDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.Concurrency == 0 {
+		c.Concurrency = DefaultConcurrency
+	}
+	if c.Group == nil {
+		c.Group = GroupByAggregate
+	}
 }
 
 // Validate reports the first invalid setting (after defaults).
@@ -187,6 +232,8 @@ func (c Config) Validate() error {
 		return errors.New("sqsconsumer: Config.Name is required")
 	case c.DLQ != nil && c.DLQURL == "":
 		return errors.New("sqsconsumer: Config.DLQURL is required with Config.DLQ")
+	case c.Concurrency < 1:
+		return fmt.Errorf("sqsconsumer: Concurrency %d must be >= 1", c.Concurrency)
 	case c.Reserve < 0 || c.SendTimeout < 0:
 		return errors.New("sqsconsumer: Reserve and SendTimeout must not be negative")
 	case c.MaxMessageBytes < sqsmsg.MinMaxBytes || c.MaxMessageBytes > sqsmsg.MaxMaxBytes:
@@ -236,7 +283,6 @@ func ReceiveCount(m events.SQSMessage) int {
 
 // Handle processes one SQS batch; see the package documentation.
 func (h *Handler) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
-	var resp events.SQSEventResponse
 	for _, m := range ev.Records {
 		if m.MessageId == "" {
 			return events.SQSEventResponse{}, errors.New("sqsconsumer: message without messageId; failing the whole batch")
@@ -249,26 +295,96 @@ func (h *Handler) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 		// its time instead, so that it still gets work done.
 		reserve = min(reserve, time.Until(deadline)/4)
 	}
+	var (
+		mu         sync.Mutex
+		failed     = make([]bool, len(ev.Records))
+		notStarted int
+	)
+	pos := make(map[string]int, len(ev.Records))
 	for i, m := range ev.Records {
-		if hasDeadline && time.Until(deadline) <= reserve {
-			for _, rest := range ev.Records[i:] {
-				resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: rest.MessageId})
+		pos[m.MessageId] = i
+	}
+	fail := func(m events.SQSMessage) {
+		mu.Lock()
+		defer mu.Unlock()
+		failed[pos[m.MessageId]] = true
+	}
+	var g errgroup.Group
+	g.SetLimit(h.cfg.Concurrency)
+	for _, group := range h.groups(ev.Records) {
+		g.Go(func() error {
+			for i, m := range group {
+				if hasDeadline && time.Until(deadline) <= reserve {
+					for _, rest := range group[i:] {
+						fail(rest)
+					}
+					mu.Lock()
+					notStarted += len(group) - i
+					mu.Unlock()
+					return nil
+				}
+				if !h.one(ctx, deadline.Add(-reserve), hasDeadline, m) {
+					fail(m)
+				}
 			}
-			h.log.WarnContext(ctx, "sqsconsumer: deadline reserve reached, leaving messages for redelivery",
-				"not_started", len(ev.Records)-i, "reserve", reserve)
-			break
-		}
-		if !h.one(ctx, deadline.Add(-reserve), hasDeadline, m) {
+			return nil
+		})
+	}
+	_ = g.Wait() // the goroutines never return an error
+	if notStarted > 0 {
+		h.log.WarnContext(ctx, "sqsconsumer: deadline reserve reached, leaving messages for redelivery",
+			"not_started", notStarted, "reserve", reserve)
+	}
+	var resp events.SQSEventResponse
+	for i, m := range ev.Records { // batch order
+		if failed[i] {
 			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: m.MessageId})
 		}
 	}
 	return resp, nil
 }
 
+// groups splits a batch by Config.Group, each group in its order (stable
+// for equal orders), groups in the order of their first message; with
+// Concurrency 1 the batch is one group in batch order.
+func (h *Handler) groups(ms []events.SQSMessage) [][]events.SQSMessage {
+	if h.cfg.Concurrency == 1 {
+		return [][]events.SQSMessage{ms}
+	}
+	type keyed struct {
+		m     events.SQSMessage
+		order int64
+	}
+	index := map[string]int{}
+	var groups [][]keyed
+	for _, m := range ms {
+		key, order, ok := h.cfg.Group(m.Body)
+		if !ok {
+			groups = append(groups, []keyed{{m: m}})
+			continue
+		}
+		i, seen := index[key]
+		if !seen {
+			i = len(groups)
+			index[key] = i
+			groups = append(groups, nil)
+		}
+		groups[i] = append(groups[i], keyed{m: m, order: order})
+	}
+	out := make([][]events.SQSMessage, len(groups))
+	for i, g := range groups {
+		sort.SliceStable(g, func(a, b int) bool { return g[a].order < g[b].order })
+		for _, k := range g {
+			out[i] = append(out[i], k.m)
+		}
+	}
+	return out
+}
+
 // one handles a message and reports whether it is done (applied, or
 // dead-lettered).
 func (h *Handler) one(ctx context.Context, stop time.Time, hasDeadline bool, m events.SQSMessage) bool {
-	mctx := context.WithValue(ctx, msgKey{}, m)
+	mctx := context.WithValue(context.WithValue(ctx, msgKey{}, m), deadLettererKey{}, DeadLetterer(h))
 	if hasDeadline {
 		var cancel context.CancelFunc
 		mctx, cancel = context.WithDeadline(mctx, stop)
@@ -327,6 +443,49 @@ func (h *Handler) call(ctx context.Context, ev events.EventBridgeEvent) (err err
 	return h.h(ctx, ev)
 }
 
+// DeadLetterer sends an event body to a consumer's DLQ with the reason
+// attributes sqsconsumer sets (AttrReason, AttrError, AttrConsumer,
+// AttrSourceMessageID = sourceID). A *Handler is one, and is found in the
+// context it gives a handler (DeadLettererFromContext): so an event the
+// handler applies on behalf of another (a resequencer draining a buffered
+// event) can be dead-lettered on its own. Implementations must be safe for
+// concurrent use.
+type DeadLetterer interface {
+	DeadLetter(ctx context.Context, body, sourceID string, p *PermanentError) error
+}
+
+type deadLettererKey struct{}
+
+// WithDeadLetterer returns ctx carrying d, for work outside Handle that may
+// dead-letter events (an ordered consumer's scheduled resequencer sweep).
+func WithDeadLetterer(ctx context.Context, d DeadLetterer) context.Context {
+	return context.WithValue(ctx, deadLettererKey{}, d)
+}
+
+// DeadLettererFromContext returns the DeadLetterer of the Handler whose
+// handler is running (false outside Handle, or without a DLQ).
+func DeadLettererFromContext(ctx context.Context) (DeadLetterer, bool) {
+	d, ok := ctx.Value(deadLettererKey{}).(DeadLetterer)
+	if !ok {
+		return nil, false
+	}
+	if h, isHandler := d.(*Handler); isHandler && h.cfg.DLQ == nil {
+		return nil, false
+	}
+	return d, true
+}
+
+// DeadLetter sends body to Config.DLQURL with p's reason (see
+// DeadLetterer); receive_count is 0. It returns an error when the Handler
+// has no DLQ, the body and attributes exceed Config.MaxMessageBytes
+// (sqsmsg.ErrTooLarge), the body is not legal in SQS, or SendMessage fails.
+func (h *Handler) DeadLetter(ctx context.Context, body, sourceID string, p *PermanentError) error {
+	if h.cfg.DLQ == nil {
+		return errors.New("sqsconsumer: no DLQ configured")
+	}
+	return h.deadLetter(ctx, events.SQSMessage{MessageId: sourceID, Body: body}, p)
+}
+
 // deadLetter sends m's body to the DLQ with the reason attributes.
 func (h *Handler) deadLetter(ctx context.Context, m events.SQSMessage, p *PermanentError) error {
 	errText := sqsmsg.Sanitize(p.Error(), MaxErrorAttributeBytes)
@@ -334,7 +493,7 @@ func (h *Handler) deadLetter(ctx context.Context, m events.SQSMessage, p *Perman
 		AttrReason:          strAttr(sqsmsg.Sanitize(p.Reason, 256)),
 		AttrError:           strAttr(errText),
 		AttrConsumer:        strAttr(h.cfg.Name),
-		AttrSourceMessageID: strAttr(m.MessageId),
+		AttrSourceMessageID: strAttr(sqsmsg.Sanitize(m.MessageId, 256)),
 		AttrReceiveCount:    {DataType: aws.String("Number"), StringValue: aws.String(strconv.Itoa(max(ReceiveCount(m), 0)))},
 	}
 	// The body came from an SQS queue, so it is legal; with the attributes

@@ -2,9 +2,11 @@ package sqsconsumer_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -161,8 +163,17 @@ func TestHandleOutcomes(t *testing.T) {
 }
 
 // A batch mixing outcomes: only the failed ones are reported, in batch
-// order, and a panic does not stop the messages after it.
+// order, and a panic does not stop the messages after it: one at a time in
+// batch order (Concurrency 1), and every message handled when they run
+// concurrently (the default).
 func TestHandleMixedBatch(t *testing.T) {
+	t.Parallel()
+	for _, conc := range []int{1, 0} {
+		t.Run(fmt.Sprint("concurrency=", conc), func(t *testing.T) { testHandleMixedBatch(t, conc) })
+	}
+}
+
+func testHandleMixedBatch(t *testing.T, conc int) {
 	t.Parallel()
 	dlq := &fakeDLQ{}
 	var mu sync.Mutex
@@ -173,7 +184,7 @@ func TestHandleMixedBatch(t *testing.T) {
 		seen = append(seen, m.MessageId)
 		mu.Unlock()
 		return behave(ctx, ev)
-	}, dlq, nil)
+	}, dlq, func(c *sqsconsumer.Config) { c.Concurrency = conc })
 	recs := []events.SQSMessage{
 		record("a", eventBody("panics")), record("b", eventBody("applied")), record("c", eventBody("transient")),
 		record("d", eventBody("permanent")), record("e", eventBody("applied")),
@@ -185,8 +196,11 @@ func TestHandleMixedBatch(t *testing.T) {
 	if got := strings.Join(failures(resp), ","); got != "a,c" {
 		t.Errorf("failures %s, want a,c", got)
 	}
+	if conc != 1 {
+		slices.Sort(seen)
+	}
 	if got := strings.Join(seen, ","); got != "a,b,c,d,e" {
-		t.Errorf("handled %s, want every message in order", got)
+		t.Errorf("handled %s, want every message (in order, one at a time)", got)
 	}
 	if len(dlq.Sent()) != 1 {
 		t.Errorf("dead-lettered %d, want 1", len(dlq.Sent()))
@@ -212,6 +226,8 @@ func TestHandleMessageWithoutID(t *testing.T) {
 // Deadline budget: messages start only while more than Reserve is left, so
 // the partial batch response arrives before the function timeout, which
 // would discard it (AWS-SEMANTICS §12; Lambda developer guide, golang-context).
+// One message at a time (Concurrency 1); TestHandleDeadlineReserveInAGroup
+// is the same for the messages of one aggregate at the default concurrency.
 func TestHandleDeadlineReserve(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
@@ -225,7 +241,7 @@ func TestHandleDeadlineReserve(t *testing.T) {
 		mu.Unlock()
 		time.Sleep(time.Second) // one second per message, whatever the context says
 		return nil
-	}, nil, func(c *sqsconsumer.Config) { c.Reserve = 2 * time.Second })
+	}, nil, func(c *sqsconsumer.Config) { c.Reserve = 2 * time.Second; c.Concurrency = 1 })
 	deadline := time.Now().Add(2500 * time.Millisecond)
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
@@ -347,5 +363,169 @@ func TestHandleDeadLetterRespectsDLQSize(t *testing.T) {
 	}
 	if len(dlq.Sent()) == 0 && strings.Join(failures(resp), ",") != "m1" {
 		t.Fatalf("not dead-lettered and not reported failed: %+v", resp)
+	}
+}
+
+// aggBody is an EventBridge event carrying an outbox envelope of aggregate
+// agg at sequence seq (what GroupByAggregate reads).
+func aggBody(agg string, seq int64) string {
+	return fmt.Sprintf(`{"version":"0","id":"ev-%s-%d","detail-type":"OrderPaid","source":"com.example.orders","account":"000000000000",`+
+		`"time":"2024-05-06T07:08:09Z","region":"us-east-1","resources":[],"detail":{"event_id":"e-%s-%d","aggregate_type":"Order","aggregate_id":%q,"sequence":%d}}`,
+		agg, seq, agg, seq, agg, seq)
+}
+
+// detailOf returns the aggregate and sequence of an aggBody event.
+func detailOf(t *testing.T, ev events.EventBridgeEvent) (string, int64) {
+	t.Helper()
+	var d struct {
+		AggregateID string `json:"aggregate_id"`
+		Sequence    int64  `json:"sequence"`
+	}
+	if err := json.Unmarshal(ev.Detail, &d); err != nil {
+		t.Errorf("detail: %v", err)
+	}
+	return d.AggregateID, d.Sequence
+}
+
+// TestHandleDeadlineReserveInAGroup: the messages of one aggregate are one
+// group, handled one at a time: the deadline reserve stops the group as it
+// stops a sequential batch.
+func TestHandleDeadlineReserveInAGroup(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var started []string
+	h := newHandler(t, func(ctx context.Context, ev events.EventBridgeEvent) error {
+		m, _ := sqsconsumer.MessageFromContext(ctx)
+		mu.Lock()
+		started = append(started, m.MessageId)
+		mu.Unlock()
+		time.Sleep(time.Second)
+		return nil
+	}, nil, func(c *sqsconsumer.Config) { c.Reserve = 2 * time.Second })
+	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(2500*time.Millisecond))
+	defer cancel()
+	resp, err := h.Handle(ctx, events.SQSEvent{Records: []events.SQSMessage{
+		record("m3", aggBody("o-1", 3)), record("m1", aggBody("o-1", 1)), record("m2", aggBody("o-1", 2)),
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Join(started, ",") != "m1" {
+		t.Errorf("started %v, want only m1 (the group's lowest sequence)", started)
+	}
+	if got := failures(resp); len(got) != 2 || !slices.Contains(got, "m2") || !slices.Contains(got, "m3") {
+		t.Errorf("failures %v, want m2 and m3", got)
+	}
+}
+
+// TestHandleGroupsByAggregate: a batch's messages are grouped by aggregate;
+// each group runs in sequence order, one message at a time, and different
+// groups run at the same time. The proof of concurrency is a barrier, not
+// a clock: the first message of each of three groups waits until all
+// three are in flight (it would time out one at a time). Bodies without an
+// aggregate are groups of their own. Every failure is reported, whichever
+// group it is in.
+func TestHandleGroupsByAggregate(t *testing.T) {
+	t.Parallel()
+	var (
+		mu       sync.Mutex
+		seen     = map[string][]int64{}
+		inFlight int
+		barrier  = make(chan struct{})
+		arrived  int
+	)
+	h := newHandler(t, func(ctx context.Context, ev events.EventBridgeEvent) error {
+		agg, seq := detailOf(t, ev)
+		mu.Lock()
+		first := agg != "" && len(seen[agg]) == 0
+		seen[agg] = append(seen[agg], seq)
+		inFlight++
+		if first {
+			arrived++
+			if arrived == 3 {
+				close(barrier)
+			}
+		}
+		mu.Unlock()
+		if first {
+			select {
+			case <-barrier:
+			case <-time.After(10 * time.Second):
+				t.Errorf("group %s: the other groups never ran beside it", agg)
+			}
+		}
+		mu.Lock()
+		inFlight--
+		mu.Unlock()
+		if agg == "o-b" && seq == 1 {
+			return errors.New("retry me")
+		}
+		return nil
+	}, nil, nil)
+	resp, err := h.Handle(context.Background(), events.SQSEvent{Records: []events.SQSMessage{
+		record("a3", aggBody("o-a", 3)), record("b2", aggBody("o-b", 2)), record("a1", aggBody("o-a", 1)),
+		record("x", eventBody("noagg")), record("c1", aggBody("o-c", 1)), record("b1", aggBody("o-b", 1)), record("a2", aggBody("o-a", 2)),
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for agg, want := range map[string][]int64{"o-a": {1, 2, 3}, "o-b": {1, 2}, "o-c": {1}, "": {0}} {
+		if !slices.Equal(seen[agg], want) {
+			t.Errorf("group %q handled %v, want %v", agg, seen[agg], want)
+		}
+	}
+	if got := failures(resp); !slices.Equal(got, []string{"b1"}) {
+		t.Errorf("failures %v, want [b1]", got)
+	}
+}
+
+// TestHandleConcurrencyBound: with Concurrency 2, never more than two
+// groups are in flight, and every message is handled.
+func TestHandleConcurrencyBound(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	inFlight, most, handled := 0, 0, 0
+	h := newHandler(t, func(ctx context.Context, ev events.EventBridgeEvent) error {
+		mu.Lock()
+		inFlight++
+		most = max(most, inFlight)
+		mu.Unlock()
+		time.Sleep(20 * time.Millisecond) // widen the window for an overlap the bound should prevent
+		mu.Lock()
+		inFlight--
+		handled++
+		mu.Unlock()
+		return nil
+	}, nil, func(c *sqsconsumer.Config) { c.Concurrency = 2 })
+	var recs []events.SQSMessage
+	for i := range 8 {
+		recs = append(recs, record(fmt.Sprint("m", i), aggBody(fmt.Sprint("o-", i), 1)))
+	}
+	if _, err := h.Handle(context.Background(), events.SQSEvent{Records: recs}); err != nil {
+		t.Fatal(err)
+	}
+	if most > 2 || handled != 8 {
+		t.Fatalf("at most %d in flight (bound 2), %d handled (want 8)", most, handled)
+	}
+	if _, err := sqsconsumer.New(func(context.Context, events.EventBridgeEvent) error { return nil }, sqsconsumer.Config{Name: "x", Concurrency: -1}); err == nil {
+		t.Fatal("Concurrency -1 accepted")
+	}
+}
+
+// TestGroupByAggregate reads the envelope's aggregate and sequence, and
+// gives bodies without them no group.
+func TestGroupByAggregate(t *testing.T) {
+	t.Parallel()
+	if k, seq, ok := sqsconsumer.GroupByAggregate(aggBody("o-9", 7)); !ok || k != "Order#o-9" || seq != 7 {
+		t.Errorf("GroupByAggregate = %q, %d, %v", k, seq, ok)
+	}
+	for _, body := range []string{eventBody("x"), "not json", `{"detail":[1]}`, ""} {
+		if _, _, ok := sqsconsumer.GroupByAggregate(body); ok {
+			t.Errorf("GroupByAggregate(%q) found a group", body)
+		}
 	}
 }
