@@ -52,17 +52,17 @@ func quickClient(t *testing.T, base string, hc *http.Client, creds fulfilment.Cr
 func TestProviderRedirectNeverCarriesTheToken(t *testing.T) {
 	t.Parallel()
 	var plain, secure seen
-	clear := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	plainHTTP := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		plain.add(r)
 		w.WriteHeader(http.StatusCreated)
 		_, _ = w.Write([]byte(`{"shipment_id":"shp_1","order_id":"o-1","status":"created"}`))
 	}))
-	t.Cleanup(clear.Close)
+	t.Cleanup(plainHTTP.Close)
 	for _, status := range []int{http.StatusTemporaryRedirect, http.StatusPermanentRedirect, http.StatusFound, http.StatusMovedPermanently} {
 		tls := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			secure.add(r)
 			// same host (127.0.0.1), another port, plain HTTP
-			http.Redirect(w, r, clear.URL+r.URL.Path, status)
+			http.Redirect(w, r, plainHTTP.URL+r.URL.Path, status)
 		}))
 		t.Cleanup(tls.Close)
 		c := quickClient(t, tls.URL, tls.Client(), fulfilment.StaticCredentials("secret"))
@@ -70,7 +70,7 @@ func TestProviderRedirectNeverCarriesTheToken(t *testing.T) {
 		if got := plain.all(); len(got) != 0 {
 			t.Fatalf("%d: the redirect was followed to plain HTTP with Authorization %q", status, got)
 		}
-		if reason(err) != "provider_redirected" || !strings.Contains(err.Error(), clear.URL) {
+		if reason(err) != "provider_redirected" || !strings.Contains(err.Error(), plainHTTP.URL) {
 			t.Fatalf("%d: err = %v, want permanent provider_redirected naming the target", status, err)
 		}
 	}

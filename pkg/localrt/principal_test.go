@@ -90,7 +90,8 @@ func TestSQSPollerInvokesAsTheFunctionRole(t *testing.T) {
 	if !regexp.MustCompile(`^AROA[A-Z2-7]{17}:notifier$`).MatchString(FunctionSenderID("notifier")) {
 		t.Errorf("FunctionSenderID = %q", FunctionSenderID("notifier"))
 	}
-	if FunctionRoleID("notifier") == FunctionRoleID("ledger") || FunctionRoleID("ledger") != FunctionRoleID("ledger") {
+	ledger := FunctionRoleID("ledger")
+	if FunctionRoleID("notifier") == ledger || FunctionRoleID("ledger") != ledger {
 		t.Error("FunctionRoleID is not a stable per-function id")
 	}
 }
