@@ -13,6 +13,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/operator"
@@ -358,11 +359,18 @@ func runConsumerRedrive(ctx context.Context, e *cmdEnv, args []string) error {
 	dlq := fs.String("dlq", "", "the consumer DLQ: URL or queue name")
 	queue := fs.String("queue", "", "the consumer queue to send the messages back to: URL or queue name")
 	maxMsgs := fs.Int("max", 0, "move at most this many messages (0: all)")
+	var senders listFlag
+	fs.Var(&senders, "sender", "the consumer function's execution role id (AROA…, aws iam get-role --query Role.RoleId): its own dead letters are redriven too (repeatable; consumer-dlq shows each message's sender)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if *dlq == "" || *queue == "" {
 		return usageErr("consumer-redrive: -dlq and -queue are required")
+	}
+	for _, s := range senders {
+		if strings.TrimSpace(s) == "" {
+			return usageErr("consumer-redrive: -sender must not be empty")
+		}
 	}
 	ctx, c, done, err := e.open(ctx)
 	if err != nil {
@@ -377,27 +385,49 @@ func runConsumerRedrive(ctx context.Context, e *cmdEnv, args []string) error {
 	if err != nil {
 		return err
 	}
-	return consumerRedrive(ctx, e.out, c.sqs, du, qu, *maxMsgs)
+	return consumerRedrive(ctx, e.out, c.sqs, du, qu, senders, *maxMsgs)
 }
 
 func dlqLine(w io.Writer, verb string) func(sqsconsumer.DeadLetter) {
 	return func(d sqsconsumer.DeadLetter) {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", verb, d.MessageID, d.Reason, d.Error)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", verb, d.MessageID, d.Reason, d.From(), d.Error)
 	}
 }
 
 // consumerDLQ lists the DLQ at dlq through sqsconsumer.Peek, one line per
-// message (verb, message id, reason, error), then a count.
+// message (verb, message id, reason, where it came from: the queue whose
+// redrive policy moved it or the principal that sent it, error), then a
+// count.
 func consumerDLQ(ctx context.Context, w io.Writer, q sqsconsumer.QueueAPI, dlq string, limit int) error {
 	msgs, err := sqsconsumer.Peek(ctx, q, dlq, sqsconsumer.RedriveOptions{Max: limit, OnMessage: dlqLine(w, "dead-lettered")})
 	fmt.Fprintf(w, "%d message(s) on %s\n", len(msgs), dlq)
 	return err
 }
 
-// consumerRedrive moves the DLQ's messages to queue through
-// sqsconsumer.Redrive, one line per message, then a count.
-func consumerRedrive(ctx context.Context, w io.Writer, q sqsconsumer.QueueAPI, dlq, queue string, maxMsgs int) error {
-	n, err := sqsconsumer.Redrive(ctx, q, dlq, q, queue, sqsconsumer.RedriveOptions{Max: maxMsgs, OnMessage: dlqLine(w, "redriven")})
-	fmt.Fprintf(w, "%d message(s) redriven from %s to %s\n", n, dlq, queue)
+// redriveAPI is what consumer-redrive calls: the DLQ's messages and the
+// consumer queue's ARN.
+type redriveAPI interface {
+	sqsconsumer.QueueAPI
+	GetQueueAttributes(ctx context.Context, params *sqs.GetQueueAttributesInput, optFns ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error)
+}
+
+// consumerRedrive moves the consumer's messages on the DLQ to queue through
+// sqsconsumer.Redrive, one line per message moved ("redriven") and per
+// message left ("left", with why: a message neither moved there by queue's
+// redrive policy nor sent by one of senders is never forwarded), then a
+// count.
+func consumerRedrive(ctx context.Context, w io.Writer, q redriveAPI, dlq, queue string, senders []string, maxMsgs int) error {
+	attrs, err := q.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: aws.String(queue), AttributeNames: []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameQueueArn}})
+	if err != nil {
+		return fmt.Errorf("consumer-redrive: the ARN of %s: %w", queue, err)
+	}
+	from := sqsconsumer.Provenance{SourceQueueARN: attrs.Attributes[string(sqstypes.QueueAttributeNameQueueArn)], SenderIDs: senders}
+	res, err := sqsconsumer.Redrive(ctx, q, dlq, q, queue, sqsconsumer.RedriveOptions{
+		Max: maxMsgs, From: from, OnMessage: dlqLine(w, "redriven"),
+		OnLeft: func(l sqsconsumer.LeftMessage) {
+			fmt.Fprintf(w, "left\t%s\t%s\t%s\t%s\n", l.MessageID, l.Reason, l.From(), l.Why)
+		},
+	})
+	fmt.Fprintf(w, "%d message(s) redriven from %s to %s; %d left on the DLQ\n", res.Moved, dlq, queue, len(res.Left))
 	return err
 }

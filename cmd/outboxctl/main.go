@@ -7,7 +7,7 @@
 //	outboxctl [-endpoint URL] parked  -table T [-limit 100]
 //	outboxctl [-endpoint URL] redrive -table T [-shards 16] (-pk PK -sk SK | -event ID | -all)
 //	outboxctl [-endpoint URL] consumer-dlq      -dlq DLQ [-limit 100]
-//	outboxctl [-endpoint URL] consumer-redrive  -dlq DLQ -queue QUEUE [-max 0]
+//	outboxctl [-endpoint URL] consumer-redrive  -dlq DLQ -queue QUEUE [-sender ROLE_ID]... [-max 0]
 //	outboxctl [-endpoint URL] consumer-buffered -dedup-table D -consumer C
 //	outboxctl [-endpoint URL] consumer-baseline -dedup-table D -consumer C (-aggregate ID -last N | -from-orders-table T)
 //
@@ -19,7 +19,11 @@
 // bus policy admits), with -direct at once through relay.Publisher, the
 // relay's own PutEvents path, from the caller's principal (consumers
 // deduplicate on the event_id either way);
-// consumer-redrive sends a consumer DLQ's messages back to its queue;
+// consumer-redrive sends a consumer DLQ's messages back to its queue: only
+// the ones SQS's system attributes prove to be the consumer's (moved by the
+// queue's redrive policy: DeadLetterQueueSourceArn; or sent by the
+// consumer's role, -sender: SenderId); any other message is listed with its
+// sender and left, so a message planted on the DLQ is never forwarded;
 // consumer-buffered lists what an ordered consumer's resequencer holds for
 // a missing predecessor, consumer-baseline declares where an ordered
 // consumer starts (docs/ORDERING.md).
@@ -87,9 +91,9 @@ func init() {
 			"outboxctl -endpoint http://127.0.0.1:4580 parked -table dev-outbox", runParked},
 		{"redrive", "make parked records pending again (-pk/-sk, -event or -all); the reconciler publishes them",
 			"outboxctl -endpoint http://127.0.0.1:4580 redrive -table dev-outbox -all", runRedrive},
-		{"consumer-dlq", "list a consumer DLQ's messages (left in place): message id, reason, error",
+		{"consumer-dlq", "list a consumer DLQ's messages (left in place): message id, reason, where from (source queue or sender), error",
 			"outboxctl -endpoint http://127.0.0.1:4580 consumer-dlq -dlq dev-ledger-dlq", runConsumerDLQ},
-		{"consumer-redrive", "move a consumer DLQ's messages back to the consumer's queue",
+		{"consumer-redrive", "move the consumer's own messages on its DLQ back to its queue (moved by its redrive policy, or sent by its role: -sender); list any other with its sender and leave it",
 			"outboxctl -endpoint http://127.0.0.1:4580 consumer-redrive -dlq dev-ledger-dlq -queue dev-ledger", runConsumerRedrive},
 		{"consumer-buffered", "list the events an ordered consumer's resequencer holds for a missing predecessor: aggregate, sequence, the range it waits for, age",
 			"outboxctl -endpoint http://127.0.0.1:4580 consumer-buffered -dedup-table dev-dedup -consumer ledger", runConsumerBuffered},

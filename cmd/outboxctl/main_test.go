@@ -121,19 +121,35 @@ func newWorld(t *testing.T) *world {
 	if w.dlq, err = localrt.NewSQSQueue(localrt.SQSQueueConfig{Name: "ctl-ledger-dlq"}); err != nil {
 		t.Fatal(err)
 	}
-	if w.queue, err = localrt.NewSQSQueue(localrt.SQSQueueConfig{Name: "ctl-ledger"}); err != nil {
+	if w.queue, err = localrt.NewSQSQueue(localrt.SQSQueueConfig{Name: "ctl-ledger", Redrive: &localrt.RedrivePolicy{DeadLetterQueue: w.dlq, MaxReceiveCount: 1}}); err != nil {
 		t.Fatal(err)
 	}
-	for _, in := range []*sqs.SendMessageInput{
-		{QueueUrl: aws.String(w.dlq.URL()), MessageBody: aws.String(`{"detail":{"n":1}}`)},
-		{QueueUrl: aws.String(w.dlq.URL()), MessageBody: aws.String(`{"detail":{"n":2}}`), MessageAttributes: map[string]sqstypes.MessageAttributeValue{
-			sqsconsumer.AttrReason: {DataType: aws.String("String"), StringValue: aws.String("forged_source")},
-			sqsconsumer.AttrError:  {DataType: aws.String("String"), StringValue: aws.String("source is not the outbox")},
-		}},
-	} {
-		if _, err := w.dlq.SendMessage(ctx, in); err != nil {
+	// The DLQ holds the ledger's two dead letters: one its queue's redrive
+	// policy moved (after maxReceiveCount 1), one the ledger function
+	// dead-lettered itself, as its role's session.
+	if _, err := w.queue.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(w.queue.URL()), MessageBody: aws.String(`{"detail":{"n":1}}`)}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // receive 1 = maxReceiveCount, visibility reset; the next receive moves it
+		r, err := w.queue.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(w.queue.URL())})
+		if err != nil {
 			t.Fatal(err)
 		}
+		for _, m := range r.Messages {
+			if _, err := w.queue.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{QueueUrl: aws.String(w.queue.URL()), ReceiptHandle: m.ReceiptHandle}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := w.dlq.SendMessage(localrt.WithSenderID(ctx, localrt.FunctionSenderID(routing.ConsumerLedger)), &sqs.SendMessageInput{
+		QueueUrl: aws.String(w.dlq.URL()), MessageBody: aws.String(`{"detail":{"n":2}}`), MessageAttributes: map[string]sqstypes.MessageAttributeValue{
+			sqsconsumer.AttrReason: {DataType: aws.String("String"), StringValue: aws.String("forged_source")},
+			sqsconsumer.AttrError:  {DataType: aws.String("String"), StringValue: aws.String("source is not the outbox")},
+		}}); err != nil {
+		t.Fatal(err)
+	}
+	if w.dlq.Len() != 2 || w.queue.Len() != 0 {
+		t.Fatalf("setup: DLQ %d, queue %d", w.dlq.Len(), w.queue.Len())
 	}
 	w.parked = localrt.NewMemoryQueue("https://sqs.us-east-1.amazonaws.com/000000000000/ctl-parked")
 	for _, b := range []string{"p1", "p2"} {
@@ -483,6 +499,7 @@ func TestRedriveByEventID(t *testing.T) {
 
 func TestConsumerDLQAndRedrive(t *testing.T) {
 	w := newWorld(t)
+	ledgerRole := localrt.FunctionRoleID(routing.ConsumerLedger)
 	// By name (GetQueueUrl through the front) and by URL alike.
 	for _, dlq := range []string{"ctl-ledger-dlq", w.dlq.URL()} {
 		out, err := w.ctl(t, "consumer-dlq", "-dlq", dlq)
@@ -493,29 +510,84 @@ func TestConsumerDLQAndRedrive(t *testing.T) {
 		if len(lines) != 3 || lines[2] != "2 message(s) on "+w.dlq.URL() {
 			t.Fatalf("consumer-dlq printed:\n%s\nwant two message lines and a count", out)
 		}
-		mustContain(t, "consumer-dlq", out, "\t"+sqsconsumer.ReasonMaxReceiveCount+"\t", "\tforged_source\tsource is not the outbox")
+		mustContain(t, "consumer-dlq", out,
+			"\t"+sqsconsumer.ReasonMaxReceiveCount+"\tqueue "+w.queue.ARN()+"\t",
+			"\tforged_source\tsender "+ledgerRole+":"+routing.ConsumerLedger+"\tsource is not the outbox")
 		for _, l := range lines[:2] {
-			if f := strings.Split(l, "\t"); len(f) != 4 || f[0] != "dead-lettered" || f[1] == "" {
-				t.Errorf("line %q: want verb, message id, reason, error", l)
+			if f := strings.Split(l, "\t"); len(f) != 5 || f[0] != "dead-lettered" || f[1] == "" {
+				t.Errorf("line %q: want verb, message id, reason, from, error", l)
 			}
 		}
 		if v, i := w.dlq.Counts(); v != 2 || i != 0 {
 			t.Fatalf("consumer-dlq left %d visible, %d in flight; want 2 visible", v, i)
 		}
 	}
+	if _, err := w.ctl(t, "consumer-dlq", "-dlq", "no-such-dlq"); err == nil || !strings.Contains(err.Error(), "NonExistentQueue") {
+		t.Fatalf("consumer-dlq of an unknown queue: %v", err)
+	}
+}
+
+// TestConsumerRedriveLeavesPlantedMessages: the consumer DLQ accepts
+// SendMessage from any principal allowed it, and consumer-redrive forwards
+// under the operator's role. It forwards only the messages SQS's system
+// attributes prove to be the consumer's — moved by its queue's redrive
+// policy (DeadLetterQueueSourceArn), or sent by its role (SenderId, given
+// with -sender) — and lists any other with its sender, leaving it on the
+// DLQ: a message planted there with a dead letter's reason attributes is
+// never laundered into the consumer queue.
+func TestConsumerRedriveLeavesPlantedMessages(t *testing.T) {
+	w := newWorld(t)
+	const intruder = "AIDAINTRUDERUSERID001"
+	planted := `{"detail":{"planted":true}}`
+	if _, err := w.dlq.SendMessage(localrt.WithSenderID(context.Background(), intruder), &sqs.SendMessageInput{
+		QueueUrl: aws.String(w.dlq.URL()), MessageBody: aws.String(planted), MessageAttributes: map[string]sqstypes.MessageAttributeValue{
+			sqsconsumer.AttrReason:   {DataType: aws.String("String"), StringValue: aws.String("unsupported_version")},
+			sqsconsumer.AttrConsumer: {DataType: aws.String("String"), StringValue: aws.String(routing.ConsumerLedger)},
+		}}); err != nil {
+		t.Fatal(err)
+	}
+	// Without -sender: only the message the queue's redrive policy moved;
+	// the consumer's own and the planted one are left, with their senders.
 	out, err := w.ctl(t, "consumer-redrive", "-dlq", "ctl-ledger-dlq", "-queue", "ctl-ledger")
 	if err != nil {
 		t.Fatalf("consumer-redrive: %v\n%s", err, out)
 	}
-	if n := strings.Count(out, "redriven\t"); n != 2 {
-		t.Fatalf("printed %d redriven lines, want 2:\n%s", n, out)
+	mustContain(t, "consumer-redrive without -sender", out,
+		"redriven\t", "\t"+sqsconsumer.ReasonMaxReceiveCount+"\tqueue "+w.queue.ARN()+"\t",
+		"left\t", "\tsender "+intruder+"\t", "\tsender "+localrt.FunctionSenderID(routing.ConsumerLedger)+"\t",
+		"1 message(s) redriven from "+w.dlq.URL()+" to "+w.queue.URL()+"; 2 left on the DLQ")
+	if w.queue.Len() != 1 || w.dlq.Len() != 2 {
+		t.Fatalf("after the first redrive: queue %d, DLQ %d; want 1 and 2", w.queue.Len(), w.dlq.Len())
 	}
-	mustContain(t, "consumer-redrive", out, "2 message(s) redriven from "+w.dlq.URL()+" to "+w.queue.URL())
-	if w.dlq.Len() != 0 || w.queue.Len() != 2 {
-		t.Fatalf("DLQ %d, queue %d; want 0 and 2", w.dlq.Len(), w.queue.Len())
+	// With the ledger's role id: its own dead letter moves; the planted
+	// message stays, listed with its sender.
+	out, err = w.ctl(t, "consumer-redrive", "-dlq", "ctl-ledger-dlq", "-queue", "ctl-ledger", "-sender", localrt.FunctionRoleID(routing.ConsumerLedger))
+	if err != nil {
+		t.Fatalf("consumer-redrive -sender: %v\n%s", err, out)
 	}
-	if _, err := w.ctl(t, "consumer-dlq", "-dlq", "no-such-dlq"); err == nil || !strings.Contains(err.Error(), "NonExistentQueue") {
-		t.Fatalf("consumer-dlq of an unknown queue: %v", err)
+	if n := strings.Count(out, "redriven\t"); n != 1 {
+		t.Fatalf("printed %d redriven lines, want 1:\n%s", n, out)
+	}
+	mustContain(t, "consumer-redrive -sender", out,
+		"redriven\t", "\tforged_source\tsender "+localrt.FunctionSenderID(routing.ConsumerLedger)+"\t",
+		"left\t", "\tunsupported_version\tsender "+intruder+"\tsent to the DLQ by "+intruder,
+		"1 message(s) redriven from "+w.dlq.URL()+" to "+w.queue.URL()+"; 1 left on the DLQ")
+	if w.dlq.Len() != 1 || w.queue.Len() != 2 {
+		t.Fatalf("DLQ %d, queue %d; want the planted message alone on the DLQ and the 2 dead letters in the queue", w.dlq.Len(), w.queue.Len())
+	}
+	for range 2 {
+		r, err := w.queue.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: aws.String(w.queue.URL()), MaxNumberOfMessages: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range r.Messages {
+			if aws.ToString(m.Body) == planted {
+				t.Fatal("the planted message reached the consumer queue")
+			}
+		}
+	}
+	if _, err := w.ctl(t, "consumer-redrive", "-dlq", "ctl-ledger-dlq", "-queue", "ctl-ledger", "-sender", " "); !errors.Is(err, errUsage) {
+		t.Errorf("-sender ' ': %v, want a usage error", err)
 	}
 }
 

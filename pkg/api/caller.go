@@ -2,9 +2,13 @@ package api
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
+	"regexp"
+	"strings"
 
+	"github.com/aws/aws-lambda-go/events"
 	"github.com/google/uuid"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/order"
@@ -22,11 +26,17 @@ const (
 	//
 	//   - A request that came through API Gateway (LambdaHandler, or any
 	//     aws-lambda-go-api-proxy v2 adapter: the API Gateway request context
-	//     is in the request's context) is identified by the IAM principal API
-	//     Gateway authenticated with SigV4:
-	//     requestContext.authorizer.iam.userArn. Without one the request is
-	//     refused 401 unauthenticated. X-Caller is ignored, so a client on
-	//     AWS cannot choose its identity with a header.
+	//     is in the request's context) is identified by the most specific
+	//     identity API Gateway's IAM authorizer authenticated (see
+	//     gatewayCaller): the Cognito identity
+	//     (requestContext.authorizer.iam.cognitoIdentity) of a caller signing
+	//     with identity pool credentials, whose userArn is the pool role's
+	//     session that every user of the pool shares; otherwise the IAM
+	//     principal that signed with SigV4,
+	//     requestContext.authorizer.iam.userArn. Without one, or for a pool
+	//     role session without its identity, the request is refused 401
+	//     unauthenticated. X-Caller is ignored, so a client on AWS cannot
+	//     choose its identity with a header.
 	//   - A request served directly over net/http (the local dev stack,
 	//     tests; nothing on AWS) is identified by the local stand-in: the
 	//     X-Caller header as "local:<value>", or LocalCaller when absent.
@@ -70,7 +80,8 @@ type (
 
 // Caller returns the caller identity ServeHTTP established for the request
 // whose context is ctx (an IAM principal ARN such as
-// "arn:aws:sts::123456789012:assumed-role/checkout/i-0abc", or "local" /
+// "arn:aws:sts::123456789012:assumed-role/checkout/i-0abc", a Cognito
+// identity "cognito-identity:<identityPoolId>/<identityId>", or "local" /
 // "local:<X-Caller>"), and whether there is one. It is for code running
 // below the Handler (e.g. a wrapped order repository).
 func Caller(ctx context.Context) (string, bool) {
@@ -94,11 +105,14 @@ func (h *Handler) resolveCaller(r *http.Request) (string, error) {
 			}
 			return "", unauthenticated
 		}
-		arn := rc.Authorizer.IAM.UserARN
-		if err := order.ValidateActor(arn); err != nil {
+		actor, err := gatewayCaller(rc.Authorizer.IAM)
+		if err != nil {
+			return "", newError(http.StatusUnauthorized, CodeUnauthenticated, err.Error())
+		}
+		if err := order.ValidateActor(actor); err != nil {
 			return "", unauthenticated
 		}
-		return arn, nil
+		return actor, nil
 	}
 	if h.cfg.Callers == CallersIAMOnly {
 		return "", unauthenticated
@@ -111,6 +125,61 @@ func (h *Handler) resolveCaller(r *http.Request) (string, error) {
 		return "", newError(http.StatusBadRequest, CodeInvalidHeader, fmt.Sprintf("%s must be given once, 1..%d characters of A-Z a-z 0-9 . _ : @ -", HeaderCaller, MaxLocalCallerLen))
 	}
 	return LocalCaller + ":" + vals[0], nil
+}
+
+// CognitoActorPrefix starts the actor of a Cognito identity pool caller:
+// "cognito-identity:<identityPoolId>/<identityId>", e.g.
+// "cognito-identity:eu-west-1:9f8e…/eu-west-1:0a1b…". It is not an ARN, so
+// order.IdempotencyScope keeps it whole: each identity is its own
+// idempotency scope.
+const CognitoActorPrefix = "cognito-identity:"
+
+// CognitoSessionName is the role session name of identity pool credentials
+// (userArn "arn:aws:sts::<account>:assumed-role/<pool role>/CognitoIdentityCredentials",
+// callerId "<role id>:CognitoIdentityCredentials"): one name for every user
+// of the pool.
+const CognitoSessionName = "CognitoIdentityCredentials"
+
+// cognitoID is the form Amazon Cognito gives identity ids and identity pool
+// ids, "REGION:GUID": pattern [\w-]+:[0-9a-f-]+, 1..55 characters (Cognito
+// Identity API reference, IdentityId and IdentityPoolId).
+var cognitoID = regexp.MustCompile(`^[\w-]+:[0-9a-f-]+$`)
+
+func validCognitoID(s string) bool { return len(s) <= 55 && cognitoID.MatchString(s) }
+
+// gatewayCaller returns the caller of an API Gateway HTTP API request
+// authorized with IAM (payload 2.0 requestContext.authorizer.iam; aws-lambda-go
+// APIGatewayV2HTTPRequestContextAuthorizerIAMDescription): the most specific
+// identity it gives.
+//
+//   - cognitoIdentity with an identityId: a caller signing with Cognito
+//     identity pool credentials. Every user of the pool signs as the same
+//     role session (userArn …/assumed-role/<pool role>/CognitoIdentityCredentials),
+//     so the role tells them apart no better than it would tell apart the
+//     pool's users: the caller is CognitoActorPrefix + identityPoolId + "/" +
+//     identityId. Both must have Cognito's form.
+//   - otherwise userArn: an IAM user, or a role session (whose idempotency
+//     scope is the role, order.IdempotencyScope: the role is one caller).
+//
+// It returns an error (a 401 for the client) when there is no userArn, when
+// a cognitoIdentity is present but incomplete or malformed, and when the
+// userArn is an identity pool session (role session CognitoSessionName)
+// without its cognitoIdentity: such callers cannot be told apart.
+func gatewayCaller(iam *events.APIGatewayV2HTTPRequestContextAuthorizerIAMDescription) (string, error) {
+	if iam.UserARN == "" {
+		return "", errors.New("the request carries no authenticated IAM principal; sign it with SigV4")
+	}
+	ci := iam.CognitoIdentity
+	if ci.IdentityID != "" || ci.IdentityPoolID != "" {
+		if !validCognitoID(ci.IdentityID) || !validCognitoID(ci.IdentityPoolID) {
+			return "", errors.New("the request's Cognito identity is incomplete or malformed")
+		}
+		return CognitoActorPrefix + ci.IdentityPoolID + "/" + ci.IdentityID, nil
+	}
+	if strings.HasSuffix(iam.UserARN, "/"+CognitoSessionName) || strings.HasSuffix(iam.CallerID, ":"+CognitoSessionName) {
+		return "", errors.New("the request is signed with Cognito identity pool credentials but carries no Cognito identity: its caller cannot be told apart from the pool's other users")
+	}
+	return iam.UserARN, nil
 }
 
 func localCallerValue(v string) bool {

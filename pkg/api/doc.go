@@ -9,10 +9,14 @@
 //     the documented members (exact names, no duplicates, nothing after it).
 //   - An invalid request writes nothing: headers, body and values are all
 //     checked before the repository is called (invariant I6).
-//   - Every request has a caller (CallerMode): behind API Gateway the IAM
-//     principal that signed it (requestContext.authorizer.iam.userArn; none
-//     is 401 unauthenticated); over plain net/http (local only) X-Caller or
-//     "local". The caller is the actor of each change and is logged.
+//   - Every request has a caller (CallerMode): behind API Gateway the most
+//     specific identity the IAM authorizer gives — the Cognito identity of
+//     an identity pool user (requestContext.authorizer.iam.cognitoIdentity,
+//     "cognito-identity:<pool>/<identity>"), else the IAM principal that
+//     signed it (requestContext.authorizer.iam.userArn); none, or a pool
+//     role session without its identity, is 401 unauthenticated; over plain
+//     net/http (local only) X-Caller or "local". The caller is the actor of
+//     each change and is logged.
 //   - POST /orders with an Idempotency-Key is idempotent for 24 h per caller:
 //     the same caller, key and body returns the first order with 200 (the
 //     first call got 201); the same caller and key with another body is 409

@@ -605,11 +605,16 @@ func drainRedriveAndAudit(ctx context.Context, s *devstack.Stack, inj *faults.In
 		}
 		moved := 0
 		for name, p := range s.Consumers {
-			n, err := sqsconsumer.Redrive(ctx, p.DLQ, p.DLQ.URL(), p.Queue, p.Queue.URL(), sqsconsumer.RedriveOptions{
+			// Only what the consumer's queue moved or the consumer's
+			// role dead-lettered (the function runs as its role's
+			// session locally too, localrt.FunctionSenderID).
+			res, err := sqsconsumer.Redrive(ctx, p.DLQ, p.DLQ.URL(), p.Queue, p.Queue.URL(), sqsconsumer.RedriveOptions{
+				From: sqsconsumer.Provenance{SourceQueueARN: p.Queue.ARN(), SenderIDs: []string{localrt.FunctionRoleID(p.Name)}},
 				OnMessage: func(d sqsconsumer.DeadLetter) {
 					c.letters = append(c.letters, deadLetterSeen{consumer: name, letter: d})
 				},
 			})
+			n := res.Moved
 			c.redriven += n
 			moved += n
 			if err != nil {

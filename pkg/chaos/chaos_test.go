@@ -68,9 +68,14 @@ func TestChaosSmall(t *testing.T) {
 }
 
 // TestChaosNaiveProviderDuplicatesAreTraced runs a provider that ignores
-// Idempotency-Key: the crashes in the one window no library can close
-// produce duplicate shipments, and every duplicate must trace to an injected
-// crash before COMPLETED or to a provider answer lost after it acted.
+// Idempotency-Key: failures in the one window no library can close (the
+// provider acted, the shipment is not recorded yet) produce duplicate
+// shipments, and every duplicate must trace to a provider answer lost after
+// it acted or one answered but not recorded (or to an injected crash
+// before COMPLETED on the same key). A crash before COMPLETED alone comes
+// after the shipment was recorded, and the redelivery reads the shipments
+// table before it calls the provider: it causes none
+// (fulfilment's TestCrashBetweenProviderAnswerAndCompleted).
 func TestChaosNaiveProviderDuplicatesAreTraced(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos audit skipped in -short mode")
@@ -87,9 +92,9 @@ func TestChaosNaiveProviderDuplicatesAreTraced(t *testing.T) {
 	}
 	t.Logf("duplicates %d: %d from injected crashes before COMPLETED, %d from answers lost after acting, %d answered but not completed, %d untraced",
 		rep.ShipmentDuplicates, rep.DuplicatesFromCrashes, rep.DuplicatesFromLateAnswers, rep.DuplicatesFromFailedCompletion, rep.DuplicatesUntraced)
-	if rep.DuplicatesUntraced != 0 || rep.DuplicatesFromCrashes == 0 ||
+	if rep.DuplicatesUntraced != 0 ||
 		rep.DuplicatesFromCrashes+rep.DuplicatesFromLateAnswers+rep.DuplicatesFromFailedCompletion != rep.ShipmentDuplicates {
-		t.Fatal("every duplicate must trace to the documented window, and injected crashes must cause some")
+		t.Fatal("every duplicate must trace to the documented window")
 	}
 	if rep.ShipmentsMissing != 0 || rep.Lost != 0 {
 		t.Fatalf("missing %d lost %d", rep.ShipmentsMissing, rep.Lost)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -23,8 +24,15 @@ import (
 const HeaderIdempotencyKey = "Idempotency-Key"
 
 // ReasonProviderRejected is the dead-letter reason of a provider 4xx that
-// retrying cannot fix (400, 401, 403, 404, 422, ...).
+// retrying cannot fix (400, 404, 422, ...; 401 and 403 once a refreshed
+// token is refused too).
 const ReasonProviderRejected = "provider_rejected"
+
+// ReasonProviderRedirected is the dead-letter reason of a provider answer
+// that redirects (3xx): the client follows no redirect, so the bearer token
+// goes only to BaseURL (Go's client would re-send Authorization to the same
+// host over plain HTTP). BaseURL is wrong: fix it and redrive.
+const ReasonProviderRedirected = "provider_redirected"
 
 // Defaults for ProviderConfig.
 const (
@@ -51,6 +59,18 @@ type CredentialsSource interface {
 	Credentials(ctx context.Context) (Credentials, error)
 }
 
+// CredentialsRefresher is a CredentialsSource that can replace credentials
+// the provider refused (a cached token outlived a rotation). The client
+// calls Refresh once per call on a 401 or 403 and repeats the request with
+// the answer if its token differs; CachedCredentials implements it.
+type CredentialsRefresher interface {
+	CredentialsSource
+	// Refresh returns credentials to use instead of rejected: read from the
+	// origin again, unless the cache already holds others (another call
+	// refreshed it). Safe for concurrent use.
+	Refresh(ctx context.Context, rejected Credentials) (Credentials, error)
+}
+
 // StaticCredentials is a CredentialsSource that always returns its token.
 type StaticCredentials string
 
@@ -63,12 +83,16 @@ func (s StaticCredentials) Credentials(context.Context) (Credentials, error) {
 // defaults.
 type ProviderConfig struct {
 	// BaseURL is the provider's API root, e.g. "https://api.shipper.example/v1"
-	// (paths /shipments... are appended). Required; http or https.
+	// (paths /shipments... are appended). Required; https, or http to a
+	// loopback host (localhost, 127.0.0.0/8, ::1: the local fake provider)
+	// — http to another host only without Credentials, so a token never
+	// travels in clear text.
 	BaseURL string
 	// Credentials supplies the bearer token. Nil: no Authorization header.
 	Credentials CredentialsSource
 	// HTTPClient sends the requests. Default: a client with no overall
-	// timeout (AttemptTimeout bounds each attempt).
+	// timeout (AttemptTimeout bounds each attempt). The client uses a copy
+	// whose CheckRedirect follows no redirect (ReasonProviderRedirected).
 	HTTPClient *http.Client
 	// AttemptTimeout bounds one HTTP attempt. Default 5 s.
 	AttemptTimeout time.Duration
@@ -111,6 +135,8 @@ func (c ProviderConfig) Validate() error {
 		return errors.New("fulfilment: ProviderConfig.BaseURL is required")
 	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
 		return fmt.Errorf("fulfilment: ProviderConfig.BaseURL %q is not an http(s) URL", c.BaseURL)
+	case u.Scheme == "http" && c.Credentials != nil && !loopback(u.Hostname()):
+		return fmt.Errorf("fulfilment: ProviderConfig.BaseURL %q is plain HTTP to a non-loopback host: the bearer token would travel in clear text (use https)", c.BaseURL)
 	case c.AttemptTimeout < 0 || c.InitialBackoff < 0 || c.MaxBackoff < c.InitialBackoff || c.MaxRetryAfter < 0:
 		return errors.New("fulfilment: ProviderConfig timeouts and backoff must be positive, MaxBackoff >= InitialBackoff")
 	case c.MaxAttempts < 1:
@@ -165,14 +191,35 @@ func NewProviderClient(cfg ProviderConfig) (*ProviderClient, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	// Follow no redirect: a redirect's answer (3xx) comes back as it is.
+	// net/http re-sends Authorization on a redirect to the same host or a
+	// subdomain whatever the scheme, so following one could send the token
+	// to http://<host>/… in clear text; the provider API has no reason to
+	// redirect a POST.
+	hc := *cfg.HTTPClient
+	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	cfg.HTTPClient = &hc
 	return &ProviderClient{cfg: cfg, base: strings.TrimRight(cfg.BaseURL, "/")}, nil
+}
+
+// loopback reports whether host (no port) is localhost or a loopback IP.
+func loopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // CreateShipment sends POST /shipments with "Idempotency-Key: key".
 // Errors: a *ProviderError for a non-retryable 4xx wrapped in a
-// *sqsconsumer.PermanentError (reason ReasonProviderRejected); otherwise,
-// after Config.MaxAttempts attempts or the context's end, the last error
-// (retryable: a redelivery repeats the call with the same key).
+// *sqsconsumer.PermanentError (reason ReasonProviderRejected; a 401 or 403
+// only after a refreshed token was refused too, see CredentialsRefresher),
+// or for a 3xx (reason ReasonProviderRedirected); otherwise, after
+// Config.MaxAttempts attempts or the context's end, the last error
+// (retryable: a redelivery repeats the call with the same key). The answer
+// is not checked against req: the caller does (Fulfilment refuses an answer
+// about another order).
 func (c *ProviderClient) CreateShipment(ctx context.Context, key string, req ShipmentRequest) (ProviderShipment, error) {
 	body, err := json.Marshal(req)
 	if err != nil {
@@ -191,8 +238,9 @@ func (c *ProviderClient) call(ctx context.Context, op, path, key string, body []
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval, b.MaxInterval = c.cfg.InitialBackoff, c.cfg.MaxBackoff
 	var last error
+	refreshed := false // one token refresh per call
 	sh, err := backoff.Retry(ctx, func() (ProviderShipment, error) {
-		sh, err := c.attempt(ctx, op, path, key, body)
+		sh, err := c.attempt(ctx, op, path, key, body, &refreshed)
 		if err != nil {
 			last = err
 		}
@@ -211,41 +259,79 @@ func (c *ProviderClient) call(ctx context.Context, op, path, key string, body []
 	return ProviderShipment{}, fmt.Errorf("provider %s: gave up after %d attempts: %w", op, c.cfg.MaxAttempts, err)
 }
 
-// attempt sends one request. Non-retryable answers come back wrapped in
-// backoff.Permanent; a 429's Retry-After in backoff.RetryAfter.
-func (c *ProviderClient) attempt(ctx context.Context, op, path, key string, body []byte) (ProviderShipment, error) {
+// credentials returns the credentials to send (none without a source).
+func (c *ProviderClient) credentials(ctx context.Context, op string) (Credentials, error) {
+	if c.cfg.Credentials == nil {
+		return Credentials{}, nil
+	}
+	cr, err := c.cfg.Credentials.Credentials(ctx)
+	if err != nil {
+		return Credentials{}, fmt.Errorf("provider %s: credentials: %w", op, err)
+	}
+	return cr, nil
+}
+
+// attempt sends one request. On a 401 or 403, the first time in a call
+// (*refreshed false) with a CredentialsRefresher, it refreshes the token
+// and, if that gives another token, sends the request once more at once.
+// Non-retryable answers come back wrapped in backoff.Permanent; a 429's
+// Retry-After in backoff.RetryAfter.
+func (c *ProviderClient) attempt(ctx context.Context, op, path, key string, body []byte, refreshed *bool) (ProviderShipment, error) {
+	cr, err := c.credentials(ctx, op)
+	if err != nil {
+		return ProviderShipment{}, err
+	}
+	sh, status, err := c.send(ctx, op, path, key, body, cr)
+	if status != http.StatusUnauthorized && status != http.StatusForbidden {
+		return sh, err
+	}
+	r, ok := c.cfg.Credentials.(CredentialsRefresher)
+	if !ok || *refreshed {
+		return sh, err
+	}
+	*refreshed = true
+	fresh, rerr := r.Refresh(ctx, cr)
+	if rerr != nil {
+		// The token may have been rotated and could not be read again: a
+		// retry (or a redelivery) tries again.
+		return ProviderShipment{}, fmt.Errorf("provider %s: HTTP %d, and refreshing the token failed: %w", op, status, rerr)
+	}
+	if fresh.Token == cr.Token {
+		return sh, err // the same token: the provider refuses it
+	}
+	sh, _, err = c.send(ctx, op, path, key, body, fresh)
+	return sh, err
+}
+
+// send sends one HTTP request with cr and returns the shipment, the HTTP
+// status (0 when no answer came) and the error as attempt classifies it.
+func (c *ProviderClient) send(ctx context.Context, op, path, key string, body []byte, cr Credentials) (ProviderShipment, int, error) {
 	actx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(actx, http.MethodPost, c.base+path, bytes.NewReader(body))
 	if err != nil {
-		return ProviderShipment{}, backoff.Permanent(fmt.Errorf("provider %s: %w", op, err))
+		return ProviderShipment{}, 0, backoff.Permanent(fmt.Errorf("provider %s: %w", op, err))
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(HeaderIdempotencyKey, key)
-	if c.cfg.Credentials != nil {
-		cr, err := c.cfg.Credentials.Credentials(ctx)
-		if err != nil {
-			return ProviderShipment{}, fmt.Errorf("provider %s: credentials: %w", op, err)
-		}
-		if cr.Token != "" {
-			req.Header.Set("Authorization", "Bearer "+cr.Token)
-		}
+	if cr.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+cr.Token)
 	}
 	resp, err := c.cfg.HTTPClient.Do(req)
 	if err != nil {
-		return ProviderShipment{}, fmt.Errorf("provider %s: %w", op, err) // network error or timeout: retry
+		return ProviderShipment{}, 0, fmt.Errorf("provider %s: %w", op, err) // network error or timeout: retry
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, DefaultMaxResponseBytes))
 	if err != nil {
-		return ProviderShipment{}, fmt.Errorf("provider %s: read answer: %w", op, err)
+		return ProviderShipment{}, resp.StatusCode, fmt.Errorf("provider %s: read answer: %w", op, err)
 	}
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		var sh ProviderShipment
 		if err := json.Unmarshal(raw, &sh); err != nil || sh.ID == "" {
-			return ProviderShipment{}, fmt.Errorf("provider %s: HTTP %d with an unreadable body %q", op, resp.StatusCode, clip(string(raw), 256))
+			return ProviderShipment{}, resp.StatusCode, fmt.Errorf("provider %s: HTTP %d with an unreadable body %q", op, resp.StatusCode, clip(string(raw), 256))
 		}
-		return sh, nil
+		return sh, resp.StatusCode, nil
 	}
 	pe := &ProviderError{Op: op, Status: resp.StatusCode, Body: clip(string(raw), 512)}
 	var eb struct {
@@ -254,16 +340,20 @@ func (c *ProviderClient) attempt(ctx context.Context, op, path, key string, body
 	if json.Unmarshal(raw, &eb) == nil {
 		pe.Code = eb.Error
 	}
+	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
+		pe.Code = "redirect to " + clip(resp.Header.Get("Location"), 256)
+		return ProviderShipment{}, resp.StatusCode, backoff.Permanent(sqsconsumer.Permanent(ReasonProviderRedirected, pe))
+	}
 	if !pe.Retryable() {
-		return ProviderShipment{}, backoff.Permanent(sqsconsumer.Permanent(ReasonProviderRejected, pe))
+		return ProviderShipment{}, resp.StatusCode, backoff.Permanent(sqsconsumer.Permanent(ReasonProviderRejected, pe))
 	}
 	if resp.StatusCode == http.StatusTooManyRequests {
 		if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
 			wait := min(time.Duration(s)*time.Second, c.cfg.MaxRetryAfter)
-			return ProviderShipment{}, fmt.Errorf("%w: %w", pe, &backoff.RetryAfterError{Duration: wait})
+			return ProviderShipment{}, resp.StatusCode, fmt.Errorf("%w: %w", pe, &backoff.RetryAfterError{Duration: wait})
 		}
 	}
-	return ProviderShipment{}, pe
+	return ProviderShipment{}, resp.StatusCode, pe
 }
 
 func clip(s string, n int) string {

@@ -48,3 +48,31 @@ func TestCachedCredentials(t *testing.T) {
 		}
 	}
 }
+
+// Refresh reads the origin again for a rejected token, but not when the
+// cache already holds another one (a concurrent call refreshed it), and a
+// failed read leaves the cache as it was.
+func TestCachedCredentialsRefresh(t *testing.T) {
+	t.Parallel()
+	src := &rotatingSource{token: "v1"}
+	c := &fulfilment.CachedCredentials{Source: src}
+	ctx := context.Background()
+	if cr, err := c.Credentials(ctx); err != nil || cr.Token != "v1" {
+		t.Fatal(cr, err)
+	}
+	src.set("v2")
+	if cr, err := c.Refresh(ctx, fulfilment.Credentials{Token: "v1"}); err != nil || cr.Token != "v2" || src.reads != 2 {
+		t.Fatalf("refresh of the rejected v1: %+v %v, %d reads", cr, err, src.reads)
+	}
+	// A second caller that was refused v1 too gets v2 without a read.
+	if cr, err := c.Refresh(ctx, fulfilment.Credentials{Token: "v1"}); err != nil || cr.Token != "v2" || src.reads != 2 {
+		t.Fatalf("late refresh: %+v %v, %d reads", cr, err, src.reads)
+	}
+	if cr, err := c.Credentials(ctx); err != nil || cr.Token != "v2" || src.reads != 2 {
+		t.Fatalf("cached after refresh: %+v %v, %d reads", cr, err, src.reads)
+	}
+	failing := &fulfilment.CachedCredentials{Source: &countingSource{fail: true}}
+	if _, err := failing.Refresh(ctx, fulfilment.Credentials{}); err == nil {
+		t.Fatal("a failed read refreshed nothing but returned no error")
+	}
+}

@@ -29,15 +29,33 @@
 // idempotency.ErrInProgress (retried by the queue), a forged reuse of an
 // event_id with another payload is dead-lettered (payload_mismatch).
 //
+// Before it calls the provider, each effect reads the order's item in the
+// shipments table, which outlives any idempotency record: a shipment this
+// event already recorded (a redelivery or a redrive after the record
+// expired, or after a crash between recording the shipment and writing
+// COMPLETED) is the answer and the provider is not called again; a
+// cancellation already recorded is not sent again; an OrderPaid for an order
+// that has another event's shipment is refused (duplicate_shipment) before
+// any call.
+//
 // The window no library can close (the function dies after the provider
-// acted and before the COMPLETED write) is closed by the provider: every
-// attempt and every redelivery sends the same Idempotency-Key, so a
-// key-honouring provider answers the repeat with the first shipment. Against
-// a provider that ignores keys a second shipment is created; the shipments
-// table then refuses the second id for the same order (the update is
+// acted and before the shipment is recorded, or the provider's answer is
+// lost) is closed by the provider: every attempt and every redelivery sends
+// the same Idempotency-Key, so a key-honouring provider answers the repeat
+// with the first shipment. Against a provider that ignores keys a second
+// shipment is created there. If another shipment was recorded meanwhile the
+// shipments table refuses the second id for the same order (the update is
 // conditioned on attribute_not_exists(pk) OR shipment_id = :id) and the
 // event is dead-lettered with reason duplicate_shipment for an operator,
-// never silently accepted.
+// never silently accepted; if none was, only the provider's own records show
+// the first one.
+//
+// The provider's answer must be about what was asked: a creation's order_id
+// must be the order's, a cancellation's order_id, shipment_id and status
+// ("cancelled") the recorded shipment's. Anything else (a provider that lost
+// its state and reuses shipment ids answers about another order) is never
+// recorded as a success: it is dead-lettered with reason
+// provider_order_mismatch (ErrProviderOrderMismatch).
 //
 // # Errors
 //
@@ -45,8 +63,9 @@
 // returns a *sqsconsumer.PermanentError (dead-lettered at once) for:
 // forged_source, forged_account, malformed_event (dedup.Decode), the
 // order.Reason* contract reasons (order.CheckEvent), payload_mismatch,
-// provider_rejected (a provider 4xx other than 409 and 429) and
-// duplicate_shipment. Any other error (provider 5xx/429/network after the
+// provider_rejected (a provider 4xx other than 409 and 429; 401 and 403 once
+// a refreshed token is refused too), provider_redirected (a 3xx: the client
+// follows no redirect), provider_order_mismatch and duplicate_shipment. Any other error (provider 5xx/429/network after the
 // client's bounded retries, ErrInProgress, ErrNoShipment, DynamoDB errors)
 // is retryable: the consumer queue redelivers it.
 package fulfilment

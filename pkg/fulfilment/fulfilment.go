@@ -51,6 +51,9 @@ const (
 const (
 	ReasonPayloadMismatch   = "payload_mismatch"
 	ReasonDuplicateShipment = "duplicate_shipment"
+	// ReasonProviderOrderMismatch: the provider's answer is about another
+	// order or shipment than the one asked for (or does not say).
+	ReasonProviderOrderMismatch = "provider_order_mismatch"
 )
 
 // DefaultCallTimeout bounds one DynamoDB call on the shipments table.
@@ -66,6 +69,11 @@ var (
 	// Idempotency-Key created a second shipment). Dead-lettered with
 	// ReasonDuplicateShipment.
 	ErrDuplicateShipment = errors.New("fulfilment: provider created a second shipment for the order")
+	// ErrProviderOrderMismatch: the provider answered about another order or
+	// shipment than the one asked for (a provider that lost its state and
+	// reuses shipment ids, a mixed-up answer), or without saying which. Never
+	// recorded as a success: dead-lettered with ReasonProviderOrderMismatch.
+	ErrProviderOrderMismatch = errors.New("fulfilment: the provider's answer is about another order")
 )
 
 // Shipper is the provider API the consumer calls; *ProviderClient
@@ -258,11 +266,31 @@ func (f *Fulfilment) Handle(ctx context.Context, ev events.EventBridgeEvent) err
 	return nil
 }
 
-// create asks the provider for a shipment and records it.
+// create asks the provider for a shipment and records it. The shipments
+// table is read first: a shipment recorded by this event (a redelivery
+// after the idempotency record expired, when a provider whose key window is
+// shorter would ship again) is the answer, without a provider call; one
+// recorded by another event is refused (duplicate_shipment) before any call.
 func (f *Fulfilment) create(ctx context.Context, env outbox.Envelope, p order.Paid) ([]byte, error) {
+	rec, err := f.Shipment(ctx, p.OrderID)
+	if err != nil {
+		return nil, err
+	}
+	if rec != nil {
+		if rec.CreatedEventID != env.EventID {
+			return nil, sqsconsumer.Permanent(ReasonDuplicateShipment, fmt.Errorf("%w: order %s already has shipment %s, created for event %s; event %s was not sent to the provider",
+				ErrDuplicateShipment, p.OrderID, rec.ShipmentID, rec.CreatedEventID, env.EventID))
+		}
+		f.log.InfoContext(ctx, "fulfilment: shipment already recorded for this event; provider not called",
+			"event_id", env.EventID, "shipment_id", rec.ShipmentID, "status", rec.Status)
+		return json.Marshal(Outcome{OrderID: p.OrderID, ShipmentID: rec.ShipmentID, Status: StatusCreated})
+	}
 	sh, err := f.ship.CreateShipment(ctx, env.EventID, ShipmentRequest{OrderID: p.OrderID, AmountMinor: p.AmountMinor, Currency: p.Currency})
 	if err != nil {
 		return nil, err
+	}
+	if sh.OrderID != p.OrderID {
+		return nil, mismatch("create shipment", p.OrderID, sh)
 	}
 	now := f.cfg.Now().UTC().Format(time.RFC3339Nano)
 	id := expression.Name(AttrShipmentID)
@@ -290,7 +318,17 @@ func (f *Fulfilment) create(ctx context.Context, env outbox.Envelope, p order.Pa
 	return json.Marshal(Outcome{OrderID: p.OrderID, ShipmentID: sh.ID, Status: StatusCreated})
 }
 
+// mismatch is the permanent error of a provider answer about another order
+// (or shipment) than the one asked for.
+func mismatch(op, orderID string, sh ProviderShipment) error {
+	return sqsconsumer.Permanent(ReasonProviderOrderMismatch, fmt.Errorf("%w: %s for order %s answered shipment %q of order %q (status %q)",
+		ErrProviderOrderMismatch, op, orderID, sh.ID, sh.OrderID, sh.Status))
+}
+
 // cancel cancels the order's recorded shipment at the provider and marks it.
+// A shipment already recorded cancelled (a redelivery after the idempotency
+// record expired) is the answer, without a provider call. The provider's
+// answer must be about that shipment of that order, cancelled.
 func (f *Fulfilment) cancel(ctx context.Context, env outbox.Envelope, p order.Cancelled) ([]byte, error) {
 	rec, err := f.Shipment(ctx, p.OrderID)
 	if err != nil {
@@ -299,9 +337,17 @@ func (f *Fulfilment) cancel(ctx context.Context, env outbox.Envelope, p order.Ca
 	if rec == nil {
 		return nil, fmt.Errorf("%w: order %s", ErrNoShipment, p.OrderID)
 	}
+	if rec.Status == StatusCancelled {
+		f.log.InfoContext(ctx, "fulfilment: shipment already recorded cancelled; provider not called",
+			"event_id", env.EventID, "shipment_id", rec.ShipmentID, "cancelled_event_id", rec.CancelledEventID)
+		return json.Marshal(Outcome{OrderID: p.OrderID, ShipmentID: rec.ShipmentID, Status: StatusCancelled})
+	}
 	sh, err := f.ship.CancelShipment(ctx, env.EventID, rec.ShipmentID)
 	if err != nil {
 		return nil, err
+	}
+	if sh.OrderID != p.OrderID || sh.ID != rec.ShipmentID || sh.Status != StatusCancelled {
+		return nil, mismatch("cancel shipment "+rec.ShipmentID, p.OrderID, sh)
 	}
 	now := f.cfg.Now().UTC().Format(time.RFC3339Nano)
 	upd := expression.Set(expression.Name(AttrStatus), expression.Value(StatusCancelled)).

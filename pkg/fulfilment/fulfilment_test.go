@@ -297,7 +297,9 @@ func TestCrashBetweenProviderAnswerAndCompleted(t *testing.T) {
 		wantReason    string
 	}{
 		{"key-honouring provider: the repeat gets the first shipment", false, 1, ""},
-		{"naive provider: a duplicate shipment, detected and dead-lettered", true, 2, fulfilment.ReasonDuplicateShipment},
+		// The crash came after the shipment was recorded: the take-over reads
+		// it and does not call the provider (TestRedeliveryAfterTheIdempotencyRecordExpired).
+		{"naive provider: the recorded shipment answers the repeat", true, 1, ""},
 	}
 	env := ddbtest.New(t)
 	for _, tc := range tests {

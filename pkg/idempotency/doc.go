@@ -95,10 +95,15 @@
 //   - The COMPLETED update and the failure delete are conditioned on the
 //     attempt's token; Powertools writes them unconditionally, so a stale
 //     invocation can overwrite or delete a newer one's record.
-//   - Payload validation is on by default (a SHA-256 of the input's JSON) and
+//   - Payload validation is on by default (a SHA-256 of what identifies the
+//     request, per event source: PayloadHash — an SQS message's body, an
+//     EventBridge event's source, detail-type and detail, an HTTP request's
+//     method, path, query and body; never the delivery's receipt handle,
+//     receive count, ids or times, which change on every redelivery) and
 //     is checked on every path, including the record returned by a failed
 //     conditional put and the local cache (Powertools issues #2058, #3781,
-//     #3821, java#2260 were bugs on exactly those paths).
+//     #3821, java#2260 were bugs on exactly those paths). Powertools
+//     validates nothing unless payload_validation_jmespath is set.
 //   - A context without a deadline still gets an in-progress expiry
 //     (Config.InProgressExpiry, default 15 minutes, Lambda's maximum
 //     timeout); Powertools sets none without a registered Lambda context,

@@ -31,9 +31,10 @@ type wrapOptions[In any] struct {
 	allowMissing bool
 }
 
-// WithPayloadHash sets the payload hash function (default: HashJSON of the
-// whole input). Return a hash of the fields that identify the request, e.g.
-// HashJSON of an event's detail (Powertools: payload_validation_jmespath).
+// WithPayloadHash sets the payload hash function (default: PayloadHash,
+// what identifies the request for each Lambda event source). Return a hash
+// of the fields that identify the request, e.g. HashJSON of an event's
+// detail (Powertools: payload_validation_jmespath).
 func WithPayloadHash[In any](f func(In) (string, error)) Option[In] {
 	return func(o *wrapOptions[In]) { o.hash = f }
 }
@@ -55,14 +56,19 @@ func AllowMissingKey[In any]() Option[In] {
 // (lambda.Start(Wrap(...))), usable with any event type.
 //
 // keyFn extracts the idempotency key from the input (for outbox consumers:
-// the envelope's event_id; for an API: the Idempotency-Key header). An empty
+// the envelope's event_id; for an API: the Idempotency-Key header). The
+// payload hash checked against the key's record is PayloadHash of the input
+// unless WithPayloadHash or WithoutPayloadValidation says otherwise: the
+// body of an SQS message, the source, detail-type and detail of an
+// EventBridge event, the method, path, query and body of an HTTP request —
+// never a delivery's receipt handle, receive count, ids or times. An empty
 // key fails with ErrNoKey unless AllowMissingKey is given; a keyFn error is
 // returned wrapped with ErrNoKey. The result Out is stored as JSON, so it
 // must round-trip through encoding/json; repeats return the decoded stored
 // value. Errors are those of Store.Do; with ErrRecordTakenOver and
 // ErrResultTooLarge the returned Out is this run's result.
 func Wrap[In, Out any](s *Store, keyFn func(In) (string, error), fn func(context.Context, In) (Out, error), opts ...Option[In]) func(context.Context, In) (Out, error) {
-	o := wrapOptions[In]{hash: func(in In) (string, error) { return HashJSON(in) }}
+	o := wrapOptions[In]{hash: func(in In) (string, error) { return PayloadHash(in) }}
 	for _, opt := range opts {
 		opt(&o)
 	}

@@ -330,7 +330,9 @@ func (p *SQSPoller) invoke(ctx context.Context, batch []sqstypes.Message) {
 		return
 	}
 	ictx, cancel := context.WithTimeout(ctx, p.cfg.FunctionTimeout)
-	resp, err := p.call(ictx, ev)
+	// The function runs as its execution role's session: what it sends to
+	// a queue (a dead-letter) carries that SenderId.
+	resp, err := p.call(WithSenderID(ictx, FunctionSenderID(p.cfg.FunctionName)), ev)
 	late := errors.Is(ictx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
 	cancel()
 	if ctx.Err() != nil {

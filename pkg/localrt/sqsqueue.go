@@ -103,6 +103,7 @@ type sqsMessage struct {
 	visibleAt    time.Time
 	receipt      string
 	sourceArn    string
+	senderID     string // the SenderId message system attribute (WithSenderID)
 	traceHeader  string // the AWSTraceHeader message system attribute, if sent
 }
 
@@ -118,7 +119,8 @@ type sqsMessage struct {
 //     timeout; WaitTimeSeconds long-polls (0..20 s);
 //   - a message received MaxReceiveCount times and not deleted moves to the
 //     redrive policy's DLQ on the next receive, keeping its id, body,
-//     attributes and first send time, with DeadLetterQueueSourceArn set;
+//     attributes, SenderId and first send time, with DeadLetterQueueSourceArn
+//     set to the source queue's ARN;
 //   - DeleteMessage with the latest receipt handle deletes; with an older
 //     handle of a message received again since, it succeeds and deletes
 //     nothing (SQS: "you must provide the most recently received receipt
@@ -223,7 +225,8 @@ func messageSize(body string, attrs map[string]sqstypes.MessageAttributeValue) i
 	return n
 }
 
-// SendMessage stores a message. Errors (smithy API errors, like SQS):
+// SendMessage stores a message, its SenderId the principal ctx carries
+// (WithSenderID; DefaultSenderID when none). Errors (smithy API errors, like SQS):
 // MissingParameter (empty body), InvalidMessageContents (a character outside
 // the allowed set), InvalidParameterValue (body + attributes over
 // MaximumMessageSize, or a DelaySeconds other than 0, which is not modelled),
@@ -261,7 +264,8 @@ func (q *SQSQueue) SendMessage(ctx context.Context, in *sqs.SendMessageInput, _ 
 		return nil, err
 	}
 	sum := md5.Sum([]byte(body))
-	m := &sqsMessage{id: uuid.NewString(), body: body, md5: hex.EncodeToString(sum[:]), attrs: maps.Clone(in.MessageAttributes), sentAt: q.cfg.Now(), traceHeader: traceHeader}
+	m := &sqsMessage{id: uuid.NewString(), body: body, md5: hex.EncodeToString(sum[:]), attrs: maps.Clone(in.MessageAttributes), sentAt: q.cfg.Now(),
+		senderID: senderID(ctx), traceHeader: traceHeader}
 	if err := q.persist(m); err != nil {
 		return nil, err
 	}
@@ -433,7 +437,7 @@ func (q *SQSQueue) receive(n int, vis time.Duration) ([]sqstypes.Message, chan s
 	// between leaves a duplicate, never a loss.
 	for _, m := range moved {
 		dm := &sqsMessage{
-			id: m.id, body: m.body, md5: m.md5, attrs: m.attrs, sentAt: m.sentAt, sourceArn: q.arn,
+			id: m.id, body: m.body, md5: m.md5, attrs: m.attrs, sentAt: m.sentAt, sourceArn: q.arn, senderID: m.senderID,
 		}
 		dlq := q.cfg.Redrive.DeadLetterQueue
 		err := dlq.persist(dm)
@@ -458,7 +462,7 @@ func (m *sqsMessage) toSDK() sqstypes.Message {
 		AttrApproximateReceiveCount:          strconv.Itoa(m.receiveCount),
 		AttrApproximateFirstReceiveTimestamp: strconv.FormatInt(m.firstReceive.UnixMilli(), 10),
 		AttrSentTimestamp:                    strconv.FormatInt(m.sentAt.UnixMilli(), 10),
-		AttrSenderID:                         "AIDAIENQZJOLO23YVJ4VO",
+		AttrSenderID:                         m.senderID,
 	}
 	if m.sourceArn != "" {
 		attrs[AttrDeadLetterQueueSourceArn] = m.sourceArn

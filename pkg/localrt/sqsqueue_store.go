@@ -69,6 +69,9 @@ func (m *sqsMessage) stored() storedMessage {
 	if m.traceHeader != "" {
 		sys[AttrAWSTraceHeader] = m.traceHeader
 	}
+	if m.senderID != "" {
+		sys[AttrSenderID] = m.senderID
+	}
 	if len(sys) > 0 {
 		s.System = sys
 	}
@@ -78,7 +81,11 @@ func (m *sqsMessage) stored() storedMessage {
 func (s storedMessage) message() *sqsMessage {
 	m := &sqsMessage{id: s.ID, body: s.Body, md5: s.MD5, sentAt: fromNanos(s.SentAt), firstReceive: fromNanos(s.FirstReceive),
 		receiveCount: s.ReceiveCount, visibleAt: fromNanos(s.VisibleAt), receipt: s.Receipt,
-		sourceArn: s.System[AttrDeadLetterQueueSourceArn], traceHeader: s.System[AttrAWSTraceHeader]}
+		sourceArn: s.System[AttrDeadLetterQueueSourceArn], traceHeader: s.System[AttrAWSTraceHeader], senderID: s.System[AttrSenderID]}
+	if m.senderID == "" {
+		// kept before SenderId was: its sender is not known
+		m.senderID = DefaultSenderID
+	}
 	if len(s.Attributes) > 0 {
 		m.attrs = make(map[string]sqstypes.MessageAttributeValue, len(s.Attributes))
 		for k, v := range s.Attributes {

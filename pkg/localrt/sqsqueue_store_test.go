@@ -179,7 +179,7 @@ func TestSQSMessageFieldsArePersisted(t *testing.T) {
 		id: "id", body: "body", md5: "md5",
 		attrs:  map[string]sqstypes.MessageAttributeValue{"a": {DataType: aws.String("String"), StringValue: aws.String("v")}},
 		sentAt: at(1), firstReceive: at(2), receiveCount: 3, visibleAt: at(4), receipt: "r#id",
-		sourceArn: "arn:aws:sqs:us-east-1:000000000000:src", traceHeader: "Root=1-2-3",
+		sourceArn: "arn:aws:sqs:us-east-1:000000000000:src", traceHeader: "Root=1-2-3", senderID: "AROAEXAMPLEROLEID0001:fn",
 	}
 	v := reflect.ValueOf(m).Elem()
 	for i := range v.NumField() {

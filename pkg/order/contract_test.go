@@ -292,6 +292,9 @@ func TestIdempotencyScope(t *testing.T) {
 		{"arn:aws:iam::123456789012:role/assumed-role/x", "arn:aws:iam::123456789012:role/assumed-role/x"},
 		{"arn:aws:sts::123456789012:federated-user/bob", "arn:aws:sts::123456789012:federated-user/bob"},
 		{"local:alice", "local:alice"},
+		// IAM Identity Center: each session is a person.
+		{"arn:aws:sts::123456789012:assumed-role/AWSReservedSSO_Orders_0123456789abcdef/alice@example.com", "arn:aws:sts::123456789012:assumed-role/AWSReservedSSO_Orders_0123456789abcdef/alice@example.com"},
+		{"cognito-identity:eu-west-1:9f8e7d6c-0000-4000-8000-000000000001/eu-west-1:0a1b2c3d-0000-4000-8000-00000000000a", "cognito-identity:eu-west-1:9f8e7d6c-0000-4000-8000-000000000001/eu-west-1:0a1b2c3d-0000-4000-8000-00000000000a"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.actor, func(t *testing.T) {

@@ -89,13 +89,26 @@ func idempotencyPK(actor, key string) string {
 	return KeyPrefixIdempotency + hex.EncodeToString(sum[:]) + "#" + key
 }
 
+// IdentityCenterRolePrefix starts the name of every role IAM Identity
+// Center creates for a permission set ("AWSReservedSSO_<permission set>_<id>").
+const IdentityCenterRolePrefix = "AWSReservedSSO_"
+
 // IdempotencyScope returns the caller an idempotency key belongs to. For an
 // assumed-role session ARN, "arn:<partition>:sts::<account>:assumed-role/<role>/<session>",
 // it is the role without the session ("arn:<partition>:sts::<account>:assumed-role/<role>"):
 // every session of one role is one caller, so an instance of a service can
 // retry a request another instance (another session name: an ECS task id, an
 // EC2 instance id) started. Any other actor (an IAM user ARN, a federated
-// user, the API's local stand-in) is its own scope.
+// user, a Cognito identity, the API's local stand-in) is its own scope.
+//
+// Except the roles of IAM Identity Center permission sets (role names
+// starting "AWSReservedSSO_"): each session of such a role is one person
+// (the session name is the user's), so the session is the scope; one
+// person's key never replays another's order. Other roles that federate
+// several end users (AssumeRoleWithWebIdentity or AssumeRoleWithSAML outside
+// Identity Center) cannot be told from service roles by their ARN: their
+// users share the role's scope (docs/SECURITY-MODEL.md says how to call the
+// API for such users).
 func IdempotencyScope(actor string) string {
 	const marker = ":assumed-role/"
 	if !strings.HasPrefix(actor, "arn:") {
@@ -107,7 +120,7 @@ func IdempotencyScope(actor string) string {
 	}
 	rest := actor[i+len(marker):]
 	j := strings.IndexByte(rest, '/')
-	if j <= 0 || j == len(rest)-1 {
+	if j <= 0 || j == len(rest)-1 || strings.HasPrefix(rest, IdentityCenterRolePrefix) {
 		return actor
 	}
 	return actor[:i+len(marker)+j]

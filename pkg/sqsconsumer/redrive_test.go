@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/localrt"
@@ -65,9 +66,26 @@ func moveToDLQ(t *testing.T, q *localrt.SQSQueue, body string) string {
 	return aws.ToString(out.MessageId)
 }
 
+// consumerRole is the consumer function's execution role id; its sessions
+// ("<role id>:<function>") are the SenderId of what the consumer sends.
+var consumerRole = localrt.FunctionRoleID("notifier")
+
+// proven is the provenance of consumerQueues' dead letters: moved by the
+// queue's redrive policy, or sent by the consumer's role.
+func proven(q *localrt.SQSQueue) sqsconsumer.Provenance {
+	return sqsconsumer.Provenance{SourceQueueARN: q.ARN(), SenderIDs: []string{consumerRole}}
+}
+
 // deadLetterPermanently runs body through a Handler whose handler fails
-// permanently, so the Handler dead-letters it to dlq with a reason.
+// permanently, so the Handler dead-letters it to dlq with a reason; the
+// Handler runs as the consumer function's role session, as Lambda runs it.
 func deadLetterPermanently(t *testing.T, dlq *localrt.SQSQueue, id, body string) {
+	t.Helper()
+	deadLetterAs(t, localrt.FunctionSenderID("notifier"), dlq, id, body)
+}
+
+// deadLetterAs is deadLetterPermanently by the principal sender.
+func deadLetterAs(t *testing.T, sender string, dlq *localrt.SQSQueue, id, body string) {
 	t.Helper()
 	h, err := sqsconsumer.New(func(context.Context, events.EventBridgeEvent) error {
 		return sqsconsumer.Permanent("unsupported_version", errors.New("version 9"))
@@ -75,7 +93,7 @@ func deadLetterPermanently(t *testing.T, dlq *localrt.SQSQueue, id, body string)
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := h.Handle(context.Background(), events.SQSEvent{Records: []events.SQSMessage{{MessageId: id, Body: body}}})
+	resp, err := h.Handle(localrt.WithSenderID(context.Background(), sender), events.SQSEvent{Records: []events.SQSMessage{{MessageId: id, Body: body}}})
 	if err != nil || len(resp.BatchItemFailures) != 0 {
 		t.Fatalf("Handle: %v %+v", err, resp)
 	}
@@ -141,14 +159,15 @@ func TestRedriveMovesAll(t *testing.T) {
 		t.Fatalf("setup: queue %d DLQ %d", q.Len(), dlq.Len())
 	}
 	reasons := map[string]int{}
-	n, err := sqsconsumer.Redrive(context.Background(), dlq, dlq.URL(), q, q.URL(), sqsconsumer.RedriveOptions{
+	res, err := sqsconsumer.Redrive(context.Background(), attrFilter{dlq}, dlq.URL(), q, q.URL(), sqsconsumer.RedriveOptions{
+		From:      proven(q),
 		OnMessage: func(d sqsconsumer.DeadLetter) { reasons[d.Reason]++ },
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n != 13 || dlq.Len() != 0 || q.Len() != 13 {
-		t.Fatalf("Redrive moved %d; DLQ %d, queue %d; want 13, 0, 13", n, dlq.Len(), q.Len())
+	if res.Moved != 13 || len(res.Left) != 0 || dlq.Len() != 0 || q.Len() != 13 {
+		t.Fatalf("Redrive moved %d, left %v; DLQ %d, queue %d; want 13, none, 0, 13", res.Moved, res.Left, dlq.Len(), q.Len())
 	}
 	if reasons[sqsconsumer.ReasonMaxReceiveCount] != 12 || reasons["unsupported_version"] != 1 {
 		t.Errorf("reasons %v", reasons)
@@ -175,8 +194,8 @@ func TestRedriveMovesAll(t *testing.T) {
 	for i := range 3 {
 		moveToDLQ(t, q2, eventBody(fmt.Sprint(i)))
 	}
-	if n, err := sqsconsumer.Redrive(context.Background(), dlq2, dlq2.URL(), q2, q2.URL(), sqsconsumer.RedriveOptions{Max: 2}); n != 2 || err != nil || dlq2.Len() != 1 {
-		t.Fatalf("Redrive Max 2: %d, %v, DLQ %d", n, err, dlq2.Len())
+	if res, err := sqsconsumer.Redrive(context.Background(), dlq2, dlq2.URL(), q2, q2.URL(), sqsconsumer.RedriveOptions{Max: 2, From: proven(q2)}); res.Moved != 2 || err != nil || dlq2.Len() != 1 {
+		t.Fatalf("Redrive Max 2: %+v, %v, DLQ %d", res, err, dlq2.Len())
 	}
 }
 
@@ -194,17 +213,21 @@ func TestRedriveTargetRefuses(t *testing.T) {
 	ctx := context.Background()
 	big := `{"detail":"` + strings.Repeat("x", 2000) + `"}`
 	for _, b := range []string{eventBody("a"), big, eventBody("b")} {
-		if _, err := dlq.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(dlq.URL()), MessageBody: aws.String(b)}); err != nil {
+		// sent by the consumer itself (its dead-letter path)
+		if _, err := dlq.SendMessage(localrt.WithSenderID(ctx, localrt.FunctionSenderID("notifier")), &sqs.SendMessageInput{QueueUrl: aws.String(dlq.URL()), MessageBody: aws.String(b)}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	n, err := sqsconsumer.Redrive(ctx, dlq, dlq.URL(), small, small.URL(), sqsconsumer.RedriveOptions{})
+	res, err := sqsconsumer.Redrive(ctx, dlq, dlq.URL(), small, small.URL(), sqsconsumer.RedriveOptions{From: sqsconsumer.Provenance{SenderIDs: []string{consumerRole}}})
 	var ae smithy.APIError
 	if err == nil || !errors.As(err, &ae) || ae.ErrorCode() != "InvalidParameterValue" {
 		t.Fatalf("Redrive error = %v, want the target's InvalidParameterValue", err)
 	}
-	if n != 2 || small.Len() != 2 {
-		t.Fatalf("moved %d, target holds %d; want 2 and 2", n, small.Len())
+	if res.Moved != 2 || small.Len() != 2 {
+		t.Fatalf("moved %d, target holds %d; want 2 and 2", res.Moved, small.Len())
+	}
+	if len(res.Left) != 1 || res.Left[0].Body != big || !strings.Contains(res.Left[0].Why, "InvalidParameterValue") {
+		t.Fatalf("reported left %+v, want the refused message with the target's error", res.Left)
 	}
 	if v, i := dlq.Counts(); v != 1 || i != 0 {
 		t.Fatalf("DLQ: %d visible %d in flight; want the refused message visible", v, i)
@@ -253,8 +276,225 @@ func TestPeekAndRedriveSurviveFalseEmptyResponses(t *testing.T) {
 	if err != nil || len(got) != 2 {
 		t.Fatalf("Peek listed %d messages (%v), want 2", len(got), err)
 	}
-	n, err := sqsconsumer.Redrive(ctx, &samplingQueue{SQSQueue: dlq}, dlq.URL(), q, q.URL(), sqsconsumer.RedriveOptions{})
-	if err != nil || n != 2 || dlq.Len() != 0 {
-		t.Fatalf("Redrive moved %d (%v), DLQ %d; want 2 and an empty DLQ", n, err, dlq.Len())
+	res, err := sqsconsumer.Redrive(ctx, &samplingQueue{SQSQueue: dlq}, dlq.URL(), q, q.URL(), sqsconsumer.RedriveOptions{From: proven(q)})
+	if err != nil || res.Moved != 2 || dlq.Len() != 0 {
+		t.Fatalf("Redrive moved %d (%v), DLQ %d; want 2 and an empty DLQ", res.Moved, err, dlq.Len())
 	}
+}
+
+// attrFilter is a DLQ that, as SQS does, returns only the message system
+// attributes a ReceiveMessage names in MessageSystemAttributeNames ("All"
+// for every one; API_ReceiveMessage). The local queue returns them all.
+type attrFilter struct{ *localrt.SQSQueue }
+
+func (f attrFilter) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, o ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
+	out, err := f.SQSQueue.ReceiveMessage(ctx, in, o...)
+	if err != nil {
+		return out, err
+	}
+	named := map[string]bool{}
+	for _, n := range in.MessageSystemAttributeNames {
+		named[string(n)] = true
+	}
+	for i, m := range out.Messages {
+		kept := map[string]string{}
+		for k, v := range m.Attributes {
+			if named["All"] || named[k] {
+				kept[k] = v
+			}
+		}
+		out.Messages[i].Attributes = kept
+	}
+	return out, nil
+}
+
+// TestRedriveLeavesPlantedMessages: a DLQ accepts SendMessage from any
+// principal allowed it, so a message on it proves nothing by its body or
+// message attributes. Redrive moves only what SQS's own system attributes
+// prove came from the consumer — DeadLetterQueueSourceArn of its queue (the
+// redrive policy moved it), or SenderId of its role (the consumer
+// dead-lettered it) — and lists every other message with its sender,
+// leaving it on the DLQ: a planted event dressed as a dead letter (every
+// reason attribute forged) and a message another queue's redrive policy
+// moved there are not laundered into the consumer queue.
+func TestRedriveLeavesPlantedMessages(t *testing.T) {
+	t.Parallel()
+	q, dlq := consumerQueues(t, "planted", localrt.SQSQueueConfig{})
+	ctx := context.Background()
+	moveToDLQ(t, q, eventBody("moved"))
+	deadLetterPermanently(t, dlq, "src-1", eventBody("dead-lettered"))
+	const intruder = "AIDAINTRUDERUSERID001"
+	if _, err := dlq.SendMessage(localrt.WithSenderID(ctx, intruder), &sqs.SendMessageInput{
+		QueueUrl: aws.String(dlq.URL()), MessageBody: aws.String(eventBody("planted")),
+		MessageAttributes: map[string]sqstypes.MessageAttributeValue{
+			sqsconsumer.AttrReason:          {DataType: aws.String("String"), StringValue: aws.String("unsupported_version")},
+			sqsconsumer.AttrConsumer:        {DataType: aws.String("String"), StringValue: aws.String("notifier")},
+			sqsconsumer.AttrSourceMessageID: {DataType: aws.String("String"), StringValue: aws.String("src-9")},
+		},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// Another principal's role session named like the consumer's function.
+	deadLetterAs(t, "AROAOTHERROLEID000001:notifier", dlq, "src-2", eventBody("other-role"))
+	// Another queue whose redrive policy names the same DLQ.
+	other, err := localrt.NewSQSQueue(localrt.SQSQueueConfig{Name: "planted-other", Redrive: &localrt.RedrivePolicy{DeadLetterQueue: dlq, MaxReceiveCount: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	moveToDLQ(t, other, eventBody("other-queue"))
+	if dlq.Len() != 5 {
+		t.Fatalf("setup: DLQ holds %d", dlq.Len())
+	}
+
+	// Without provenance nothing is moved.
+	if _, err := sqsconsumer.Redrive(ctx, dlq, dlq.URL(), q, q.URL(), sqsconsumer.RedriveOptions{}); !errors.Is(err, sqsconsumer.ErrNoProvenance) {
+		t.Fatalf("Redrive without provenance: %v, want ErrNoProvenance", err)
+	}
+	for _, bad := range []sqsconsumer.Provenance{{SourceQueueARN: q.URL()}, {SenderIDs: []string{" "}}} {
+		if _, err := sqsconsumer.Redrive(ctx, dlq, dlq.URL(), q, q.URL(), sqsconsumer.RedriveOptions{From: bad}); err == nil {
+			t.Errorf("Redrive with %+v: no error", bad)
+		}
+	}
+	if dlq.Len() != 5 || q.Len() != 0 {
+		t.Fatalf("a refused Redrive moved messages: DLQ %d, queue %d", dlq.Len(), q.Len())
+	}
+
+	var listed []sqsconsumer.LeftMessage
+	res, err := sqsconsumer.Redrive(ctx, attrFilter{dlq}, dlq.URL(), q, q.URL(), sqsconsumer.RedriveOptions{
+		From: proven(q), OnLeft: func(l sqsconsumer.LeftMessage) { listed = append(listed, l) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Moved != 2 || q.Len() != 2 {
+		t.Fatalf("moved %d (queue holds %d), want the 2 proven messages", res.Moved, q.Len())
+	}
+	left := map[string]sqsconsumer.LeftMessage{}
+	for _, l := range res.Left {
+		left[l.Body] = l
+	}
+	if len(res.Left) != 3 || len(listed) != 3 {
+		t.Fatalf("left %d (listed %d), want 3: %+v", len(res.Left), len(listed), res.Left)
+	}
+	if l := left[eventBody("planted")]; l.SenderID != intruder || !strings.Contains(l.Why, intruder) || l.Reason != "unsupported_version" {
+		t.Errorf("planted message reported as %+v, want its sender %s", l, intruder)
+	}
+	if l := left[eventBody("other-role")]; !strings.Contains(l.Why, "AROAOTHERROLEID000001:notifier") {
+		t.Errorf("other role's message reported as %+v", l)
+	}
+	if l := left[eventBody("other-queue")]; l.SourceQueueARN != other.ARN() || !strings.Contains(l.Why, other.ARN()) {
+		t.Errorf("other queue's message reported as %+v", l)
+	}
+	// They stay on the DLQ, visible again; the consumer queue got only the
+	// proven bodies.
+	if v, i := dlq.Counts(); v != 3 || i != 0 {
+		t.Fatalf("DLQ after Redrive: %d visible, %d in flight; want the 3 left visible", v, i)
+	}
+	out, err := q.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(q.URL()), MaxNumberOfMessages: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range out.Messages {
+		if b := aws.ToString(m.Body); b != eventBody("moved") && b != eventBody("dead-lettered") {
+			t.Errorf("the consumer queue got %s", b)
+		}
+	}
+	// Peek reports where each came from.
+	got, err := sqsconsumer.Peek(ctx, attrFilter{dlq}, dlq.URL(), sqsconsumer.RedriveOptions{})
+	if err != nil || len(got) != 3 {
+		t.Fatalf("Peek: %d, %v", len(got), err)
+	}
+	for _, d := range got {
+		if d.From() == "sender unknown" {
+			t.Errorf("Peek did not ask for SenderId: %+v", d)
+		}
+	}
+}
+
+// TestRedriveRepeatedBody is the report's input: 22 messages on the DLQ,
+// two of them with one body (an SQS duplicate, or an event dead-lettered
+// twice). The previous Redrive ended the run at the batch where the body
+// repeated and reported success with 19 moved and 3 left; every message
+// present when the run started is moved, whatever its body.
+func TestRedriveRepeatedBody(t *testing.T) {
+	t.Parallel()
+	q, dlq := consumerQueues(t, "repeated", localrt.SQSQueueConfig{})
+	for i := range 21 {
+		moveToDLQ(t, q, eventBody(fmt.Sprintf("e%02d", i)))
+	}
+	moveToDLQ(t, q, eventBody("e07"))
+	if dlq.Len() != 22 {
+		t.Fatalf("setup: DLQ holds %d", dlq.Len())
+	}
+	res, err := sqsconsumer.Redrive(context.Background(), dlq, dlq.URL(), q, q.URL(), sqsconsumer.RedriveOptions{From: proven(q)})
+	if err != nil || res.Moved != 22 || len(res.Left) != 0 || dlq.Len() != 0 || q.Len() != 22 {
+		t.Fatalf("Redrive: moved %d, left %d (%v), DLQ %d, queue %d; want 22 moved, none left", res.Moved, len(res.Left), err, dlq.Len(), q.Len())
+	}
+}
+
+// A message refused again at once comes back to the DLQ during the run (a
+// new message, sent after the run started): it is left and reported, not
+// moved again, so a run never loops; the messages present at the start are
+// all moved. The consumer here refuses everything permanently, as a
+// consumer whose cause is not fixed does.
+func TestRedriveLeavesWhatComesBack(t *testing.T) {
+	t.Parallel()
+	q, dlq := consumerQueues(t, "back", localrt.SQSQueueConfig{})
+	for i := range 12 {
+		deadLetterPermanently(t, dlq, fmt.Sprint("src-", i), eventBody(fmt.Sprintf("b%02d", i)))
+	}
+	// The consumer: every message sent to its queue comes back to the DLQ
+	// at once, dead-lettered by the consumer's role or moved by the queue's
+	// redrive policy, in the same millisecond or not.
+	bouncing := bounceQueue{SQSQueue: q, t: t, dlq: dlq, n: new(int)}
+	res, err := sqsconsumer.Redrive(context.Background(), dlq, dlq.URL(), bouncing, q.URL(), sqsconsumer.RedriveOptions{From: proven(q)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Moved != 12 || len(res.Left) != 12 || dlq.Len() != 12 {
+		t.Fatalf("moved %d, left %d, DLQ %d; want 12 moved, the 12 that came back left", res.Moved, len(res.Left), dlq.Len())
+	}
+	for _, l := range res.Left {
+		if !strings.Contains(l.Why, "during this run") {
+			t.Errorf("left %s: %s", l.MessageID, l.Why)
+		}
+	}
+	if v, i := dlq.Counts(); v != 12 || i != 0 {
+		t.Fatalf("DLQ %d visible, %d in flight; want the 12 visible again", v, i)
+	}
+}
+
+// bounceQueue is a consumer queue (maxReceiveCount 1) whose consumer
+// refuses every message sent to it at once: every other one is
+// dead-lettered by the consumer (a new message naming its source in
+// AttrSourceMessageID), the others fail until the redrive policy moves them
+// (same MessageId).
+type bounceQueue struct {
+	*localrt.SQSQueue
+	t   *testing.T
+	dlq *localrt.SQSQueue
+	n   *int
+}
+
+func (b bounceQueue) SendMessage(ctx context.Context, in *sqs.SendMessageInput, o ...func(*sqs.Options)) (*sqs.SendMessageOutput, error) {
+	out, err := b.SQSQueue.SendMessage(ctx, in, o...)
+	if err != nil {
+		return out, err
+	}
+	*b.n++
+	if *b.n%2 == 0 {
+		deadLetterPermanently(b.t, b.dlq, aws.ToString(out.MessageId), aws.ToString(in.MessageBody))
+		_, _ = b.SQSQueue.PurgeQueue(ctx, &sqs.PurgeQueueInput{QueueUrl: in.QueueUrl})
+		return out, nil
+	}
+	for range 2 { // receive 1 = maxReceiveCount; the next receive moves it
+		r, err := b.SQSQueue.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: in.QueueUrl, MaxNumberOfMessages: 10})
+		if err != nil {
+			b.t.Error(err)
+		}
+		for _, m := range r.Messages {
+			_, _ = b.SQSQueue.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{QueueUrl: in.QueueUrl, ReceiptHandle: m.ReceiptHandle})
+		}
+	}
+	return out, nil
 }

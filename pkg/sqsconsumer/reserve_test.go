@@ -2,14 +2,10 @@ package sqsconsumer_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/sqs"
-	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/sqsconsumer"
 )
@@ -62,44 +58,5 @@ func TestQueueURLFromARN(t *testing.T) {
 		if want == "" && err == nil || want != "" && got != want {
 			t.Errorf("QueueURLFromARN(%q) = %q, %v; want %q", arn, got, err, want)
 		}
-	}
-}
-
-// loopingQueue is a DLQ whose every moved message comes straight back (a
-// consumer still refusing it): a redrive must not loop.
-type loopingQueue struct {
-	bodies  []string
-	handles int
-	sends   int
-}
-
-func (q *loopingQueue) ReceiveMessage(_ context.Context, _ *sqs.ReceiveMessageInput, _ ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
-	out := &sqs.ReceiveMessageOutput{}
-	for _, b := range q.bodies {
-		q.handles++
-		out.Messages = append(out.Messages, sqstypes.Message{MessageId: aws.String(fmt.Sprint(q.handles)), ReceiptHandle: aws.String(fmt.Sprint(q.handles)), Body: aws.String(b)})
-	}
-	return out, nil
-}
-
-func (q *loopingQueue) SendMessage(_ context.Context, _ *sqs.SendMessageInput, _ ...func(*sqs.Options)) (*sqs.SendMessageOutput, error) {
-	q.sends++
-	return &sqs.SendMessageOutput{}, nil
-}
-
-func (q *loopingQueue) DeleteMessage(context.Context, *sqs.DeleteMessageInput, ...func(*sqs.Options)) (*sqs.DeleteMessageOutput, error) {
-	return &sqs.DeleteMessageOutput{}, nil
-}
-
-func (q *loopingQueue) ChangeMessageVisibility(context.Context, *sqs.ChangeMessageVisibilityInput, ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error) {
-	return &sqs.ChangeMessageVisibilityOutput{}, nil
-}
-
-func TestRedriveMovesEachBodyOncePerRun(t *testing.T) {
-	t.Parallel()
-	q := &loopingQueue{bodies: []string{`{"a":1}`, `{"b":2}`}}
-	n, err := sqsconsumer.Redrive(context.Background(), q, "dlq", q, "queue", sqsconsumer.RedriveOptions{})
-	if err != nil || n != 2 || q.sends != 2 {
-		t.Fatalf("Redrive = %d, %v with %d sends; want each of the 2 bodies moved once and the run ended", n, err, q.sends)
 	}
 }
