@@ -211,6 +211,13 @@ type levelRun struct {
 	WindowSeconds float64            `json:"window_seconds"`
 	WriteCalls    int64              `json:"write_calls"`
 	WritesPerSec  float64            `json:"write_calls_per_second"`
+	// WriteItems are the items those calls wrote (callcount.WriteItems),
+	// ItemsPerSec per second, ItemRatio ItemsPerSec ÷ the raw run's items
+	// per second (2 per transaction): the store's work the pipeline kept
+	// it at, where pipeline_to_store_ratio counts calls of any size.
+	WriteItems  int64   `json:"write_items"`
+	ItemsPerSec float64 `json:"write_items_per_second"`
+	ItemRatio   float64 `json:"pipeline_to_store_items_ratio"`
 	StoreCalls    int64              `json:"store_calls"` // every DynamoDB and DynamoDB Streams call, reads included
 	StorePerSec   float64            `json:"store_calls_per_second"`
 	StoreRatio    float64            `json:"pipeline_to_store_ratio"`
@@ -380,6 +387,8 @@ func (b *benchRun) runLevel(ctx context.Context, label string, rate float64, ord
 	lr.All, lr.Relay = all.Snapshot(), relayC.Snapshot()
 	lr.WriteCalls = writeCalls(lr.All)
 	lr.WritesPerSec = float64(lr.WriteCalls) / window.Seconds()
+	lr.WriteItems = lr.All.TotalItems()
+	lr.ItemsPerSec = float64(lr.WriteItems) / window.Seconds()
 	for _, row := range lr.All {
 		if row.Service == "DynamoDB" || row.Service == "DynamoDB Streams" {
 			lr.StoreCalls += row.Calls

@@ -235,3 +235,24 @@ func ExampleCounter_Snapshot() {
 	// EventBridge  PutEvents                      10        0      0        0.0
 	// TOTAL                                       14                        0.0
 }
+
+// TestWriteItems counts the items each kind of DynamoDB write asks for,
+// and none for reads.
+func TestWriteItems(t *testing.T) {
+	t.Parallel()
+	put := types.TransactWriteItem{Put: &types.Put{}}
+	for _, tc := range []struct {
+		in   any
+		want int64
+	}{
+		{&dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{put, put, put, put}}, 4},
+		{&dynamodb.BatchExecuteStatementInput{Statements: make([]types.BatchStatementRequest, 25)}, 25},
+		{&dynamodb.BatchWriteItemInput{RequestItems: map[string][]types.WriteRequest{"a": make([]types.WriteRequest, 3), "b": make([]types.WriteRequest, 2)}}, 5},
+		{&dynamodb.PutItemInput{}, 1}, {&dynamodb.UpdateItemInput{}, 1}, {&dynamodb.DeleteItemInput{}, 1},
+		{&dynamodb.GetItemInput{}, 0}, {&dynamodb.QueryInput{}, 0}, {"not a request", 0},
+	} {
+		if got := callcount.WriteItems(tc.in); got != tc.want {
+			t.Errorf("WriteItems(%T) = %d, want %d", tc.in, got, tc.want)
+		}
+	}
+}
