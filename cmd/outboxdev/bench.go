@@ -206,33 +206,33 @@ type levelRun struct {
 	// notifier; unordered: fulfilment).
 	Consumers map[string]bench.Percentiles `json:"consumers"`
 	// ReorderRate is the share of bus deliveries made late (0: none).
-	ReorderRate   float64            `json:"reorder_rate,omitempty"`
-	EventsPerSec  float64            `json:"events_applied_per_second"`
-	WindowSeconds float64            `json:"window_seconds"`
-	WriteCalls    int64              `json:"write_calls"`
-	WritesPerSec  float64            `json:"write_calls_per_second"`
+	ReorderRate   float64 `json:"reorder_rate,omitempty"`
+	EventsPerSec  float64 `json:"events_applied_per_second"`
+	WindowSeconds float64 `json:"window_seconds"`
+	WriteCalls    int64   `json:"write_calls"`
+	WritesPerSec  float64 `json:"write_calls_per_second"`
 	// WriteItems are the items those calls wrote (callcount.WriteItems),
 	// ItemsPerSec per second, ItemRatio ItemsPerSec ÷ the raw run's items
 	// per second (2 per transaction): the store's work the pipeline kept
 	// it at, where pipeline_to_store_ratio counts calls of any size.
-	WriteItems  int64   `json:"write_items"`
-	ItemsPerSec float64 `json:"write_items_per_second"`
-	ItemRatio   float64 `json:"pipeline_to_store_items_ratio"`
-	StoreCalls    int64              `json:"store_calls"` // every DynamoDB and DynamoDB Streams call, reads included
-	StorePerSec   float64            `json:"store_calls_per_second"`
-	StoreRatio    float64            `json:"pipeline_to_store_ratio"`
-	All           callcount.Table    `json:"all_calls"`
-	Relay         callcount.Table    `json:"relay_calls"`
-	APITx         bench.SplitRow     `json:"api_transactions"`
-	ConsumerTx    bench.SplitRow     `json:"consumer_transactions"`
-	RelayInvokes  int64              `json:"relay_invocations"`
-	RelaySeconds  float64            `json:"relay_handler_seconds"`
-	Batches       bench.BatchStats   `json:"relay_batch_sizes"` // records per relay invocation
-	Audit         devstack.Audit     `json:"audit"`
-	AuditOK       bool               `json:"audit_ok"`
-	CPU           cpuSplit           `json:"cpu"`
-	Poller        localrtPollerStats `json:"poller"`
-	samples       []float64          // commit → applied per event, ms (plots)
+	WriteItems   int64              `json:"write_items"`
+	ItemsPerSec  float64            `json:"write_items_per_second"`
+	ItemRatio    float64            `json:"pipeline_to_store_items_ratio"`
+	StoreCalls   int64              `json:"store_calls"` // every DynamoDB and DynamoDB Streams call, reads included
+	StorePerSec  float64            `json:"store_calls_per_second"`
+	StoreRatio   float64            `json:"pipeline_to_store_ratio"`
+	All          callcount.Table    `json:"all_calls"`
+	Relay        callcount.Table    `json:"relay_calls"`
+	APITx        bench.SplitRow     `json:"api_transactions"`
+	ConsumerTx   bench.SplitRow     `json:"consumer_transactions"`
+	RelayInvokes int64              `json:"relay_invocations"`
+	RelaySeconds float64            `json:"relay_handler_seconds"`
+	Batches      bench.BatchStats   `json:"relay_batch_sizes"` // records per relay invocation
+	Audit        devstack.Audit     `json:"audit"`
+	AuditOK      bool               `json:"audit_ok"`
+	CPU          cpuSplit           `json:"cpu"`
+	Poller       localrtPollerStats `json:"poller"`
+	samples      []float64          // commit → applied per event, ms (plots)
 }
 
 type localrtPollerStats struct {
