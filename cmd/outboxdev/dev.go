@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/devstack"
+	"github.com/ddb-outbox/ddb-outbox/pkg/localrt"
 )
 
 func runDev(ctx context.Context, args []string) error {
@@ -156,11 +157,12 @@ Operate it (or set AWS_ENDPOINT_URL=%s for an AWS SDK speaking the JSON protocol
   %s replay  -table %s -aggregate ORDER_ID -from-seq 2     (or -direct -bus %s: PutEvents now)
   %s parked  -table %s
   %s redrive -table %s -all
-  %s consumer-dlq     -dlq %s-ledger-dlq
-  %s consumer-redrive -dlq %s-ledger-dlq -queue %s-ledger
+  %s consumer-dlq      -dlq %s-ledger-dlq
+  %s consumer-redrive  -dlq %s-ledger-dlq -queue %s-ledger -sender %s
+  %s consumer-buffered -dedup-table %s -consumer ledger
 `, s.AWSURL, ctl, s.Settings.OutboxTable, prefix, ctl, s.Settings.OutboxTable, s.Settings.DedupTable,
 		ctl, s.Settings.OutboxTable, s.Settings.EventBus, ctl, s.Settings.OutboxTable, ctl, s.Settings.OutboxTable,
-		ctl, prefix, ctl, prefix, prefix)
+		ctl, prefix, ctl, prefix, prefix, localrt.FunctionRoleID("ledger"), ctl, s.Settings.DedupTable)
 	if len(reject) > 0 {
 		fmt.Printf(`
 The bus rejects %s permanently: those events are parked. To fix the cause, stop, restart

@@ -32,7 +32,7 @@
 //     finishing when the next starts after a throttle, a manual invoke).
 //   - Per-aggregate order (I4): due records of every shard are read in
 //     created_at order (merged across shards), an aggregate's records are
-//     published in sequence order in waves (relay.Publisher.PublishInOrder),
+//     published in sequence order (relay.Publisher.PublishInOrder: an event never before its predecessor was answered),
 //     and once one of an aggregate's records is not published or not
 //     claimable (another run holds it), its later records are held back
 //     for the rest of the run.
@@ -304,7 +304,7 @@ func (r *Reconciler) Handle(ctx context.Context, ev events.EventBridgeEvent) err
 // Run first repairs: it pages through the records with created_at_ms < now −
 // ReconcileAfter of every pending index shard ("p00".."pNN", at most
 // MaxPagesPerShard pages of PageSize each), merged in created_at order, and
-// claims, re-publishes (per-aggregate waves) and marks them (see sweep).
+// claims, re-publishes (in order per aggregate) and marks them (see sweep).
 // Then, with the budget left, it gauges: counts every shard's pending
 // records (Select COUNT) and reads its oldest record (ascending, Limit 1),
 // a few shards at a time. It logs and emits (EMF) PendingCount, OldestPendingAgeSeconds

@@ -32,7 +32,7 @@ type cursor struct {
 // still has unread records has read past its created_at (the frontier), so
 // an aggregate's earlier record (created earlier, in whatever shard its
 // event id hashed to) is always released with or before its later ones.
-// Each round's records are claimed, re-published in per-aggregate waves and
+// Each round's records are claimed, re-published in order per aggregate (PublishInOrder) and
 // marked (process). Reading stops when every shard is read, when a shard at
 // MaxPagesPerShard still has records (the frontier cannot move past it), or
 // when pubCtx ends; both set Truncated, and records read but not released
@@ -307,7 +307,7 @@ func (r *Reconciler) process(ctx, pubCtx context.Context, items []map[string]typ
 	}
 	wg.Wait()
 
-	// Publish what was claimed, in per-aggregate waves, then mark.
+	// Publish what was claimed, in order per aggregate, then mark.
 	var marks []relay.Mark
 	var envs []outbox.Envelope
 	var keys []outbox.Key
