@@ -5,6 +5,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
+	"os"
 	"time"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/chaos"
@@ -22,7 +24,11 @@ func runChaos(ctx context.Context, args []string) error {
 	fs.BoolVar(&cfg.NaiveProvider, "naive-provider", false, "the fulfilment provider ignores Idempotency-Key: duplicate shipments appear, each traced to an injected crash before COMPLETED or an answer lost after the provider acted")
 	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", 6*time.Minute, "bound on draining one epoch (outages wait for their receives)")
 	fs.StringVar(&cfg.Endpoint, "endpoint", "", "use this DynamoDB-compatible endpoint instead of a fresh Dynoxide per epoch")
+	verbose := fs.Bool("v", false, "log every component's warnings and errors to stderr (for a replayed epoch)")
 	_ = fs.Parse(args)
+	if *verbose {
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
 	cfg.Progress = func(line string) { fmt.Println(" ", line) }
 
 	fmt.Printf("chaos: %d orders in epochs of %d, %d clients, seed %d, fault rate %.3f at every boundary\n",

@@ -427,7 +427,7 @@ func runEpoch(ctx context.Context, cfg Config, epoch, orders int, rep *Report) e
 	rep.BufferDrained += drained
 	rep.BufferAlarms += alarms
 	rep.LongestBufferedWait = max(rep.LongestBufferedWait, longest)
-	still, err := s.Buffered(dctx)
+	still, err := listBuffered(dctx, s)
 	if err != nil {
 		return err
 	}
@@ -643,30 +643,40 @@ func drainRedriveAndAudit(ctx context.Context, s *devstack.Stack, inj *faults.In
 	return a, c, err
 }
 
-// sweepBuffers sends the sweep ticks; a sweep leaves events younger than
-// dedup.DefaultSweepMinAge to the live path, so while any such event still
-// waits it waits for them to come of age and sweeps once more.
+// sweepBuffers does what the sweep schedule does every minute, until no
+// buffered event is left whose predecessor is applied (bounded by
+// maxSweepRounds): a sweep leaves events younger than
+// dedup.DefaultSweepMinAge to the live path, and one whose own calls met
+// injected faults leaves its aggregates to the next one. What is still
+// buffered after that is waiting for an event that never came: the audit
+// reports it.
 func sweepBuffers(ctx context.Context, s *devstack.Stack) error {
-	for range 2 {
+	for range maxSweepRounds {
 		if err := s.SweepNow(ctx); err != nil {
 			return err
 		}
-		left, err := s.Buffered(ctx)
+		left, err := listBuffered(ctx, s)
 		if err != nil {
 			return err
 		}
 		var youngest time.Time
-		for _, b := range left {
+		drainable := false
+		for name, b := range left {
 			for _, e := range b {
 				if e.BufferedAt.After(youngest) {
 					youngest = e.BufferedAt
 				}
+				last, err := gateLast(ctx, s, name, e)
+				if err != nil {
+					return err
+				}
+				drainable = drainable || e.Sequence <= last+1
 			}
 		}
-		wait := dedup.DefaultSweepMinAge - time.Since(youngest) + time.Second
-		if youngest.IsZero() || wait <= 0 {
+		if !drainable {
 			return nil
 		}
+		wait := max(dedup.DefaultSweepMinAge-time.Since(youngest)+time.Second, 0)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -674,6 +684,37 @@ func sweepBuffers(ctx context.Context, s *devstack.Stack) error {
 		}
 	}
 	return nil
+}
+
+// listBuffered lists the ordered consumers' buffers (retried: the audit's
+// reads meet injected faults too).
+func listBuffered(ctx context.Context, s *devstack.Stack) (map[string][]dedup.BufferedEvent, error) {
+	for attempt := 0; ; attempt++ {
+		b, err := s.Buffered(ctx)
+		if err == nil || attempt == 5 || ctx.Err() != nil {
+			return b, err
+		}
+	}
+}
+
+// maxSweepRounds bounds the audit's sweeps: each round's calls can meet
+// injected faults (5 % of every call by default), so one sweep may leave an
+// aggregate to the next.
+const maxSweepRounds = 6
+
+// gateLast reads the last sequence consumer applied for e's aggregate
+// (retried: the audit's reads meet injected faults too).
+func gateLast(ctx context.Context, s *devstack.Stack, consumer string, e dedup.BufferedEvent) (int64, error) {
+	a, err := dedup.NewApplier(s.DDB, dedup.Config{Table: s.Settings.DedupTable, Consumer: consumer, Ordered: true})
+	if err != nil {
+		return 0, err
+	}
+	for attempt := 0; ; attempt++ {
+		st, err := a.ReadGate(ctx, e.AggregateType, e.AggregateID)
+		if err == nil || attempt == 5 || ctx.Err() != nil {
+			return st.Last, err
+		}
+	}
 }
 
 // maxRedriveRounds bounds the audit's redrive rounds. Rounds converge (a

@@ -268,8 +268,10 @@ func (a *Applier) Apply(ctx context.Context, env outbox.Envelope, effects []type
 //
 // A marker that shows a duplicate while the gate is one short of the
 // event makes the gate adopt it (an event applied while the consumer was
-// unordered, or replayed history: docs/ORDERING.md "Starting point"). A
-// failed read is returned as an error (redeliver).
+// unordered, or replayed history: docs/ORDERING.md "Starting point"); a
+// duplicate whose next sequence waits in the buffer drains it. A failed
+// read (of the ordering item, also after a duplicate marker) is returned
+// as an error: redeliver.
 //
 // With tracing on, the outcome is recorded on ctx's span (the consumer's
 // per-message span, pkg/sqsconsumer): outboxtrace.OutcomeApplied,
@@ -312,7 +314,9 @@ func (a *Applier) ApplyEvent(ctx context.Context, env outbox.Envelope, effects [
 		}
 		if te.ConditionFailed(MarkerIndex) {
 			if a.cfg.Ordered {
-				a.afterDuplicate(ctx, env, rs)
+				if err := a.afterDuplicate(ctx, env, rs); err != nil {
+					return 0, fmt.Errorf("dedup: event %s was applied before, but its ordering state could not be checked (deliver it again): %w", env.EventID, err)
+				}
 			}
 			setOutcome(ctx, rs, OutcomeDuplicate)
 			return OutcomeDuplicate, nil // already applied

@@ -284,3 +284,29 @@ func TestHold(t *testing.T) {
 }
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// failingGetTx is fakeTx whose GetItem fails (a throttled or lost read).
+type failingGetTx struct{ fakeTx }
+
+func (f *failingGetTx) GetItem(context.Context, *dynamodb.GetItemInput, ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	return nil, errors.New("read failed")
+}
+
+// TestOrderedDuplicateNeedsItsGateRead: an ordered duplicate (marker
+// exists) is acknowledged only after its ordering item was read, because
+// that read is what drains successors a crash left in the buffer; when the
+// read fails, Apply returns an error (deliver it again), never a silent
+// duplicate.
+func TestOrderedDuplicateNeedsItsGateRead(t *testing.T) {
+	t.Parallel()
+	tx := &failingGetTx{fakeTx{script: []error{cancelled(outbox.ReasonConditionalCheckFailed, outbox.ReasonNone, outbox.ReasonNone)}}}
+	a := newApplier(t, tx, dedup.Config{Ordered: true, MaxAttempts: 2})
+	o, err := a.ApplyEvent(context.Background(), testEnvelope(t, 2), []types.TransactWriteItem{putEffect("side", "E#1", false)})
+	if err == nil || o != 0 {
+		t.Fatalf("ApplyEvent = %v, %v; want an error", o, err)
+	}
+	un := newApplier(t, &fakeTx{script: []error{cancelled(outbox.ReasonConditionalCheckFailed, outbox.ReasonNone)}}, dedup.Config{})
+	if o, err := un.ApplyEvent(context.Background(), testEnvelope(t, 2), []types.TransactWriteItem{putEffect("side", "E#1", false)}); err != nil || o != dedup.OutcomeDuplicate {
+		t.Fatalf("unordered duplicate = %v, %v; want OutcomeDuplicate", o, err)
+	}
+}

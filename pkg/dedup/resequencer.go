@@ -729,31 +729,40 @@ func (a *Applier) buffer(ctx context.Context, env outbox.Envelope, s *applyState
 // applied while the consumer was unordered, or before its starting point
 // was declared) the gate adopts it, so replaying history starts the gate;
 // and when the next sequence waits in the buffer (a crash between applying
-// an event and draining its successors), the handler run drains it.
-func (a *Applier) afterDuplicate(ctx context.Context, env outbox.Envelope, s *applyState) {
+// an event and draining its successors), the handler run drains it. It
+// returns an error when the ordering item cannot be read or the adoption
+// fails for now: the duplicate is then delivered again (its redelivery is
+// how a crash's leftovers are drained, so it must not be acknowledged
+// unread).
+func (a *Applier) afterDuplicate(ctx context.Context, env outbox.Envelope, s *applyState) error {
 	st, err := a.ReadGate(ctx, env.AggregateType, env.AggregateID)
 	if err != nil {
-		return // the duplicate stands; a later event or the sweep catches up
+		return err
 	}
 	if env.Sequence == st.Last+1 {
 		items := make([]types.TransactWriteItem, 0, 2)
 		g, err := a.gate(env, a.cfg.Now(), gateBuffered)
 		if err != nil {
-			return
+			return err
 		}
 		items = append(items, g)
 		if st.IsBuffered(env.Sequence) {
 			items = append(items, types.TransactWriteItem{Delete: &types.Delete{TableName: aws.String(a.cfg.Table),
 				Key: map[string]types.AttributeValue{AttrPK: &types.AttributeValueMemberS{Value: BufferKey(a.cfg.Consumer, env.AggregateType, env.AggregateID, env.Sequence)}}}})
 		}
-		if err := a.call(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items}); err != nil {
-			return
+		switch err := a.call(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items}); {
+		case err == nil:
+			st.Last = env.Sequence
+		case isConditionFailure(err):
+			return nil // the gate moved meanwhile: someone else advanced it
+		default:
+			return fmt.Errorf("dedup: adopt applied event %s into the ordering gate: %w", env.EventID, err)
 		}
-		st.Last = env.Sequence
 	}
 	if st.IsBuffered(st.Last + 1) {
 		s.follow(env.AggregateType, env.AggregateID)
 	}
+	return nil
 }
 
 // ListBuffered returns every event waiting in consumer's buffer in the

@@ -222,13 +222,17 @@ func TestLedgerBalanceIsWriteSharded(t *testing.T) {
 	env := ddbtest.New(t)
 	f := newAccountFixture(t, env)
 	ctx := context.Background()
-	// two orders on different shards
+	// two orders on different shards, the second past the first 100 keys
+	// Balance reads (BatchGetItem takes 100 per call)
 	a, b := "o-a", ""
-	for i := range 1000 {
-		if id := fmt.Sprint("o-", i); ledger.BalanceShard(id) != ledger.BalanceShard(a) {
+	for i := range 10000 {
+		if id := fmt.Sprint("o-", i); ledger.BalanceShard(id) != ledger.BalanceShard(a) && ledger.BalanceShard(id) >= 100 {
 			b = id
 			break
 		}
+	}
+	if b == "" {
+		t.Fatal("no order id on a shard past 100")
 	}
 	for _, id := range []string{a, b} {
 		if err := f.ledger.Handle(ctx, delivery(t, envelope(t, id, 2, order.EventOrderPaid, order.Paid{OrderID: id, AmountMinor: 250, Currency: "EUR"}))); err != nil {

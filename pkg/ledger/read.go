@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -33,8 +34,8 @@ type balance struct {
 
 // Balance returns the balance of currency in minor units: the sum of its
 // BalanceShards items and of an unsharded item left from before sharding,
-// read with strongly consistent BatchGetItem calls (unprocessed keys are
-// read again, bounded by CallTimeout per call); 0 when nothing was booked in
+// read with strongly consistent BatchGetItem calls of at most 100 keys
+// (unprocessed keys are read again, bounded by CallTimeout per call); 0 when nothing was booked in
 // that currency. It returns ErrBalanceOverflow when the sum leaves the
 // int64 range (each item is kept inside it, their sum need not be), and
 // the read's error otherwise.
@@ -43,32 +44,38 @@ func (l *Ledger) Balance(ctx context.Context, currency string) (int64, error) {
 	for i := range BalanceShards {
 		keys = append(keys, pk(BalanceKey(currency, i)))
 	}
-	in := &dynamodb.BatchGetItemInput{RequestItems: map[string]types.KeysAndAttributes{
-		l.cfg.Table: {Keys: keys, ConsistentRead: aws.Bool(true)},
-	}}
 	var sum int64
-	for len(in.RequestItems) > 0 {
-		cctx, cancel := context.WithTimeout(ctx, l.cfg.CallTimeout)
-		out, err := l.client.BatchGetItem(cctx, in)
-		cancel()
-		if err != nil {
-			return 0, fmt.Errorf("ledger: read balance %s: %w", currency, err)
-		}
-		var bs []balance
-		if err := attributevalue.UnmarshalListOfMaps(out.Responses[l.cfg.Table], &bs); err != nil {
-			return 0, fmt.Errorf("ledger: decode balance %s: %w", currency, err)
-		}
-		for _, b := range bs {
-			v := b.BalanceMinor
-			if v > 0 && sum > math.MaxInt64-v || v < 0 && sum < math.MinInt64-v {
-				return 0, fmt.Errorf("%w: the shards of %s sum past int64", ErrBalanceOverflow, currency)
+	for chunk := range slices.Chunk(keys, maxBatchGetKeys) {
+		in := &dynamodb.BatchGetItemInput{RequestItems: map[string]types.KeysAndAttributes{
+			l.cfg.Table: {Keys: chunk, ConsistentRead: aws.Bool(true)},
+		}}
+		for len(in.RequestItems) > 0 {
+			cctx, cancel := context.WithTimeout(ctx, l.cfg.CallTimeout)
+			out, err := l.client.BatchGetItem(cctx, in)
+			cancel()
+			if err != nil {
+				return 0, fmt.Errorf("ledger: read balance %s: %w", currency, err)
 			}
-			sum += v
+			var bs []balance
+			if err := attributevalue.UnmarshalListOfMaps(out.Responses[l.cfg.Table], &bs); err != nil {
+				return 0, fmt.Errorf("ledger: decode balance %s: %w", currency, err)
+			}
+			for _, b := range bs {
+				v := b.BalanceMinor
+				if v > 0 && sum > math.MaxInt64-v || v < 0 && sum < math.MinInt64-v {
+					return 0, fmt.Errorf("%w: the shards of %s sum past int64", ErrBalanceOverflow, currency)
+				}
+				sum += v
+			}
+			in.RequestItems = out.UnprocessedKeys
 		}
-		in.RequestItems = out.UnprocessedKeys
 	}
 	return sum, nil
 }
+
+// maxBatchGetKeys is BatchGetItem's limit: 100 keys per call (DynamoDB
+// API reference, BatchGetItem).
+const maxBatchGetKeys = 100
 
 // Entry returns the entry booked for an event id (strongly consistent
 // GetItem); ok is false when the event booked no entry.
