@@ -92,7 +92,7 @@ bench: deps build $(OUTBOXDEV) ## measure the cost of an event and print the rep
 
 FUZZTIME ?= 30s
 fuzz: deps ## run each fuzz target for FUZZTIME (default 30s): API requests, stream records, stream images
-	$(GO) test -run '^$$' -fuzz '^FuzzAPIRequest$$' -fuzztime $(FUZZTIME) ./pkg/api
+	$(GO) test -run '^$$' -fuzz '^FuzzAPIRequest$$' -fuzztime $(FUZZTIME) ./internal/orders/api
 	$(GO) test -run '^$$' -fuzz '^FuzzStreamRecord$$' -fuzztime $(FUZZTIME) ./pkg/relay
 	$(GO) test -run '^$$' -fuzz '^FuzzImageRoundTrip$$' -fuzztime $(FUZZTIME) ./pkg/streamimage
 
@@ -105,17 +105,17 @@ fuzz: deps ## run each fuzz target for FUZZTIME (default 30s): API requests, str
 # a package whose tests take a second timed out on the recompile alone).
 # gremlins skips mutants it counts as not covered, and a `case` expression
 # of a switch is never in a Go coverage block: read those as untested.
-MUTATION_PKGS ?= outbox relay reconciler dedup order streamimage
+MUTATION_PKGS ?= pkg/outbox pkg/relay pkg/reconciler pkg/dedup internal/orders/order pkg/streamimage
 MUTATION_WORKERS ?= 2
 MUTATION_TIMEOUT_COEFF ?= 10
 MUTATION_OUT := results/mutation
 
-mutation: deps $(TOOLS)/gremlins ## mutation testing of the promise-critical packages, slow (MUTATION_PKGS='relay outbox', MUTATION_WORKERS=2)
+mutation: deps $(TOOLS)/gremlins ## mutation testing of the promise-critical packages, slow (MUTATION_PKGS='pkg/relay pkg/outbox', MUTATION_WORKERS=2)
 	@mkdir -p $(MUTATION_OUT)
 	@for p in $(MUTATION_PKGS); do \
-		echo "== mutation testing pkg/$$p"; \
-		$(TOOLS)/gremlins unleash ./pkg/$$p --workers $(MUTATION_WORKERS) --test-cpu 1 \
-			--timeout-coefficient $(MUTATION_TIMEOUT_COEFF) -o $(MUTATION_OUT)/$$p.json || exit 1; \
+		echo "== mutation testing $$p"; \
+		$(TOOLS)/gremlins unleash ./$$p --workers $(MUTATION_WORKERS) --test-cpu 1 \
+			--timeout-coefficient $(MUTATION_TIMEOUT_COEFF) -o $(MUTATION_OUT)/$$(basename $$p).json || exit 1; \
 	done
 
 # --- lint and licences (issue 17) ---------------------------------------------

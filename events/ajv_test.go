@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ddb-outbox/ddb-outbox/pkg/order"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/order"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
 )
 

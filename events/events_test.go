@@ -16,8 +16,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	contract "github.com/ddb-outbox/ddb-outbox/events"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/order"
 	"github.com/ddb-outbox/ddb-outbox/pkg/dedup"
-	"github.com/ddb-outbox/ddb-outbox/pkg/order"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
 )
 
@@ -194,7 +194,7 @@ func TestSampleNames(t *testing.T) {
 }
 
 // TestEveryOrderEventValidates builds each order event type with
-// outbox.NewEnvelope from the pkg/order payload structs, as the write side
+// outbox.NewEnvelope from the internal/orders/order payload structs, as the write side
 // does, and validates it against its schema.
 func TestEveryOrderEventValidates(t *testing.T) {
 	t.Parallel()

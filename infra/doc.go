@@ -15,7 +15,7 @@
 // `go vet ./...` and the Lambda builds never compile or download the CDK,
 // and nothing in pkg/ or functions/ can import it by accident. The
 // dependency points one way: infra imports pkg/config, pkg/outbox and
-// pkg/routing so that table shapes, env var names, metric names, the stream
+// internal/orders/routing so that table shapes, env var names, metric names, the stream
 // filter and the routing rules are declared once. `cd infra && go test
 // ./...` (make test-infra) runs the synth assertions.
 //

@@ -15,9 +15,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/google/uuid"
 
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/order"
 	"github.com/ddb-outbox/ddb-outbox/pkg/ddbtest"
 	"github.com/ddb-outbox/ddb-outbox/pkg/dedup"
-	"github.com/ddb-outbox/ddb-outbox/pkg/order"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
 )
 

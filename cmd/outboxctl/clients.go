@@ -15,7 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/ddb-outbox/ddb-outbox/pkg/awsclient"
+	"github.com/ddb-outbox/ddb-outbox/internal/awsclient"
 )
 
 // DefaultLocalRegion is the region used against a local endpoint when none

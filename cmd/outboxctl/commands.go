@@ -15,12 +15,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/ddb-outbox/ddb-outbox/internal/operator"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/order"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/routing"
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
-	"github.com/ddb-outbox/ddb-outbox/pkg/operator"
-	"github.com/ddb-outbox/ddb-outbox/pkg/order"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
 	"github.com/ddb-outbox/ddb-outbox/pkg/relay"
-	"github.com/ddb-outbox/ddb-outbox/pkg/routing"
 	"github.com/ddb-outbox/ddb-outbox/pkg/sqsconsumer"
 )
 

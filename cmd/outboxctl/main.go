@@ -27,7 +27,7 @@
 // consumer-buffered lists what an ordered consumer's resequencer holds for
 // a missing predecessor, consumer-baseline declares where an ordered
 // consumer starts (docs/ORDERING.md).
-// pkg/operator holds the logic; the package doc says what each costs.
+// internal/operator holds the logic; the package doc says what each costs.
 //
 // -endpoint (or AWS_ENDPOINT_URL* set to a loopback address) means a local
 // endpoint: dummy credentials, region us-east-1 unless set. The local stack

@@ -20,11 +20,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/routing"
+	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/ddbtest"
 	"github.com/ddb-outbox/ddb-outbox/pkg/dedup"
 	"github.com/ddb-outbox/ddb-outbox/pkg/localrt"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
-	"github.com/ddb-outbox/ddb-outbox/pkg/routing"
 	"github.com/ddb-outbox/ddb-outbox/pkg/sqsconsumer"
 )
 
@@ -158,7 +159,7 @@ func newWorld(t *testing.T) *world {
 		}
 	}
 	onFailure := localrt.NewMemoryQueue("https://sqs.us-east-1.amazonaws.com/000000000000/ctl-relay-onfailure")
-	if w.bus, err = localrt.NewBus(localrt.BusConfig{Name: "ctl-bus"}); err != nil {
+	if w.bus, err = localrt.NewBus(localrt.BusConfig{Name: "ctl-bus", Rules: routing.BusRules(config.DefaultEventSource)}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = w.bus.Close(context.Background()) })

@@ -23,13 +23,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
-	"github.com/ddb-outbox/ddb-outbox/pkg/awsclient"
-	"github.com/ddb-outbox/ddb-outbox/pkg/bench"
-	"github.com/ddb-outbox/ddb-outbox/pkg/callcount"
+	"github.com/ddb-outbox/ddb-outbox/internal/bench"
+	"github.com/ddb-outbox/ddb-outbox/internal/callcount"
+	"github.com/ddb-outbox/ddb-outbox/internal/devstack"
+	"github.com/ddb-outbox/ddb-outbox/internal/faults"
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
-	"github.com/ddb-outbox/ddb-outbox/pkg/devstack"
 	"github.com/ddb-outbox/ddb-outbox/pkg/dynoxide"
-	"github.com/ddb-outbox/ddb-outbox/pkg/faults"
 	"github.com/ddb-outbox/ddb-outbox/pkg/localrt"
 	"github.com/ddb-outbox/ddb-outbox/pkg/relay"
 )
@@ -309,7 +308,7 @@ func (b *benchRun) runLevel(ctx context.Context, label string, rate float64, ord
 		// The naive relay has its own counted DynamoDB client; it publishes to
 		// the stack's bus. It is bound before Start's poller sees a record:
 		// no order exists before Load.
-		cfg := awsclient.Local(dx.Endpoint)
+		cfg := dynoxide.AWSConfig(dx.Endpoint)
 		cfg.APIOptions = append(cfg.APIOptions, relayC.Register, callcount.RequestConsumedCapacity, all.Register)
 		ddb := dynamodb.NewFromConfig(cfg)
 		var once sync.Once
@@ -520,7 +519,7 @@ func (b *benchRun) store(ctx context.Context) error {
 		return err
 	}
 	defer dx.Stop()
-	ddb := dynamodb.NewFromConfig(awsclient.Local(dx.Endpoint))
+	ddb := dynamodb.NewFromConfig(dynoxide.AWSConfig(dx.Endpoint))
 	if err := bench.CreatePlainTable(ctx, ddb, "raw-nostream", false); err != nil {
 		return err
 	}
@@ -539,7 +538,7 @@ func (b *benchRun) store(ctx context.Context) error {
 
 	// Dual write: calls only (no stream on its table).
 	dual := callcount.New()
-	cfg := awsclient.Local(dx.Endpoint)
+	cfg := dynoxide.AWSConfig(dx.Endpoint)
 	cfg.APIOptions = append(cfg.APIOptions, dual.Register, callcount.RequestConsumedCapacity)
 	dclient := dynamodb.NewFromConfig(cfg)
 	if err := bench.CreatePlainTable(ctx, ddb, "dual-orders", false); err != nil {

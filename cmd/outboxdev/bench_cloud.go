@@ -21,12 +21,11 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
-	"github.com/ddb-outbox/ddb-outbox/pkg/awsclient"
-	"github.com/ddb-outbox/ddb-outbox/pkg/bench"
+	"github.com/ddb-outbox/ddb-outbox/internal/bench"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/ledger"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/routing"
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/dynoxide"
-	"github.com/ddb-outbox/ddb-outbox/pkg/ledger"
-	"github.com/ddb-outbox/ddb-outbox/pkg/routing"
 	"github.com/ddb-outbox/ddb-outbox/pkg/sqsconsumer"
 )
 
@@ -104,7 +103,7 @@ func (b *benchRun) storeBefore(ctx context.Context) error {
 		return err
 	}
 	defer dx.Stop()
-	ddb := dynamodb.NewFromConfig(awsclient.Local(dx.Endpoint))
+	ddb := dynamodb.NewFromConfig(dynoxide.AWSConfig(dx.Endpoint))
 	if err := bench.CreatePlainTable(ctx, ddb, "raw-before", true); err != nil {
 		return err
 	}
@@ -351,7 +350,7 @@ func (b *benchRun) capacity() capacityReport {
 		// The consumers' SQS event source mapping as the stack deploys it
 		// (pkg/config, shared with infra/).
 		ConsumerMaxConcurrency: config.DefaultConsumerMaxConcurrency, ConsumerBatchSize: config.DefaultConsumerBatchSize,
-		// The consumers' runner (pkg/app leaves sqsconsumer.Config.Concurrency
+		// The consumers' runner (internal/orders/app leaves sqsconsumer.Config.Concurrency
 		// at its default): at most this many aggregate groups of a batch at once.
 		ConsumerGroupConcurrency: sqsconsumer.DefaultConcurrency,
 	}

@@ -9,9 +9,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ddb-outbox/ddb-outbox/pkg/bench"
-	"github.com/ddb-outbox/ddb-outbox/pkg/callcount"
-	"github.com/ddb-outbox/ddb-outbox/pkg/routing"
+	"github.com/ddb-outbox/ddb-outbox/internal/bench"
+	"github.com/ddb-outbox/ddb-outbox/internal/callcount"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/routing"
 )
 
 // benchReport is everything `outboxdev bench` measured in one run; it is
@@ -317,7 +317,7 @@ func (b *benchRun) markdown() string {
 	p("")
 	p("## c) AWS calls per 1,000 events")
 	p("")
-	p("Counted with pkg/callcount: this relay and the reconciler on their own DynamoDB client and a counting EventBridge wrapper; the naive relay on its own client; the dual write on its own client. The API's order transactions (1 TransactWriteItems per event) and the consumers' transactions are the same for both outbox designs and are not included.")
+	p("Counted with internal/callcount: this relay and the reconciler on their own DynamoDB client and a counting EventBridge wrapper; the naive relay on its own client; the dual write on its own client. The API's order transactions (1 TransactWriteItems per event) and the consumers' transactions are the same for both outbox designs and are not included.")
 	p("")
 	fb := r.relayLevel()
 	p("This relay is measured on `%s`: %d relay invocations for %d events, **mean %.1f, median %.0f records per invocation** (batch size %d; %d of %d invocations full). The naive relay makes 1 PutEvents + 1 UpdateItem per event whatever the batch holds, so its count does not depend on batch size (its run: mean %.1f records per invocation); the ratio × this relay is against the full-batch figure.",

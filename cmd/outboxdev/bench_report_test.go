@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ddb-outbox/ddb-outbox/pkg/bench"
+	"github.com/ddb-outbox/ddb-outbox/internal/bench"
 )
 
 // reportFixture is a bench run's report with three load levels, the

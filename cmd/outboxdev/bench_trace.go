@@ -17,8 +17,8 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
-	"github.com/ddb-outbox/ddb-outbox/pkg/bench"
-	"github.com/ddb-outbox/ddb-outbox/pkg/devstack"
+	"github.com/ddb-outbox/ddb-outbox/internal/bench"
+	"github.com/ddb-outbox/ddb-outbox/internal/devstack"
 	"github.com/ddb-outbox/ddb-outbox/pkg/localrt"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outboxtrace/otelsetup"
 )

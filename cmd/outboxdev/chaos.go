@@ -9,7 +9,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/ddb-outbox/ddb-outbox/pkg/chaos"
+	"github.com/ddb-outbox/ddb-outbox/internal/chaos"
 )
 
 func runChaos(ctx context.Context, args []string) error {

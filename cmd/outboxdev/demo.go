@@ -10,7 +10,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/ddb-outbox/ddb-outbox/pkg/devstack"
+	"github.com/ddb-outbox/ddb-outbox/internal/devstack"
 )
 
 func runDemo(ctx context.Context, args []string) error {

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ddb-outbox/ddb-outbox/pkg/devstack"
+	"github.com/ddb-outbox/ddb-outbox/internal/devstack"
 	"github.com/ddb-outbox/ddb-outbox/pkg/localrt"
 )
 

@@ -19,7 +19,7 @@ import (
 
 	"go.opentelemetry.io/otel"
 
-	"github.com/ddb-outbox/ddb-outbox/pkg/devstack"
+	"github.com/ddb-outbox/ddb-outbox/internal/devstack"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
 )
 

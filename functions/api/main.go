@@ -6,8 +6,8 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
-	"github.com/ddb-outbox/ddb-outbox/pkg/api"
-	"github.com/ddb-outbox/ddb-outbox/pkg/app"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/api"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/app"
 )
 
 func main() {

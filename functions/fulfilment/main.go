@@ -1,7 +1,7 @@
 // Command fulfilment is the fulfilment consumer Lambda: it creates a
 // shipment at the fulfilment provider's HTTP API for each paid order and
-// cancels it when a paid order is cancelled (pkg/fulfilment, guarded by
-// pkg/idempotency records). An EventBridge rule (pkg/routing) delivers its
+// cancels it when a paid order is cancelled (internal/orders/fulfilment, guarded by
+// pkg/idempotency records). An EventBridge rule (internal/orders/routing) delivers its
 // events to the consumer's SQS queue; a Lambda SQS event source mapping with
 // ReportBatchItemFailures invokes this function, which answers with a
 // partial batch response (pkg/sqsconsumer). Permanently failing events go to
@@ -17,8 +17,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/ddb-outbox/ddb-outbox/pkg/app"
-	"github.com/ddb-outbox/ddb-outbox/pkg/routing"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/app"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/routing"
 )
 
 func main() {

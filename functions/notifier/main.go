@@ -1,4 +1,4 @@
-// Command notifier is the notifier consumer Lambda. An EventBridge rule (pkg/routing)
+// Command notifier is the notifier consumer Lambda. An EventBridge rule (internal/orders/routing)
 // delivers its events to the consumer's SQS queue; a Lambda SQS event source
 // mapping with ReportBatchItemFailures invokes this function, which answers
 // with a partial batch response (pkg/sqsconsumer). Permanently failing events
@@ -11,8 +11,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/ddb-outbox/ddb-outbox/pkg/app"
-	"github.com/ddb-outbox/ddb-outbox/pkg/routing"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/app"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/routing"
 )
 
 func main() {

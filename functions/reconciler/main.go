@@ -9,7 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/ddb-outbox/ddb-outbox/pkg/app"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/app"
 )
 
 func main() {

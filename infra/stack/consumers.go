@@ -20,12 +20,12 @@ import (
 	"github.com/ddb-outbox/ddb-outbox/infra/deadletter"
 	"github.com/ddb-outbox/ddb-outbox/infra/gofunc"
 	"github.com/ddb-outbox/ddb-outbox/infra/outboxcdk"
-	"github.com/ddb-outbox/ddb-outbox/pkg/app"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/app"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/fulfilment"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/ledger"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/notifier"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/routing"
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
-	"github.com/ddb-outbox/ddb-outbox/pkg/fulfilment"
-	"github.com/ddb-outbox/ddb-outbox/pkg/ledger"
-	"github.com/ddb-outbox/ddb-outbox/pkg/notifier"
-	"github.com/ddb-outbox/ddb-outbox/pkg/routing"
 )
 
 // Consumer delivery settings, from pkg/config so that the stack and the local

@@ -5,8 +5,8 @@ import (
 	"sort"
 	"testing"
 
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/routing"
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
-	"github.com/ddb-outbox/ddb-outbox/pkg/routing"
 )
 
 // mappingOf returns the logical id of the one event source mapping whose

@@ -11,11 +11,11 @@ import (
 	"github.com/aws/jsii-runtime-go"
 	"github.com/cdklabs/cdk-nag-go/cdknag/v2"
 
-	"github.com/ddb-outbox/ddb-outbox/pkg/app"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/app"
 
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/routing"
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/idempotency"
-	"github.com/ddb-outbox/ddb-outbox/pkg/routing"
 )
 
 // The custom stack's fulfilment settings: a real-looking provider and an

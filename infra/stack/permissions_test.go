@@ -8,21 +8,21 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
 
 	"github.com/ddb-outbox/ddb-outbox/infra/outboxcdk"
-	"github.com/ddb-outbox/ddb-outbox/pkg/app"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/app"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/routing"
 	"github.com/ddb-outbox/ddb-outbox/pkg/dedup"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
-	"github.com/ddb-outbox/ddb-outbox/pkg/routing"
 )
 
 // GIVEN the default stack and app.Permissions (each function's SDK calls,
-// checked against its code by pkg/app's TestPermissionsMatchSDKCalls, plus
+// checked against its code by internal/orders/app's TestPermissionsMatchSDKCalls, plus
 // the grants Lambda uses on its behalf)
 // WHEN each function's role policies are collected from the template
 // THEN, resource by resource, the role allows exactly the declared actions:
 // none missing (a call would be denied) and none extra (least privilege).
 func TestRolesGrantExactlyTheDeclaredPermissions(t *testing.T) {
 	if outboxcdk.RelayFunction != app.FunctionRelay || outboxcdk.ReconcilerFunction != app.FunctionReconciler || APIFunction != app.FunctionAPI {
-		t.Fatal("function names of the stack and pkg/app differ")
+		t.Fatal("function names of the stack and internal/orders/app differ")
 	}
 	if !slices.Equal(sortedActions(outboxcdk.KeyUseActions), sortedActions(app.KeyActions)) {
 		t.Errorf("outboxcdk.KeyUseActions %v != app.KeyActions %v", outboxcdk.KeyUseActions, app.KeyActions)

@@ -15,9 +15,9 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
 
 	"github.com/ddb-outbox/ddb-outbox/infra/outboxcdk"
-	"github.com/ddb-outbox/ddb-outbox/pkg/app"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/app"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/notifier"
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
-	"github.com/ddb-outbox/ddb-outbox/pkg/notifier"
 )
 
 // functionNames are the functions of the stack (app.Permissions order).

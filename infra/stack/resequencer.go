@@ -11,9 +11,9 @@ import (
 
 	"github.com/ddb-outbox/ddb-outbox/infra/deadletter"
 	"github.com/ddb-outbox/ddb-outbox/infra/outboxcdk"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/routing"
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/dedup"
-	"github.com/ddb-outbox/ddb-outbox/pkg/routing"
 )
 
 // Resequencer is what the stack deploys for an ordered consumer's

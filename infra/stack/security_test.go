@@ -12,9 +12,9 @@ import (
 	"github.com/aws/jsii-runtime-go"
 
 	"github.com/ddb-outbox/ddb-outbox/infra/outboxcdk"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/notifier"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/routing"
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
-	"github.com/ddb-outbox/ddb-outbox/pkg/notifier"
-	"github.com/ddb-outbox/ddb-outbox/pkg/routing"
 )
 
 // Props of the custom stack that the tests below check.

@@ -53,11 +53,11 @@ import (
 	"github.com/ddb-outbox/ddb-outbox/infra/deadletter"
 	"github.com/ddb-outbox/ddb-outbox/infra/gofunc"
 	"github.com/ddb-outbox/ddb-outbox/infra/outboxcdk"
-	"github.com/ddb-outbox/ddb-outbox/pkg/app"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/app"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/order"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/routing"
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/dedup"
-	"github.com/ddb-outbox/ddb-outbox/pkg/order"
-	"github.com/ddb-outbox/ddb-outbox/pkg/routing"
 )
 
 // Function names: functions/<name> compiled to <AssetRoot>/<name>/bootstrap.

@@ -25,15 +25,15 @@ import (
 	"github.com/ddb-outbox/ddb-outbox/infra/deadletter"
 	"github.com/ddb-outbox/ddb-outbox/infra/gofunc"
 	"github.com/ddb-outbox/ddb-outbox/infra/outboxcdk"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/fulfilment"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/ledger"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/notifier"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/order"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/routing"
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/dedup"
-	"github.com/ddb-outbox/ddb-outbox/pkg/fulfilment"
 	"github.com/ddb-outbox/ddb-outbox/pkg/idempotency"
-	"github.com/ddb-outbox/ddb-outbox/pkg/ledger"
-	"github.com/ddb-outbox/ddb-outbox/pkg/notifier"
-	"github.com/ddb-outbox/ddb-outbox/pkg/order"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
-	"github.com/ddb-outbox/ddb-outbox/pkg/routing"
 )
 
 // The templates are synthesized once per test process (the first costs

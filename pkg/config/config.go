@@ -102,7 +102,7 @@ const (
 	TracingOn  = "otlp"
 )
 
-// Values of EnvAPICallerMode (see pkg/api.CallerMode).
+// Values of EnvAPICallerMode (see internal/orders/api.CallerMode).
 const (
 	// APICallerModeAuto is api.CallersAuto: the IAM principal behind API
 	// Gateway, the X-Caller stand-in over plain HTTP.
@@ -184,7 +184,7 @@ const (
 	// latencies it injects; whole milliseconds).
 	ConsumerPlannedMessageTime = 17 * time.Millisecond
 	// ConsumerPlanningUtilisationPercent is the share of a limit a sizing
-	// allows itself (percent): 80, as the capacity plans in pkg/bench.
+	// allows itself (percent): 80, as the capacity plans in internal/bench.
 	ConsumerPlanningUtilisationPercent = 80
 	// SQSProvisionedInvokesPerPoller is the most concurrent invocations one
 	// event poller of an SQS event source mapping in provisioned mode

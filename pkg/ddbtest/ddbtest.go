@@ -17,7 +17,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 
-	"github.com/ddb-outbox/ddb-outbox/pkg/awsclient"
 	"github.com/ddb-outbox/ddb-outbox/pkg/dynoxide"
 )
 
@@ -49,7 +48,7 @@ func New(t testing.TB) *Env {
 		t.Cleanup(srv.Stop)
 		endpoint = srv.Endpoint
 	}
-	cfg := awsclient.Local(endpoint)
+	cfg := dynoxide.AWSConfig(endpoint)
 	return &Env{
 		Endpoint: endpoint,
 		Config:   cfg,

@@ -14,8 +14,8 @@ import (
 	"github.com/ddb-outbox/ddb-outbox/pkg/sqsconsumer"
 )
 
-// ConsumerConfig is the configuration every consumer shares (pkg/ledger and
-// pkg/notifier alias it as their Config). Zero values take the defaults.
+// ConsumerConfig is the configuration every consumer shares (internal/orders/ledger and
+// internal/orders/notifier alias it as their Config). Zero values take the defaults.
 type ConsumerConfig struct {
 	// Table is the consumer's own table name. Required.
 	Table string

@@ -7,7 +7,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/ddb-outbox/ddb-outbox/pkg/jsonstrict"
+	"github.com/ddb-outbox/ddb-outbox/pkg/internal/jsonstrict"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
 )
 

@@ -9,7 +9,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/ddb-outbox/ddb-outbox/pkg/awsclient"
 	"github.com/ddb-outbox/ddb-outbox/pkg/dedup"
 	"github.com/ddb-outbox/ddb-outbox/pkg/dynoxide"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
@@ -31,7 +30,7 @@ func ExampleApplier_Apply() {
 		return
 	}
 	defer srv.Stop()
-	ddb := dynamodb.NewFromConfig(awsclient.Local(srv.Endpoint))
+	ddb := dynamodb.NewFromConfig(dynoxide.AWSConfig(srv.Endpoint))
 
 	// The dedup table (dedup.CreateTableInput: key pk, TTL on expires_at)
 	// and the consumer's own table.

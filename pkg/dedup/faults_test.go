@@ -9,9 +9,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/ddb-outbox/ddb-outbox/internal/faults"
 	"github.com/ddb-outbox/ddb-outbox/pkg/ddbtest"
 	"github.com/ddb-outbox/ddb-outbox/pkg/dedup"
-	"github.com/ddb-outbox/ddb-outbox/pkg/faults"
 )
 
 // addOne is a side effect with no guard of its own: counter += 1.

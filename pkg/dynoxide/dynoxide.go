@@ -21,6 +21,9 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
 )
 
 // EnvBinary overrides the path of the dynoxide binary.
@@ -163,4 +166,16 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// AWSConfig returns an SDK configuration for a local DynamoDB-compatible server
+// at endpoint: region us-east-1, dummy static credentials, BaseEndpoint set so
+// every client (DynamoDB, DynamoDB Streams) calls endpoint and never AWS.
+func AWSConfig(endpoint string) aws.Config {
+	return aws.Config{
+		Region:           "us-east-1",
+		Credentials:      credentials.NewStaticCredentialsProvider("local", "local", ""),
+		BaseEndpoint:     aws.String(endpoint),
+		RetryMaxAttempts: 5,
+	}
 }

@@ -82,10 +82,10 @@
 // the effect and the record live in two systems without a shared
 // transaction. What closes it is the provider's own idempotency: send the
 // same idempotency key with the repeated request (an Idempotency-Key header
-// carrying the event id, as pkg/fulfilment does), and the provider answers
+// carrying the event id, as internal/orders/fulfilment does), and the provider answers
 // the repeat with the first result instead of acting twice. Against a
 // provider that ignores keys the window produces a duplicate effect; a
-// consumer should detect it where it can (pkg/fulfilment refuses a second
+// consumer should detect it where it can (internal/orders/fulfilment refuses a second
 // shipment id for one order and dead-letters the event for an operator).
 // Config.BeforeComplete lets tests and chaos runs open this window on
 // purpose.

@@ -8,7 +8,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
-	"github.com/ddb-outbox/ddb-outbox/pkg/awsclient"
 	"github.com/ddb-outbox/ddb-outbox/pkg/dynoxide"
 	"github.com/ddb-outbox/ddb-outbox/pkg/idempotency"
 )
@@ -36,7 +35,7 @@ func ExampleWrap() {
 		return
 	}
 	defer srv.Stop()
-	ddb := dynamodb.NewFromConfig(awsclient.Local(srv.Endpoint))
+	ddb := dynamodb.NewFromConfig(dynoxide.AWSConfig(srv.Endpoint))
 	if _, err := ddb.CreateTable(context.Background(), idempotency.CreateTableInput("idempotency")); err != nil {
 		fmt.Println(err)
 		return
@@ -84,7 +83,7 @@ func ExampleStore_Do() {
 		return
 	}
 	defer srv.Stop()
-	ddb := dynamodb.NewFromConfig(awsclient.Local(srv.Endpoint))
+	ddb := dynamodb.NewFromConfig(dynoxide.AWSConfig(srv.Endpoint))
 	if _, err := ddb.CreateTable(context.Background(), idempotency.CreateTableInput("idempotency")); err != nil {
 		fmt.Println(err)
 		return

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/ddb-outbox/ddb-outbox/pkg/dynoxide"
 	"net/http/httptest"
 	"testing"
 	"time"
@@ -16,9 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
-	"github.com/ddb-outbox/ddb-outbox/pkg/awsclient"
 	"github.com/ddb-outbox/ddb-outbox/pkg/ddbtest"
-	"github.com/ddb-outbox/ddb-outbox/pkg/routing"
 )
 
 // frontFixture is an AWSFront over a consumer queue with a DLQ, a
@@ -44,7 +43,7 @@ func newFrontFixture(t *testing.T, ddbEndpoint string) frontFixture {
 		t.Fatal(err)
 	}
 	parked := NewMemoryQueue("https://sqs.us-east-1.amazonaws.com/000000000000/t-parked")
-	bus, err := NewBus(BusConfig{Name: "t-bus"})
+	bus, err := NewBus(BusConfig{Name: "t-bus", Rules: testRules()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +54,7 @@ func newFrontFixture(t *testing.T, ddbEndpoint string) frontFixture {
 	}
 	srv := httptest.NewServer(front)
 	t.Cleanup(srv.Close)
-	cfg := awsclient.Local(srv.URL)
+	cfg := dynoxide.AWSConfig(srv.URL)
 	return frontFixture{q: q, dlq: dlq, parked: parked, bus: bus, url: srv.URL,
 		sqs: sqs.NewFromConfig(cfg), eb: eventbridge.NewFromConfig(cfg)}
 }
@@ -182,7 +181,7 @@ func TestAWSFrontPutEvents(t *testing.T) {
 	f := newFrontFixture(t, "")
 	ctx := context.Background()
 	got := make(chan events.EventBridgeEvent, 4)
-	f.bus.Subscribe(routing.ConsumerLedger, func(_ context.Context, ev events.EventBridgeEvent) error { got <- ev; return nil })
+	f.bus.Subscribe(testLedger, func(_ context.Context, ev events.EventBridgeEvent) error { got <- ev; return nil })
 	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	out, err := f.eb.PutEvents(ctx, &eventbridge.PutEventsInput{Entries: []ebtypes.PutEventsRequestEntry{
 		{EventBusName: aws.String("t-bus"), Source: aws.String("com.ddb-outbox.orders"), DetailType: aws.String("OrderPaid"), Detail: aws.String(`{"event_id":"e1"}`), Time: aws.Time(at)},
@@ -220,7 +219,7 @@ func TestAWSFrontProxiesDynamoDB(t *testing.T) {
 	table := ddbtest.Name("front")
 	env.CreateTable(t, ddbtest.SimpleTableInput(table))
 	f := newFrontFixture(t, env.Endpoint)
-	ddb := dynamodb.NewFromConfig(awsclient.Local(f.url))
+	ddb := dynamodb.NewFromConfig(dynoxide.AWSConfig(f.url))
 	ctx := context.Background()
 	out, err := ddb.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(table)})
 	if err != nil || aws.ToString(out.Table.TableName) != table {
@@ -228,7 +227,7 @@ func TestAWSFrontProxiesDynamoDB(t *testing.T) {
 	}
 	// Without a DynamoDB endpoint the front refuses DynamoDB targets.
 	bare := newFrontFixture(t, "")
-	_, err = dynamodb.NewFromConfig(awsclient.Local(bare.url), func(o *dynamodb.Options) { o.RetryMaxAttempts = 1 }).
+	_, err = dynamodb.NewFromConfig(dynoxide.AWSConfig(bare.url), func(o *dynamodb.Options) { o.RetryMaxAttempts = 1 }).
 		DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(table)})
 	if apiCode(err) != "UnknownOperationException" {
 		t.Fatalf("DescribeTable without a DynamoDB endpoint: %v; want UnknownOperationException", err)
@@ -238,7 +237,7 @@ func TestAWSFrontProxiesDynamoDB(t *testing.T) {
 // TestRejectDetailTypes checks the rejecting wrapper splices the answers in
 // request order and refuses codes the relay would not park on.
 func TestRejectDetailTypes(t *testing.T) {
-	bus, err := NewBus(BusConfig{Name: "r-bus"})
+	bus, err := NewBus(BusConfig{Name: "r-bus", Rules: testRules()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,6 @@ import (
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outboxtrace"
-	"github.com/ddb-outbox/ddb-outbox/pkg/routing"
 )
 
 // EventHandler is a Lambda handler for EventBridge events: the shape of the
@@ -78,11 +77,10 @@ type BusConfig struct {
 	// us-east-1 and 000000000000).
 	Region  string
 	Account string
-	// Source is the event source the rules match (routing.Rule.Pattern);
-	// default config.DefaultEventSource.
-	Source string
-	// Rules are the routing rules; nil means routing.Rules().
-	Rules []routing.Rule
+	// Rules are the bus's rules, each with its event pattern and the
+	// target (Subscribe, SubscribeQueue) it delivers to. A bus without
+	// rules accepts events and delivers none (Unmatched counts them).
+	Rules []Rule
 	// MaxEntryBytes is the request size limit in bytes (default 262,144):
 	// the sum of the entries' sizes.
 	MaxEntryBytes int
@@ -127,12 +125,6 @@ func (c *BusConfig) setDefaults() {
 	if c.Account == "" {
 		c.Account = DefaultAccount
 	}
-	if c.Source == "" {
-		c.Source = config.DefaultEventSource
-	}
-	if c.Rules == nil {
-		c.Rules = routing.Rules()
-	}
 	if c.MaxEntryBytes == 0 {
 		c.MaxEntryBytes = DefaultMaxEntryBytes
 	}
@@ -168,8 +160,8 @@ func (c *BusConfig) Validate() error {
 	}
 	names := map[string]bool{}
 	for _, r := range c.Rules {
-		if r.Name == "" || r.Consumer == "" || len(r.DetailTypes) == 0 {
-			return fmt.Errorf("localrt: rule %q needs a name, a consumer and detail types", r.Name)
+		if r.Name == "" || r.Target == "" || r.Pattern == nil {
+			return fmt.Errorf("localrt: rule %q needs a name, a target and a pattern", r.Name)
 		}
 		if names[r.Name] {
 			return fmt.Errorf("localrt: duplicate rule name %q", r.Name)
@@ -177,6 +169,19 @@ func (c *BusConfig) Validate() error {
 		names[r.Name] = true
 	}
 	return nil
+}
+
+// Rule is a rule of the local bus, as an EventBridge rule: the events its
+// Pattern matches are delivered to the target subscribed under Target
+// (Subscribe, SubscribeQueue).
+type Rule struct {
+	// Name is the rule's name, unique on the bus (its ARN: RuleARN).
+	Name string
+	// Target names the subscription the rule delivers to.
+	Target string
+	// Pattern is the rule's EventBridge event pattern: JSON text or a
+	// JSON-ready value (map[string]any), compiled by CompilePattern.
+	Pattern any
 }
 
 // Interceptor wraps one delivery attempt of event ev to consumer (attempt is
@@ -251,7 +256,7 @@ type busTarget struct {
 }
 
 type busRule struct {
-	rule    routing.Rule
+	rule    Rule
 	pattern *Pattern
 }
 
@@ -264,7 +269,7 @@ func NewBus(cfg BusConfig) (*Bus, error) {
 	}
 	b := &Bus{cfg: cfg, log: cfg.Logger.With("component", "event-bus", "event_bus", cfg.Name), handlers: map[string]busTarget{}}
 	for _, r := range cfg.Rules {
-		p, err := CompilePattern(r.Pattern(cfg.Source))
+		p, err := CompilePattern(r.Pattern)
 		if err != nil {
 			return nil, fmt.Errorf("rule %s: %w", r.Name, err)
 		}
@@ -293,7 +298,7 @@ func (b *Bus) RuleARN(rule string) string {
 	return fmt.Sprintf("arn:aws:events:%s:%s:rule/%s/%s", b.cfg.Region, b.cfg.Account, b.cfg.Name, rule)
 }
 
-// Subscribe registers h as the target of every rule whose Consumer is
+// Subscribe registers h as the target of every rule whose Target is
 // consumer, replacing a previous handler. Events accepted before
 // Subscribe are not redelivered.
 func (b *Bus) Subscribe(consumer string, h EventHandler) {
@@ -303,7 +308,7 @@ func (b *Bus) Subscribe(consumer string, h EventHandler) {
 }
 
 // SubscribeQueue makes the SQS queue at url (sent to through q) the target
-// of every rule whose Consumer is consumer, as an EventBridge rule with an
+// of every rule whose Target is consumer, as an EventBridge rule with an
 // SQS target does: the message body is the event JSON the rule matched. A
 // SendMessage error (the queue refuses the body, say) is a failed delivery,
 // retried like any target and then dead-lettered (the rule target's DLQ).
@@ -512,10 +517,10 @@ func (b *Bus) route(raw json.RawMessage, traceHeader string) error {
 			continue
 		}
 		matched = true
-		t, ok := b.handlers[r.rule.Consumer]
+		t, ok := b.handlers[r.rule.Target]
 		if !ok {
 			b.stats.Unsubscribed++
-			b.log.Warn("rule matched but its consumer has no handler", "rule", r.rule.Name, "consumer", r.rule.Consumer)
+			b.log.Warn("rule matched but its consumer has no handler", "rule", r.rule.Name, "consumer", r.rule.Target)
 			continue
 		}
 		ds = append(ds, delivery{id: uuid.NewString(), rule: r.rule, target: t, raw: raw, traceHeader: traceHeader})
@@ -541,7 +546,7 @@ func (b *Bus) route(raw json.RawMessage, traceHeader string) error {
 // delivery is one accepted event on its way to one rule target.
 type delivery struct {
 	id          string
-	rule        routing.Rule
+	rule        Rule
 	target      busTarget
 	raw         json.RawMessage
 	traceHeader string
@@ -553,7 +558,7 @@ type delivery struct {
 func (b *Bus) deliver(d delivery) {
 	defer b.done()
 	rule, t, raw, traceHeader := d.rule, d.target, d.raw, d.traceHeader
-	consumer := rule.Consumer
+	consumer := rule.Target
 	ctx := b.closeCtx
 	var lastErr error
 	var ev events.EventBridgeEvent

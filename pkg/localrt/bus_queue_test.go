@@ -9,9 +9,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	ebtypes "github.com/aws/aws-sdk-go-v2/service/eventbridge/types"
-
-	"github.com/ddb-outbox/ddb-outbox/pkg/order"
-	"github.com/ddb-outbox/ddb-outbox/pkg/routing"
 )
 
 // An EventBridge rule with an SQS target sends the matched event as the
@@ -22,9 +19,9 @@ func TestBusSubscribeQueueDeliversEventJSON(t *testing.T) {
 	t.Parallel()
 	b := newTestBus(t, nil)
 	q := newTestSQSQueue(t, SQSQueueConfig{})
-	b.SubscribeQueue(routing.ConsumerNotifier, q, q.URL())
+	b.SubscribeQueue(testNotifier, q, q.URL())
 	detail := `{"event_id":"e1","order_id":"o1","total":12.5,"note":"caf\u00e9 \u2603"}`
-	out, err := b.PutEvents(context.Background(), &eventbridge.PutEventsInput{Entries: []ebtypes.PutEventsRequestEntry{entry(order.EventOrderPlaced, detail)}})
+	out, err := b.PutEvents(context.Background(), &eventbridge.PutEventsInput{Entries: []ebtypes.PutEventsRequestEntry{entry(testPlaced, detail)}})
 	if err != nil || out.FailedEntryCount != 0 {
 		t.Fatalf("PutEvents: %v %+v", err, out)
 	}
@@ -47,7 +44,7 @@ func TestBusSubscribeQueueDeliversEventJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &ev); err != nil {
 		t.Fatal(err)
 	}
-	if ev.Version != "0" || ev.ID != aws.ToString(out.Entries[0].EventId) || ev.DetailType != order.EventOrderPlaced || ev.Source != b.cfg.Source {
+	if ev.Version != "0" || ev.ID != aws.ToString(out.Entries[0].EventId) || ev.DetailType != testPlaced || ev.Source != testSource {
 		t.Errorf("event %+v", ev)
 	}
 	var got, want map[string]any
@@ -56,7 +53,7 @@ func TestBusSubscribeQueueDeliversEventJSON(t *testing.T) {
 	if gb, _ := json.Marshal(got); string(gb) != func() string { wb, _ := json.Marshal(want); return string(wb) }() {
 		t.Errorf("detail %s, want %s", ev.Detail, detail)
 	}
-	if st := b.Stats(); st.Deliveries[routing.ConsumerNotifier] != 1 || len(b.DeadLetters()) != 0 {
+	if st := b.Stats(); st.Deliveries[testNotifier] != 1 || len(b.DeadLetters()) != 0 {
 		t.Errorf("stats %+v dead letters %v", st, b.DeadLetters())
 	}
 }
@@ -70,9 +67,9 @@ func TestBusSubscribeQueueRefusedBodyIsDeadLettered(t *testing.T) {
 	t.Parallel()
 	b := newTestBus(t, func(c *BusConfig) { c.TargetMaxAttempts = 3 })
 	q := newTestSQSQueue(t, SQSQueueConfig{})
-	b.SubscribeQueue(routing.ConsumerNotifier, q, q.URL())
+	b.SubscribeQueue(testNotifier, q, q.URL())
 	detail := "{\"event_id\":\"e2\",\"note\":\"bad \uFFFF char\"}" // the raw character, not a JSON escape
-	out, err := b.PutEvents(context.Background(), &eventbridge.PutEventsInput{Entries: []ebtypes.PutEventsRequestEntry{entry(order.EventOrderPlaced, detail)}})
+	out, err := b.PutEvents(context.Background(), &eventbridge.PutEventsInput{Entries: []ebtypes.PutEventsRequestEntry{entry(testPlaced, detail)}})
 	if err != nil || out.FailedEntryCount != 0 {
 		t.Fatalf("PutEvents: %v %+v", err, out)
 	}
@@ -85,11 +82,11 @@ func TestBusSubscribeQueueRefusedBodyIsDeadLettered(t *testing.T) {
 		t.Fatalf("%d dead letters, want 1", len(dls))
 	}
 	dl := dls[0]
-	if dl.Consumer != routing.ConsumerNotifier || dl.Attempts != 3 || !strings.Contains(dl.Error, "InvalidMessageContents") || dl.Event.ID != aws.ToString(out.Entries[0].EventId) {
+	if dl.Consumer != testNotifier || dl.Attempts != 3 || !strings.Contains(dl.Error, "InvalidMessageContents") || dl.Event.ID != aws.ToString(out.Entries[0].EventId) {
 		t.Errorf("dead letter %+v", dl)
 	}
-	if st := b.Stats(); st.Attempts[routing.ConsumerNotifier] != 3 || st.Retries[routing.ConsumerNotifier] != 2 ||
-		st.DeadLettered[routing.ConsumerNotifier] != 1 || st.Deliveries[routing.ConsumerNotifier] != 0 {
+	if st := b.Stats(); st.Attempts[testNotifier] != 3 || st.Retries[testNotifier] != 2 ||
+		st.DeadLettered[testNotifier] != 1 || st.Deliveries[testNotifier] != 0 {
 		t.Errorf("stats %+v", st)
 	}
 }

@@ -40,7 +40,7 @@ func (b *Bus) keepDeliveries(ds []delivery) error {
 	now := b.cfg.Now().UnixNano()
 	var kept []string
 	for _, d := range ds {
-		v, err := json.Marshal(storedDelivery{Rule: d.rule.Name, Consumer: d.rule.Consumer, Event: d.raw, TraceHeader: d.traceHeader, AcceptedAt: now})
+		v, err := json.Marshal(storedDelivery{Rule: d.rule.Name, Consumer: d.rule.Target, Event: d.raw, TraceHeader: d.traceHeader, AcceptedAt: now})
 		if err == nil {
 			err = b.cfg.Store.Put(b.pendingPrefix()+d.id, v)
 		}

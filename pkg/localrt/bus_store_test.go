@@ -12,9 +12,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	ebtypes "github.com/aws/aws-sdk-go-v2/service/eventbridge/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
-
-	"github.com/ddb-outbox/ddb-outbox/pkg/order"
-	"github.com/ddb-outbox/ddb-outbox/pkg/routing"
 )
 
 // blockedSender is a queue target that fails until open is closed.
@@ -43,8 +40,8 @@ func TestBusKeepsUndeliveredEventsAcrossRestart(t *testing.T) {
 	j := openJournal(t, path)
 	q := newTestSQSQueue(t, SQSQueueConfig{Name: "notifier", Store: j})
 	b := newTestBus(t, func(c *BusConfig) { c.Store = j; c.TargetMaxAttempts = 1000 })
-	b.SubscribeQueue(routing.ConsumerNotifier, &blockedSender{open: make(chan struct{}), next: q}, q.URL())
-	out, err := b.PutEvents(ctx, &eventbridge.PutEventsInput{Entries: []ebtypes.PutEventsRequestEntry{entry(order.EventOrderPlaced, `{"event_id":"kept"}`)}})
+	b.SubscribeQueue(testNotifier, &blockedSender{open: make(chan struct{}), next: q}, q.URL())
+	out, err := b.PutEvents(ctx, &eventbridge.PutEventsInput{Entries: []ebtypes.PutEventsRequestEntry{entry(testPlaced, `{"event_id":"kept"}`)}})
 	if err != nil || out.FailedEntryCount != 0 {
 		t.Fatalf("PutEvents: %v %+v", err, out)
 	}
@@ -62,7 +59,7 @@ func TestBusKeepsUndeliveredEventsAcrossRestart(t *testing.T) {
 	defer j.Close()
 	q = newTestSQSQueue(t, SQSQueueConfig{Name: "notifier", Store: j})
 	b = newTestBus(t, func(c *BusConfig) { c.Store = j })
-	b.SubscribeQueue(routing.ConsumerNotifier, q, q.URL())
+	b.SubscribeQueue(testNotifier, q, q.URL())
 	n, err := b.Resume()
 	if err != nil || n != 1 {
 		t.Fatalf("Resume = %d, %v; want the kept delivery started", n, err)
@@ -88,9 +85,9 @@ func TestBusKeepsDeadLettersAcrossRestart(t *testing.T) {
 	j := openJournal(t, path)
 	b := newTestBus(t, func(c *BusConfig) { c.Store = j; c.TargetMaxAttempts = 2 })
 	q := newTestSQSQueue(t, SQSQueueConfig{})
-	b.SubscribeQueue(routing.ConsumerNotifier, q, q.URL())
+	b.SubscribeQueue(testNotifier, q, q.URL())
 	detail := "{\"event_id\":\"dead\",\"note\":\"\uFFFF\"}" // SQS refuses the body
-	if _, err := b.PutEvents(context.Background(), &eventbridge.PutEventsInput{Entries: []ebtypes.PutEventsRequestEntry{entry(order.EventOrderPlaced, detail)}}); err != nil {
+	if _, err := b.PutEvents(context.Background(), &eventbridge.PutEventsInput{Entries: []ebtypes.PutEventsRequestEntry{entry(testPlaced, detail)}}); err != nil {
 		t.Fatal(err)
 	}
 	waitIdle(t, b)
@@ -99,7 +96,7 @@ func TestBusKeepsDeadLettersAcrossRestart(t *testing.T) {
 	defer j.Close()
 	b = newTestBus(t, func(c *BusConfig) { c.Store = j })
 	dls := b.DeadLetters()
-	if len(dls) != 1 || dls[0].Consumer != routing.ConsumerNotifier || dls[0].Attempts != 2 || !strings.Contains(string(dls[0].Event.Detail), "dead") {
+	if len(dls) != 1 || dls[0].Consumer != testNotifier || dls[0].Attempts != 2 || !strings.Contains(string(dls[0].Event.Detail), "dead") {
 		t.Fatalf("restored dead letters %+v", dls)
 	}
 	if recs := j.Records(b.pendingPrefix()); len(recs) != 0 {
@@ -121,8 +118,8 @@ func TestBusEntryFailsWhenItCannotBeKept(t *testing.T) {
 	t.Parallel()
 	b := newTestBus(t, func(c *BusConfig) { c.Store = &failingStore{} })
 	q := newTestSQSQueue(t, SQSQueueConfig{})
-	b.SubscribeQueue(routing.ConsumerNotifier, q, q.URL())
-	out, err := b.PutEvents(context.Background(), &eventbridge.PutEventsInput{Entries: []ebtypes.PutEventsRequestEntry{entry(order.EventOrderPlaced, `{"a":1}`)}})
+	b.SubscribeQueue(testNotifier, q, q.URL())
+	out, err := b.PutEvents(context.Background(), &eventbridge.PutEventsInput{Entries: []ebtypes.PutEventsRequestEntry{entry(testPlaced, `{"a":1}`)}})
 	if err != nil || out.FailedEntryCount != 1 || aws.ToString(out.Entries[0].ErrorCode) != "InternalFailure" {
 		t.Fatalf("PutEvents = %+v, %v; want the entry failed with InternalFailure", out, err)
 	}

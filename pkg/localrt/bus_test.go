@@ -19,15 +19,13 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
-	"github.com/ddb-outbox/ddb-outbox/pkg/order"
-	"github.com/ddb-outbox/ddb-outbox/pkg/routing"
 )
 
 const testBus = "orders-bus"
 
 func newTestBus(t *testing.T, mut func(*BusConfig)) *Bus {
 	t.Helper()
-	cfg := BusConfig{Name: testBus, TargetRetryBaseDelay: time.Millisecond, TargetRetryMaxDelay: 2 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)}
+	cfg := BusConfig{Name: testBus, Rules: testRules(), TargetRetryBaseDelay: time.Millisecond, TargetRetryMaxDelay: 2 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)}
 	if mut != nil {
 		mut(&cfg)
 	}
@@ -73,7 +71,7 @@ func TestBusRejectsRequestsAsAWSDoes(t *testing.T) {
 	ctx := context.Background()
 	var eleven []ebtypes.PutEventsRequestEntry
 	for range 11 {
-		eleven = append(eleven, entry(order.EventOrderPlaced, `{}`))
+		eleven = append(eleven, entry(testPlaced, `{}`))
 	}
 	tests := []struct {
 		name    string
@@ -83,19 +81,19 @@ func TestBusRejectsRequestsAsAWSDoes(t *testing.T) {
 		{"11 entries", eleven, "ValidationException"},
 		{"no entries", nil, "ValidationException"},
 		// AWS: "Total size of the entries in the request is over the limit."
-		{"one entry over 256 KB", []ebtypes.PutEventsRequestEntry{entry(order.EventOrderPlaced, `{"x":"`+strings.Repeat("y", 256*1024)+`"}`)}, "ValidationException"},
+		{"one entry over 256 KB", []ebtypes.PutEventsRequestEntry{entry(testPlaced, `{"x":"`+strings.Repeat("y", 256*1024)+`"}`)}, "ValidationException"},
 		{"entries each under, together over 256 KB", []ebtypes.PutEventsRequestEntry{
-			entry(order.EventOrderPlaced, `{"x":"`+strings.Repeat("y", 100*1024)+`"}`),
-			entry(order.EventOrderPlaced, `{"x":"`+strings.Repeat("y", 100*1024)+`"}`),
-			entry(order.EventOrderPlaced, `{"x":"`+strings.Repeat("y", 100*1024)+`"}`),
+			entry(testPlaced, `{"x":"`+strings.Repeat("y", 100*1024)+`"}`),
+			entry(testPlaced, `{"x":"`+strings.Repeat("y", 100*1024)+`"}`),
+			entry(testPlaced, `{"x":"`+strings.Repeat("y", 100*1024)+`"}`),
 		}, "ValidationException"},
 		{"unknown bus", []ebtypes.PutEventsRequestEntry{func() ebtypes.PutEventsRequestEntry {
-			e := entry(order.EventOrderPlaced, `{}`)
+			e := entry(testPlaced, `{}`)
 			e.EventBusName = aws.String("other")
 			return e
 		}()}, "ResourceNotFoundException"},
 		{"default bus when none named", []ebtypes.PutEventsRequestEntry{func() ebtypes.PutEventsRequestEntry {
-			e := entry(order.EventOrderPlaced, `{}`)
+			e := entry(testPlaced, `{}`)
 			e.EventBusName = nil
 			return e
 		}()}, "ResourceNotFoundException"},
@@ -110,7 +108,7 @@ func TestBusRejectsRequestsAsAWSDoes(t *testing.T) {
 		t.Errorf("stats = %+v", st)
 	}
 	// The bus ARN is accepted as EventBusName.
-	e := entry(order.EventOrderPlaced, `{}`)
+	e := entry(testPlaced, `{}`)
 	e.EventBusName = aws.String(b.ARN())
 	if out, err := b.PutEvents(ctx, &eventbridge.PutEventsInput{Entries: []ebtypes.PutEventsRequestEntry{e}}); err != nil || out.FailedEntryCount != 0 {
 		t.Errorf("bus ARN: %v %+v", err, out)
@@ -121,16 +119,16 @@ func TestBusEntryLevelFailures(t *testing.T) {
 	t.Parallel()
 	b := newTestBus(t, func(c *BusConfig) { c.MaxEntryBytes = 1024 })
 	src := config.DefaultEventSource
-	ok := entry(order.EventOrderPlaced, `{"event_id":"a"}`)
+	ok := entry(testPlaced, `{"event_id":"a"}`)
 	// The request exactly at the limit: 14 (Time) + source + detail type +
 	// detail + resource of atLimit, plus the other entries.
 	at := time.Date(2024, 5, 6, 7, 8, 9, 0, time.UTC)
-	noDetail := entry(order.EventOrderPlaced, "")
-	noSource := entry(order.EventOrderPlaced, `{}`)
+	noDetail := entry(testPlaced, "")
+	noSource := entry(testPlaced, `{}`)
 	noSource.Source = nil
-	array := entry(order.EventOrderPlaced, `[1,2]`)
-	broken := entry(order.EventOrderPlaced, `{"a":`)
-	awsSource := entry(order.EventOrderPlaced, `{}`)
+	array := entry(testPlaced, `[1,2]`)
+	broken := entry(testPlaced, `{"a":`)
+	awsSource := entry(testPlaced, `{}`)
 	awsSource.Source = aws.String("aws.events")
 	longType := entry(strings.Repeat("T", 129), `{}`)
 	others := []ebtypes.PutEventsRequestEntry{ok, broken, noDetail, array, awsSource, longType, noSource}
@@ -138,12 +136,12 @@ func TestBusEntryLevelFailures(t *testing.T) {
 	for _, e := range others {
 		used += len(aws.ToString(e.Source)) + len(aws.ToString(e.DetailType)) + len(aws.ToString(e.Detail))
 	}
-	fill := 1024 - used - 14 - len(src) - len(order.EventOrderPaid) - len(`{"x":""}`) - len("r1")
+	fill := 1024 - used - 14 - len(src) - len(testPaid) - len(`{"x":""}`) - len("r1")
 	if fill%2 != 0 {
 		fill--
 		others[0].Detail = aws.String(`{"event_id":"ab"}`)
 	}
-	atLimit := entry(order.EventOrderPaid, `{"x":"`+strings.Repeat("é", fill/2)+`"}`) // é is 2 UTF-8 bytes
+	atLimit := entry(testPaid, `{"x":"`+strings.Repeat("é", fill/2)+`"}`) // é is 2 UTF-8 bytes
 	atLimit.Time, atLimit.Resources = &at, []string{"r1"}
 
 	in := append(append([]ebtypes.PutEventsRequestEntry(nil), others[:2]...), atLimit)
@@ -189,7 +187,7 @@ func TestBusEntryLevelFailures(t *testing.T) {
 	if err := json.Unmarshal(evs[1], &ev); err != nil {
 		t.Fatal(err)
 	}
-	if ev["version"] != "0" || ev["detail-type"] != order.EventOrderPaid || ev["source"] != src || ev["time"] != "2024-05-06T07:08:09Z" ||
+	if ev["version"] != "0" || ev["detail-type"] != testPaid || ev["source"] != src || ev["time"] != "2024-05-06T07:08:09Z" ||
 		ev["account"] != DefaultAccount || ev["region"] != DefaultRegion || fmt.Sprint(ev["resources"]) != "[r1]" {
 		t.Errorf("event JSON = %s", evs[1])
 	}
@@ -238,28 +236,28 @@ func TestBusRoutesByRulesWithUniqueIDs(t *testing.T) {
 	t.Parallel()
 	b := newTestBus(t, nil)
 	log := &consumerLog{}
-	b.Subscribe(routing.ConsumerLedger, log.handler(routing.ConsumerLedger, nil))
-	b.Subscribe(routing.ConsumerNotifier, log.handler(routing.ConsumerNotifier, nil))
+	b.Subscribe(testLedger, log.handler(testLedger, nil))
+	b.Subscribe(testNotifier, log.handler(testNotifier, nil))
 	var in []ebtypes.PutEventsRequestEntry
-	for _, dt := range order.EventTypes {
+	for _, dt := range testEventTypes {
 		in = append(in, entry(dt, fmt.Sprintf(`{"event_id":"%s","amount":12345678901234567890}`, dt)))
 	}
-	foreign := entry(order.EventOrderPaid, `{}`)
+	foreign := entry(testPaid, `{}`)
 	foreign.Source = aws.String("com.other")
 	in = append(in, foreign)
 	// The same entry twice: a re-send gets a new id.
-	in = append(in, entry(order.EventOrderPaid, `{"event_id":"OrderPaid"}`))
+	in = append(in, entry(testPaid, `{"event_id":"OrderPaid"}`))
 	out, err := b.PutEvents(context.Background(), &eventbridge.PutEventsInput{Entries: in})
 	if err != nil || out.FailedEntryCount != 0 {
 		t.Fatalf("PutEvents: %v %+v", err, out)
 	}
 	waitIdle(t, b)
-	if got := log.types(routing.ConsumerLedger); fmt.Sprint(got) != fmt.Sprint(map[string]int{
-		order.EventOrderCancelled: 1, order.EventOrderPaid: 2, order.EventOrderPlaced: 1, order.EventOrderShipped: 1}) {
+	if got := log.types(testLedger); fmt.Sprint(got) != fmt.Sprint(map[string]int{
+		testCancelled: 1, testPaid: 2, testPlaced: 1, testShipped: 1}) {
 		t.Errorf("ledger got %v", got)
 	}
-	if got := log.types(routing.ConsumerNotifier); fmt.Sprint(got) != fmt.Sprint(map[string]int{
-		order.EventOrderCancelled: 1, order.EventOrderPaid: 2, order.EventOrderPlaced: 1, order.EventOrderShipped: 1}) {
+	if got := log.types(testNotifier); fmt.Sprint(got) != fmt.Sprint(map[string]int{
+		testCancelled: 1, testPaid: 2, testPlaced: 1, testShipped: 1}) {
 		t.Errorf("notifier got %v", got)
 	}
 	ids := map[string]bool{}
@@ -283,7 +281,7 @@ func TestBusRoutesByRulesWithUniqueIDs(t *testing.T) {
 	}
 	log.mu.Unlock()
 	// fulfilment (Paid x2, Cancelled) has no handler in this test: 3 unsubscribed
-	if st := b.Stats(); st.Unmatched != 1 || st.Deliveries[routing.ConsumerLedger] != 5 || st.Deliveries[routing.ConsumerNotifier] != 5 || st.Unsubscribed != 3 {
+	if st := b.Stats(); st.Unmatched != 1 || st.Deliveries[testLedger] != 5 || st.Deliveries[testNotifier] != 5 || st.Unsubscribed != 3 {
 		t.Errorf("stats = %+v", st)
 	}
 }
@@ -298,7 +296,7 @@ func TestBusRetriesThenDeadLetters(t *testing.T) {
 	})
 	log := &consumerLog{}
 	var attempts sync.Map
-	b.Subscribe(routing.ConsumerLedger, log.handler(routing.ConsumerLedger, func(ev events.EventBridgeEvent) error {
+	b.Subscribe(testLedger, log.handler(testLedger, func(ev events.EventBridgeEvent) error {
 		n, _ := attempts.LoadOrStore(ev.ID, new(int))
 		*(n.(*int))++
 		if strings.Contains(string(ev.Detail), "poison") {
@@ -309,22 +307,22 @@ func TestBusRetriesThenDeadLetters(t *testing.T) {
 		}
 		return nil
 	}))
-	b.Subscribe(routing.ConsumerNotifier, log.handler(routing.ConsumerNotifier, nil))
+	b.Subscribe(testNotifier, log.handler(testNotifier, nil))
 	out, err := b.PutEvents(context.Background(), &eventbridge.PutEventsInput{Entries: []ebtypes.PutEventsRequestEntry{
-		entry(order.EventOrderPaid, `{"event_id":"poison"}`),
-		entry(order.EventOrderPaid, `{"event_id":"ok"}`),
+		entry(testPaid, `{"event_id":"poison"}`),
+		entry(testPaid, `{"event_id":"ok"}`),
 	}})
 	if err != nil || out.FailedEntryCount != 0 {
 		t.Fatal(err)
 	}
 	waitIdle(t, b)
 	st := b.Stats()
-	if st.Deliveries[routing.ConsumerLedger] != 1 || st.DeadLettered[routing.ConsumerLedger] != 1 ||
-		st.Retries[routing.ConsumerLedger] != 3 || st.Attempts[routing.ConsumerLedger] != 5 || st.Deliveries[routing.ConsumerNotifier] != 2 {
+	if st.Deliveries[testLedger] != 1 || st.DeadLettered[testLedger] != 1 ||
+		st.Retries[testLedger] != 3 || st.Attempts[testLedger] != 5 || st.Deliveries[testNotifier] != 2 {
 		t.Errorf("stats = %+v", st)
 	}
 	dl := b.DeadLetters()
-	if len(dl) != 1 || dl[0].Consumer != routing.ConsumerLedger || dl[0].Attempts != 3 || dl[0].Error != "ledger down" ||
+	if len(dl) != 1 || dl[0].Consumer != testLedger || dl[0].Attempts != 3 || dl[0].Error != "ledger down" ||
 		!strings.Contains(string(dl[0].EventJSON), "poison") || dl[0].Event.ID != aws.ToString(out.Entries[0].EventId) {
 		t.Errorf("dead letters = %+v", dl)
 	}
@@ -346,12 +344,12 @@ func TestBusInterceptorDuplicates(t *testing.T) {
 		}
 	})
 	log := &consumerLog{}
-	b.Subscribe(routing.ConsumerNotifier, log.handler(routing.ConsumerNotifier, nil))
-	if _, err := b.PutEvents(context.Background(), &eventbridge.PutEventsInput{Entries: []ebtypes.PutEventsRequestEntry{entry(order.EventOrderPlaced, `{}`)}}); err != nil {
+	b.Subscribe(testNotifier, log.handler(testNotifier, nil))
+	if _, err := b.PutEvents(context.Background(), &eventbridge.PutEventsInput{Entries: []ebtypes.PutEventsRequestEntry{entry(testPlaced, `{}`)}}); err != nil {
 		t.Fatal(err)
 	}
 	waitIdle(t, b)
-	if got := log.types(routing.ConsumerNotifier)[order.EventOrderPlaced]; got != 2 {
+	if got := log.types(testNotifier)[testPlaced]; got != 2 {
 		t.Errorf("delivered %d times, want 2", got)
 	}
 	if st := b.Stats(); st.Unsubscribed != 1 {

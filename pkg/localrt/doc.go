@@ -1,7 +1,10 @@
 // Package localrt is the local runtime: it stands in for what AWS runs
 // around the Lambda handlers, so the dev command (cmd/outboxdev) and the
 // end-to-end tests run the same handlers as production against a
-// DynamoDB-compatible server (Dynoxide by default).
+// DynamoDB-compatible server (Dynoxide by default, pkg/dynoxide). It is
+// part of the library (docs/VERSIONING.md): a team runs its own outbox
+// locally with it, its own tables, rules and handlers; it knows nothing of
+// the example orders application.
 //
 //   - StreamPoller behaves like a Lambda event source mapping on a DynamoDB
 //     stream: shards (parents before children), GetRecords in order, filter
@@ -12,8 +15,9 @@
 //     metadata-only on-failure record sent to an SQS-shaped destination.
 //   - Bus is a local EventBridge bus: PutEvents with AWS's validation rules
 //     and entry-level errors, the EventBridge event JSON decoded into
-//     events.EventBridgeEvent, routing by routing.Rules() (the same rules the
-//     CDK stack declares), asynchronous delivery with per-target retries and
+//     events.EventBridgeEvent, routing by its Rules (event patterns and
+//     targets: the example stack passes the rules its CDK stack declares),
+//     asynchronous delivery with per-target retries and
 //     a dead-letter list (the rule target DLQ); targets are SQS queues
 //     (SubscribeQueue, the consumers' path) or functions (Subscribe).
 //   - SQSQueue is an in-memory SQS standard queue (visibility timeout,
@@ -25,7 +29,7 @@
 //     every interval.
 //   - MemoryQueue is an in-memory SQS SendMessage target with SQS's body
 //     rules (the parked-records DLQ and the on-failure destination).
-//   - With a StateStore (localstate.Journal), the queues (SQSQueueConfig.Store,
+//   - With a StateStore (a journal file in the example stack), the queues (SQSQueueConfig.Store,
 //     OpenMemoryQueue) and the bus (BusConfig.Store, Resume) keep what AWS
 //     would still hold across a restart of the process: messages in flight
 //     or not, undelivered events, dead letters.
@@ -46,11 +50,13 @@
 //
 // Typical wiring (see cmd/outboxdev):
 //
-//	bus, _ := localrt.NewBus(localrt.BusConfig{Name: busName})
+//	bus, _ := localrt.NewBus(localrt.BusConfig{Name: busName, Rules: []localrt.Rule{{
+//		Name: "payments", Target: "ledger",
+//		Pattern: `{"source":["com.example.orders"],"detail-type":["OrderPaid"]}`}}})
 //	dlq, _ := localrt.NewSQSQueue(localrt.SQSQueueConfig{Name: "ledger-dlq"})
 //	q, _ := localrt.NewSQSQueue(localrt.SQSQueueConfig{Name: "ledger",
 //		Redrive: &localrt.RedrivePolicy{DeadLetterQueue: dlq, MaxReceiveCount: 5}})
-//	bus.SubscribeQueue(routing.ConsumerLedger, q, q.URL())
+//	bus.SubscribeQueue("ledger", q, q.URL())
 //	consumer, _ := localrt.NewSQSPoller(localrt.SQSPollerConfig{Queue: q}, handler.Handle) // an sqsconsumer.Handler
 //	go consumer.Run(ctx)
 //	poller, _ := localrt.NewStreamPoller(localrt.StreamPollerConfig{

@@ -136,7 +136,7 @@ func CompilePattern(p any) (*Pattern, error) { return CompilePatternFor(p, Event
 
 // CompilePatternFor validates and compiles p, which is either a Go value
 // that marshals to a JSON object (map[string]any, as returned by
-// outbox.StreamFilterPattern and routing.Rule.Pattern) or JSON text
+// outbox.StreamFilterPattern and a Rule.Pattern) or JSON text
 // ([]byte, string or json.RawMessage), under the rules of dialect d. It
 // returns an error wrapping ErrInvalidPattern, naming the operator and the
 // path, when AWS would refuse the pattern or the local runtime does not

@@ -5,10 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ddb-outbox/ddb-outbox/pkg/config"
-	"github.com/ddb-outbox/ddb-outbox/pkg/order"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
-	"github.com/ddb-outbox/ddb-outbox/pkg/routing"
 )
 
 // patternCase is one pattern/event pair with AWS's answer. aws names where
@@ -588,46 +585,6 @@ func TestStreamFilterDynamoDBNumbers(t *testing.T) {
 		{"numeric on a record number matches", `{"dynamodb":{"SizeBytes":[{"numeric":[">",0]}]}}`, record, true, docLambda},
 		{"prefix on an S attribute", `{"dynamodb":{"Keys":{"pk":{"S":[{"prefix":"Order#"}]}}}}`, record, true, docLambda},
 	})
-}
-
-func TestRoutingRulePatterns(t *testing.T) {
-	t.Parallel()
-	event := func(source, detailType string) string {
-		return `{"version":"0","id":"x","detail-type":"` + detailType + `","source":"` + source +
-			`","account":"000000000000","time":"2024-01-01T00:00:00Z","region":"us-east-1","resources":[],"detail":{"event_id":"e"}}`
-	}
-	src := config.DefaultEventSource
-	want := map[string]map[string]bool{ // consumer → detail type → delivered
-		// ordered: the ledger receives every event of an order and advances
-		// past those it does not book (docs/ORDERING.md)
-		routing.ConsumerLedger: {
-			order.EventOrderPlaced: true, order.EventOrderPaid: true, order.EventOrderShipped: true, order.EventOrderCancelled: true,
-		},
-		routing.ConsumerFulfilment: {
-			order.EventOrderPlaced: false, order.EventOrderPaid: true, order.EventOrderShipped: false, order.EventOrderCancelled: true,
-		},
-		routing.ConsumerNotifier: {
-			order.EventOrderPlaced: true, order.EventOrderPaid: true, order.EventOrderShipped: true, order.EventOrderCancelled: true,
-		},
-	}
-	for _, r := range routing.Rules() {
-		p := MustCompilePattern(r.Pattern(src))
-		for dt, exp := range want[r.Consumer] {
-			got, err := p.MatchJSON([]byte(event(src, dt)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got != exp {
-				t.Errorf("rule %s, %s: match = %v, want %v", r.Name, dt, got, exp)
-			}
-			if got, _ := p.MatchJSON([]byte(event("com.other", dt))); got {
-				t.Errorf("rule %s matched a foreign source", r.Name)
-			}
-		}
-		if got, _ := p.MatchJSON([]byte(event(src, "Unknown"))); got {
-			t.Errorf("rule %s matched an unknown detail type", r.Name)
-		}
-	}
 }
 
 func TestCompareSequenceNumbers(t *testing.T) {

@@ -18,7 +18,6 @@ import (
 	streamtypes "github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/ddbtest"
-	"github.com/ddb-outbox/ddb-outbox/pkg/order"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
 )
 
@@ -47,8 +46,8 @@ func newStreamFixture(t *testing.T) *streamFixture {
 // returns its key. The item also carries every attribute type.
 func (f *streamFixture) putOutbox(t *testing.T, i int) outbox.Key {
 	t.Helper()
-	env, err := outbox.NewEnvelope(outbox.Aggregate{Type: order.AggregateType, ID: fmt.Sprintf("o-%d", i), Sequence: 1},
-		outbox.Event{Type: order.EventOrderPlaced, Version: 1, Payload: map[string]any{"i": i}}, outbox.Metadata{})
+	env, err := outbox.NewEnvelope(outbox.Aggregate{Type: testAggregateType, ID: fmt.Sprintf("o-%d", i), Sequence: 1},
+		outbox.Event{Type: testPlaced, Version: 1, Payload: map[string]any{"i": i}}, outbox.Metadata{})
 	if err != nil {
 		t.Fatal(err)
 	}

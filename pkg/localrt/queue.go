@@ -16,7 +16,7 @@ import (
 	"github.com/aws/smithy-go"
 	"github.com/google/uuid"
 
-	"github.com/ddb-outbox/ddb-outbox/pkg/sqsmsg"
+	"github.com/ddb-outbox/ddb-outbox/pkg/internal/sqsmsg"
 )
 
 // MessageSender is the one SQS method the local runtime calls, with the exact

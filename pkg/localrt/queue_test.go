@@ -11,7 +11,7 @@ import (
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
 
-	"github.com/ddb-outbox/ddb-outbox/pkg/sqsmsg"
+	"github.com/ddb-outbox/ddb-outbox/pkg/internal/sqsmsg"
 )
 
 // TestMemoryQueueRefusesWhatSQSRefuses sends bodies and attributes SQS

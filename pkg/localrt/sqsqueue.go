@@ -20,7 +20,7 @@ import (
 	"github.com/aws/smithy-go"
 	"github.com/google/uuid"
 
-	"github.com/ddb-outbox/ddb-outbox/pkg/sqsmsg"
+	"github.com/ddb-outbox/ddb-outbox/pkg/internal/sqsmsg"
 )
 
 // SQS queue defaults and limits (Amazon SQS Developer Guide: quotas-messages,

@@ -12,7 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
-	"github.com/ddb-outbox/ddb-outbox/pkg/localstate"
+	"github.com/ddb-outbox/ddb-outbox/internal/localstate"
 )
 
 func openJournal(t *testing.T, path string) *localstate.Journal {

@@ -12,9 +12,7 @@ import (
 	ebtypes "github.com/aws/aws-sdk-go-v2/service/eventbridge/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/ddb-outbox/ddb-outbox/pkg/localstate"
-	"github.com/ddb-outbox/ddb-outbox/pkg/order"
-	"github.com/ddb-outbox/ddb-outbox/pkg/routing"
+	"github.com/ddb-outbox/ddb-outbox/internal/localstate"
 )
 
 // benchStores runs f with no store (in memory, as before persistence) and
@@ -61,12 +59,12 @@ func BenchmarkSQSQueueMessageLifecycle(b *testing.B) {
 // to three consumer queues (the stack's fan-out), delivered.
 func BenchmarkBusPutEventsToQueues(b *testing.B) {
 	benchStores(b, func(b *testing.B, store StateStore) {
-		bus, err := NewBus(BusConfig{Name: testBus, Logger: slog.New(slog.DiscardHandler), Store: store})
+		bus, err := NewBus(BusConfig{Name: testBus, Rules: testRules(), Logger: slog.New(slog.DiscardHandler), Store: store})
 		if err != nil {
 			b.Fatal(err)
 		}
 		var qs []*SQSQueue
-		for _, c := range []string{routing.ConsumerLedger, routing.ConsumerNotifier, routing.ConsumerFulfilment} {
+		for _, c := range []string{testLedger, testNotifier, testFulfilment} {
 			q, err := NewSQSQueue(SQSQueueConfig{Name: c, Store: store})
 			if err != nil {
 				b.Fatal(err)
@@ -75,7 +73,7 @@ func BenchmarkBusPutEventsToQueues(b *testing.B) {
 			qs = append(qs, q)
 		}
 		ctx := context.Background()
-		in := &eventbridge.PutEventsInput{Entries: []ebtypes.PutEventsRequestEntry{entry(order.EventOrderPaid, `{"event_id":"e","payload":"`+strings.Repeat("x", 1200)+`"}`)}}
+		in := &eventbridge.PutEventsInput{Entries: []ebtypes.PutEventsRequestEntry{entry(testPaid, `{"event_id":"e","payload":"`+strings.Repeat("x", 1200)+`"}`)}}
 		b.ReportAllocs()
 		for b.Loop() {
 			out, err := bus.PutEvents(ctx, in)

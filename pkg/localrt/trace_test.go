@@ -10,9 +10,6 @@ import (
 	ebtypes "github.com/aws/aws-sdk-go-v2/service/eventbridge/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
-
-	"github.com/ddb-outbox/ddb-outbox/pkg/order"
-	"github.com/ddb-outbox/ddb-outbox/pkg/routing"
 )
 
 // TestBusHandsTheTraceHeaderToSQSTargets: like EventBridge, the bus gives an
@@ -23,11 +20,11 @@ func TestBusHandsTheTraceHeaderToSQSTargets(t *testing.T) {
 	t.Parallel()
 	b := newTestBus(t, nil)
 	q := newTestSQSQueue(t, SQSQueueConfig{})
-	b.SubscribeQueue(routing.ConsumerNotifier, q, q.URL())
+	b.SubscribeQueue(testNotifier, q, q.URL())
 	const h = "Root=1-665b7c01-a3e2f4b5c6d7e8f901234567;Parent=53995c3f42cd8ad8;Sampled=1"
-	traced := entry(order.EventOrderPlaced, `{"event_id":"e1"}`)
+	traced := entry(testPlaced, `{"event_id":"e1"}`)
 	traced.TraceHeader = aws.String(h)
-	out, err := b.PutEvents(context.Background(), &eventbridge.PutEventsInput{Entries: []ebtypes.PutEventsRequestEntry{traced, entry(order.EventOrderPlaced, `{"event_id":"e2"}`)}})
+	out, err := b.PutEvents(context.Background(), &eventbridge.PutEventsInput{Entries: []ebtypes.PutEventsRequestEntry{traced, entry(testPlaced, `{"event_id":"e2"}`)}})
 	if err != nil || out.FailedEntryCount != 0 {
 		t.Fatalf("PutEvents: %v %+v", err, out)
 	}
@@ -80,9 +77,9 @@ func TestBusRefusesTraceHeaderOutOfBounds(t *testing.T) {
 		{"empty", "", false},
 	} {
 		b := newTestBus(t, nil)
-		e := entry(order.EventOrderPlaced, `{"event_id":"e1"}`)
+		e := entry(testPlaced, `{"event_id":"e1"}`)
 		e.TraceHeader = aws.String(tt.h)
-		out, err := b.PutEvents(context.Background(), &eventbridge.PutEventsInput{Entries: []ebtypes.PutEventsRequestEntry{entry(order.EventOrderPlaced, `{"event_id":"e0"}`), e}})
+		out, err := b.PutEvents(context.Background(), &eventbridge.PutEventsInput{Entries: []ebtypes.PutEventsRequestEntry{entry(testPlaced, `{"event_id":"e0"}`), e}})
 		if tt.ok {
 			if err != nil || out.FailedEntryCount != 0 {
 				t.Errorf("%s: PutEvents = %+v, %v", tt.name, out, err)

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/ddb-outbox/ddb-outbox/pkg/internal/jsonstrict"
 )
 
 // Envelope is the published form of an event: what the relay sends as the
@@ -378,4 +380,27 @@ func EntrySize(source, detailType string, detail []byte, resources ...string) in
 		n += len(r)
 	}
 	return n
+}
+
+// ErrAmbiguousPayload is wrapped by DecodePayload's errors for a payload
+// that JSON readers would read differently.
+var ErrAmbiguousPayload = errors.New("outbox: ambiguous payload")
+
+// DecodePayload decodes the envelope's payload into v (a pointer) the way a
+// consumer should read what another service produced: it refuses, with an
+// error wrapping ErrAmbiguousPayload, a payload whose objects hold two keys
+// equal under Unicode case folding (duplicates included: encoding/json
+// keeps the last, JSON Schema validators and EventBridge patterns see the
+// first) or a top-level key that matches a field of v only
+// case-insensitively ("Amount_Minor" for the field tagged "amount_minor");
+// other unknown keys are left alone (a tolerant reader). Then it returns
+// json.Unmarshal's error, if any.
+func (e Envelope) DecodePayload(v any) error {
+	if err := jsonstrict.Check(e.Payload); err != nil {
+		return fmt.Errorf("%w: %w", ErrAmbiguousPayload, err)
+	}
+	if err := jsonstrict.CheckFields(e.Payload, v); err != nil {
+		return fmt.Errorf("%w: %w", ErrAmbiguousPayload, err)
+	}
+	return json.Unmarshal(e.Payload, v)
 }

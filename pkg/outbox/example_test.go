@@ -10,7 +10,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/ddb-outbox/ddb-outbox/pkg/awsclient"
 	"github.com/ddb-outbox/ddb-outbox/pkg/dynoxide"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
 )
@@ -31,7 +30,7 @@ func Example_addAnOutboxToYourTable() {
 		return
 	}
 	defer srv.Stop()
-	ddb := dynamodb.NewFromConfig(awsclient.Local(srv.Endpoint))
+	ddb := dynamodb.NewFromConfig(dynoxide.AWSConfig(srv.Endpoint))
 
 	// Your table (any key schema) and the outbox table.
 	if _, err := ddb.CreateTable(ctx, &dynamodb.CreateTableInput{

@@ -12,7 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
-	"github.com/ddb-outbox/ddb-outbox/pkg/sqsmsg"
+	"github.com/ddb-outbox/ddb-outbox/pkg/internal/sqsmsg"
 )
 
 // TransactWriter is the one DynamoDB method the Writer calls, with the SDK's

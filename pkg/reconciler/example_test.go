@@ -10,13 +10,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
-	"github.com/ddb-outbox/ddb-outbox/pkg/awsclient"
 	"github.com/ddb-outbox/ddb-outbox/pkg/dynoxide"
 	"github.com/ddb-outbox/ddb-outbox/pkg/localrt"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
 	"github.com/ddb-outbox/ddb-outbox/pkg/reconciler"
 	"github.com/ddb-outbox/ddb-outbox/pkg/relay"
-	"github.com/ddb-outbox/ddb-outbox/pkg/routing"
 )
 
 // Sweep up what the relay missed: a record still pending after
@@ -36,7 +34,7 @@ func Example_sweepWhatTheRelayMissed() {
 		return
 	}
 	defer srv.Stop()
-	ddb := dynamodb.NewFromConfig(awsclient.Local(srv.Endpoint))
+	ddb := dynamodb.NewFromConfig(dynoxide.AWSConfig(srv.Endpoint))
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 
 	// One committed event that no relay published (its stream record was
@@ -62,7 +60,7 @@ func Example_sweepWhatTheRelayMissed() {
 	}
 
 	// The reconciler reuses the relay's Publisher and Marker.
-	bus, err := localrt.NewBus(localrt.BusConfig{Name: "accounts", Rules: []routing.Rule{}, Logger: quiet})
+	bus, err := localrt.NewBus(localrt.BusConfig{Name: "accounts", Rules: []localrt.Rule{}, Logger: quiet})
 	if err != nil {
 		fmt.Println(err)
 		return

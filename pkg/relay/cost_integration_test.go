@@ -11,7 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/ddb-outbox/ddb-outbox/pkg/callcount"
+	"github.com/ddb-outbox/ddb-outbox/internal/callcount"
 	"github.com/ddb-outbox/ddb-outbox/pkg/ddbtest"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
 	"github.com/ddb-outbox/ddb-outbox/pkg/relay"

@@ -14,12 +14,10 @@ import (
 	streamtypes "github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 
-	"github.com/ddb-outbox/ddb-outbox/pkg/awsclient"
 	"github.com/ddb-outbox/ddb-outbox/pkg/dynoxide"
 	"github.com/ddb-outbox/ddb-outbox/pkg/localrt"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
 	"github.com/ddb-outbox/ddb-outbox/pkg/relay"
-	"github.com/ddb-outbox/ddb-outbox/pkg/routing"
 )
 
 // exampleRecordingBus is the local EventBridge bus (which refuses what PutEvents
@@ -60,7 +58,7 @@ func Example_runTheRelayOnYourStream() {
 		return
 	}
 	defer srv.Stop()
-	cfg := awsclient.Local(srv.Endpoint)
+	cfg := dynoxide.AWSConfig(srv.Endpoint)
 	ddb := dynamodb.NewFromConfig(cfg)
 
 	// An outbox table with one committed event (see the outbox package's
@@ -106,7 +104,7 @@ func Example_runTheRelayOnYourStream() {
 
 	// The relay: an EventBridge client, a DynamoDB client (marking) and an
 	// SQS client (the parked-records DLQ for events that cannot be published).
-	local, err := localrt.NewBus(localrt.BusConfig{Name: "accounts", Rules: []routing.Rule{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	local, err := localrt.NewBus(localrt.BusConfig{Name: "accounts", Rules: []localrt.Rule{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		fmt.Println(err)
 		return

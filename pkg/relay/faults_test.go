@@ -12,8 +12,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 
+	"github.com/ddb-outbox/ddb-outbox/internal/faults"
 	"github.com/ddb-outbox/ddb-outbox/pkg/ddbtest"
-	"github.com/ddb-outbox/ddb-outbox/pkg/faults"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
 	"github.com/ddb-outbox/ddb-outbox/pkg/relay"
 )

@@ -24,8 +24,8 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
+	"github.com/ddb-outbox/ddb-outbox/pkg/internal/sqsmsg"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
-	"github.com/ddb-outbox/ddb-outbox/pkg/sqsmsg"
 )
 
 // UpdateItemAPI is the one DynamoDB method the Marker calls, with the SDK's

@@ -13,10 +13,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
+	"github.com/ddb-outbox/ddb-outbox/pkg/internal/sqsmsg"
 	"github.com/ddb-outbox/ddb-outbox/pkg/localrt"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
 	"github.com/ddb-outbox/ddb-outbox/pkg/relay"
-	"github.com/ddb-outbox/ddb-outbox/pkg/sqsmsg"
 )
 
 // strictMarker returns a Marker parking to a MemoryQueue, which refuses what

@@ -18,8 +18,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
+	"github.com/ddb-outbox/ddb-outbox/pkg/internal/sqsmsg"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
-	"github.com/ddb-outbox/ddb-outbox/pkg/sqsmsg"
 )
 
 // EventBridgeAPI is the one EventBridge method the Publisher calls, with the

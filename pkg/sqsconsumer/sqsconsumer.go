@@ -66,9 +66,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/ddb-outbox/ddb-outbox/pkg/jsonstrict"
+	"github.com/ddb-outbox/ddb-outbox/pkg/internal/jsonstrict"
+	"github.com/ddb-outbox/ddb-outbox/pkg/internal/sqsmsg"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outboxtrace"
-	"github.com/ddb-outbox/ddb-outbox/pkg/sqsmsg"
 )
 
 // EventHandler handles one EventBridge event; the shape of ledger.Handle and
@@ -96,6 +96,21 @@ const (
 	// ReasonMalformedEvent: the body is not an EventBridge event.
 	ReasonMalformedEvent = "malformed_event"
 )
+
+// Bounds of a queue's MaximumMessageSize, and so of Config.MaxMessageBytes
+// (Amazon SQS message quotas: 1,024 bytes to 1 MiB, default 256 KiB).
+const (
+	MinQueueMessageBytes     = sqsmsg.MinMaxBytes
+	MaxQueueMessageBytes     = sqsmsg.MaxMaxBytes
+	DefaultQueueMessageBytes = sqsmsg.DefaultMaxBytes
+)
+
+// CheckMessageBody returns an error when body cannot be an SQS message body
+// of a queue whose MaximumMessageSize is maxBytes (≤ 0: the default): empty,
+// over the size, or holding a character outside SQS's allowed set (#x9, #xA,
+// #xD, #x20–#xD7FF, #xE000–#xFFFD, #x10000–#x10FFFF; SQS API reference,
+// SendMessage).
+func CheckMessageBody(body string, maxBytes int) error { return sqsmsg.Check(body, maxBytes) }
 
 // MaxErrorAttributeBytes bounds the AttrError value (message attributes count
 // toward the SQS message size).

@@ -1,0 +1,737 @@
+// Package devstack runs the whole order service locally: a DynamoDB-compatible
+// server (Dynoxide, or any endpoint), the tables, the HTTP API, the relay
+// behind an emulated Streams event source mapping, the local EventBridge bus
+// routing to the ledger and notifier consumers, and the reconciler on a
+// timer. The handlers are built by internal/orders/app exactly as the Lambda mains build
+// them; only what AWS runs around them (pkg/localrt) is emulated.
+//
+// It is used by cmd/outboxdev (make dev, make demo, make chaos, make bench)
+// and by the end-to-end tests.
+package devstack
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
+	"github.com/aws/smithy-go/middleware"
+
+	"github.com/ddb-outbox/ddb-outbox/internal/localstate"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/app"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/fulfilment"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/ledger"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/notifier"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/order"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/provider"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/routing"
+	"github.com/ddb-outbox/ddb-outbox/pkg/config"
+	"github.com/ddb-outbox/ddb-outbox/pkg/dedup"
+	"github.com/ddb-outbox/ddb-outbox/pkg/dynoxide"
+	"github.com/ddb-outbox/ddb-outbox/pkg/idempotency"
+	"github.com/ddb-outbox/ddb-outbox/pkg/localrt"
+	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
+	"github.com/ddb-outbox/ddb-outbox/pkg/reconciler"
+	"github.com/ddb-outbox/ddb-outbox/pkg/relay"
+)
+
+// Options configure a local stack. Zero values take the defaults.
+type Options struct {
+	// Endpoint is a running DynamoDB-compatible server (with Streams) to use,
+	// e.g. DynamoDB Local at http://localhost:8000. Empty: start an
+	// in-memory Dynoxide for the stack's lifetime.
+	Endpoint string
+	// Prefix prefixes every table name (default "local").
+	Prefix string
+	// APIAddr is the HTTP listen address (default "127.0.0.1:0", a free port).
+	// An address beyond loopback is logged as a warning: the API
+	// authenticates nothing.
+	APIAddr string
+	// AllowedHosts are extra names the API and the AWS front accept in the
+	// Host header. Always accepted: "localhost" and names under
+	// ".localhost", loopback addresses, the listen address's host (every
+	// interface address when it is a wildcard). Any other Host is refused
+	// with 403 (DNS rebinding protection).
+	AllowedHosts []string
+	// BatchSize is the event source mapping batch size (default 100).
+	BatchSize int
+	// PollInterval is the poller's wait after an empty GetRecords (default 50 ms).
+	PollInterval time.Duration
+	// MaxBatchingWindow is the event source mapping's
+	// MaximumBatchingWindowInSeconds: how long the poller gathers records
+	// across polls before invoking the relay (earlier when BatchSize records
+	// are buffered). Default 0: invoke as soon as a poll returns records.
+	MaxBatchingWindow time.Duration
+	// ReconcileEvery is the reconciler schedule (default 30 s).
+	ReconcileEvery time.Duration
+	// ReconcileAfter is the age after which pending records are re-sent
+	// (default 5 minutes, as in AWS).
+	ReconcileAfter time.Duration
+	// PendingShards is the pending index shard count (default 16).
+	PendingShards int
+	// Logger receives every component's logs (default: text to stderr).
+	Logger *slog.Logger
+	// AWSConfig, when set, adjusts the SDK configuration of every client
+	// (fault injection and call counting add middleware here).
+	AWSConfig func(*aws.Config)
+	// RelayAWSConfig, when set, gives the relay and the reconciler their own
+	// DynamoDB client, built from a copy of the stack's SDK configuration
+	// (AWSConfig applied) adjusted by this function: make bench counts the
+	// relay's calls apart from the API's and the consumers'.
+	RelayAWSConfig func(*aws.Config)
+	// WrapEventBridge, WrapQueue and WrapStream, when set, wrap the relay's
+	// and reconciler's EventBridge client, the parked-records queue, and the
+	// relay handler as the event source mapping invokes it.
+	WrapEventBridge func(relay.EventBridgeAPI) relay.EventBridgeAPI
+	WrapQueue       func(relay.QueueSender) relay.QueueSender
+	WrapStream      func(localrt.StreamHandler) localrt.StreamHandler
+	// Provider configures the local fulfilment provider the fulfilment
+	// consumer calls (a real HTTP server, internal/orders/provider); its APIKey is also
+	// the consumer's token. Zero: a key-honouring provider without faults.
+	Provider provider.Config
+	// TuneFulfilment, when set, adjusts the fulfilment consumer's
+	// configuration (chaos sets Idempotency.BeforeComplete).
+	TuneFulfilment func(*fulfilment.Config)
+	// WrapQueueTarget, when set, wraps the bus's delivery to each
+	// consumer's queue (fault injection: late deliveries reorder events).
+	WrapQueueTarget func(consumer string, q localrt.MessageSender) localrt.MessageSender
+	// HopLog logs one line per hop of every event with its milliseconds
+	// since commit: stream → relay, published and marked, each consumer
+	// applied (the dev terminal's walkthrough; see hops.go).
+	HopLog bool
+	// ConsumerInterceptor wraps every consumer's event handler inside its
+	// SQS event source mapping invocation (fault injection, apply timing);
+	// its attempt argument is the message's ApproximateReceiveCount.
+	ConsumerInterceptor localrt.Interceptor
+	// WrapConsumer, when set, wraps each consumer's SQS handler as its event
+	// source mapping invokes it (a crash after the handler answered).
+	WrapConsumer func(consumer string, h localrt.SQSHandler) localrt.SQSHandler
+	// ConsumerFunctionTimeout is each consumer's function timeout (default
+	// config.DefaultConsumerTimeout, 30 s). ConsumerVisibilityTimeout is its
+	// queue's visibility timeout (default ConsumerVisibilityTimeoutFactor x
+	// ConsumerFunctionTimeout, as in the CDK stack); ConsumerMaxReceiveCount
+	// the queue's redrive maxReceiveCount (default
+	// config.DefaultConsumerMaxReceiveCount). Lower all three together to
+	// reach the DLQ quickly (chaos does).
+	ConsumerFunctionTimeout   time.Duration
+	ConsumerVisibilityTimeout time.Duration
+	ConsumerMaxReceiveCount   int
+	// ConsumerMaxConcurrency is each consumer's SQS event source mapping
+	// MaximumConcurrency (default config.DefaultConsumerMaxConcurrency, as
+	// the CDK stack deploys it).
+	ConsumerMaxConcurrency int
+	// SweepEvery is how often each ordered consumer's queue gets a
+	// resequencer sweep tick (default config.ResequencerSweepInterval, as
+	// the CDK stack's schedule).
+	SweepEvery time.Duration
+	// RelayFunctionTimeout is the relay's function timeout as the stream
+	// event source mapping invokes it (default config.DefaultRelayTimeout).
+	// Like the CDK construct, Start refuses one shorter than
+	// relay.MinFunctionTimeout of the relay's configuration.
+	RelayFunctionTimeout time.Duration
+	// DataFile keeps the started Dynoxide's data in this SQLite file across
+	// restarts. Default: in memory. With Endpoint the server there keeps
+	// the data: Start refuses the pair (ErrDataFileWithEndpoint).
+	DataFile string
+	// RuntimeStateFile keeps the local runtime's state in a journal file
+	// (internal/localstate) across restarts, as AWS keeps it in durable
+	// services: the messages of every SQS queue (the consumers' queues and
+	// DLQs, the parked-records queue, the stream event source mapping's
+	// on-failure destination) in flight or not, with their receive counts
+	// and visibility deadlines; the events the bus accepted and had not
+	// delivered, and its rule dead letters; the fulfilment provider's
+	// shipments and idempotency answers. Each change is written before it
+	// is acknowledged, so a stop by SIGTERM or SIGKILL loses nothing that
+	// the DynamoDB data says was delivered. The journal is bound to the
+	// outbox table's stream: state of a former data set (tables recreated)
+	// is discarded with a warning. Default: DataFile + ".state" with
+	// DataFile; without it, in memory (with Endpoint a warning says that a
+	// stop loses the queues while the server keeps the data).
+	RuntimeStateFile string
+	// CheckpointFile keeps the stream event source mapping's checkpoints
+	// across restarts (saved every second and at Close); a restarted stack
+	// resumes after them instead of reading the stream from its start.
+	// Empty: not kept (right for an in-memory server, whose stream is new).
+	CheckpointFile string
+	// RelayRetryBudget and RelayCallTimeout tune the relay (app.Settings);
+	// zero keeps the relay's defaults.
+	RelayRetryBudget time.Duration
+	RelayCallTimeout time.Duration
+	// Metrics receives the relay's and reconciler's EMF metric lines
+	// (default: discarded).
+	Metrics io.Writer
+	// BusTargetMaxAttempts is each rule target's delivery attempts before
+	// its DLQ (default 4; EventBridge's own default is 185 over 24 h).
+	BusTargetMaxAttempts int
+	// StreamRetries is the event source mapping's MaximumRetryAttempts
+	// (default 10).
+	StreamRetries int
+	// StreamDeliverAt, when set, holds each stream record until the time
+	// it returns (localrt.StreamPollerConfig.DeliverAt): make bench's
+	// cloud-latency level injects AWS's stream → Lambda latency here.
+	StreamDeliverAt func(record json.RawMessage) time.Time
+	// AWSAddr, when set, is the listen address of the AWS front (see
+	// startAWSFront): the stack's SQS queues, its bus (PutEvents) and its
+	// DynamoDB endpoint over the AWS JSON protocols, for outboxctl. Empty:
+	// no front.
+	AWSAddr string
+	// RejectDetailTypes makes the local bus refuse every PutEvents entry of
+	// these detail types with RejectCode (default MalformedDetail; or
+	// InvalidArgument), permanently, so their outbox records are parked:
+	// the parked/redrive flow, tried locally.
+	RejectDetailTypes []string
+	RejectCode        string
+	// Tracing instruments the functions as config.EnvTracing does on AWS:
+	// the API's HTTP server (otelhttp) and the AWS SDK clients (otelaws);
+	// the relay, reconciler and consumers start their spans whenever a
+	// tracer provider is installed. The caller installs it
+	// (otelsetup.Setup: OTLP to a local Jaeger, or an in-memory exporter
+	// in tests). False: nothing is instrumented.
+	Tracing bool
+	// LoseAfterPublish, when set, forces the relay to lose the records it
+	// reports true for after publishing them (see crashAfterPublish): the
+	// reconciler re-sends them and the consumers absorb the duplicate.
+	LoseAfterPublish func(outbox.Envelope) bool
+}
+
+func (o *Options) setDefaults() {
+	if o.Prefix == "" {
+		o.Prefix = "local"
+	}
+	if o.APIAddr == "" {
+		o.APIAddr = "127.0.0.1:0"
+	}
+	if o.BatchSize == 0 {
+		o.BatchSize = 100
+	}
+	if o.PollInterval == 0 {
+		o.PollInterval = 50 * time.Millisecond
+	}
+	if o.ReconcileEvery == 0 {
+		o.ReconcileEvery = 30 * time.Second
+	}
+	if o.ReconcileAfter == 0 {
+		o.ReconcileAfter = 5 * time.Minute
+	}
+	if o.PendingShards == 0 {
+		o.PendingShards = 16
+	}
+	if o.Metrics == nil {
+		o.Metrics = io.Discard
+	}
+	if o.ConsumerFunctionTimeout == 0 {
+		o.ConsumerFunctionTimeout = config.DefaultConsumerTimeout
+	}
+	if o.ConsumerVisibilityTimeout == 0 {
+		o.ConsumerVisibilityTimeout = config.ConsumerVisibilityTimeoutFactor * o.ConsumerFunctionTimeout
+	}
+	if o.ConsumerMaxReceiveCount == 0 {
+		o.ConsumerMaxReceiveCount = config.DefaultConsumerMaxReceiveCount
+	}
+	if o.ConsumerMaxConcurrency == 0 {
+		o.ConsumerMaxConcurrency = config.DefaultConsumerMaxConcurrency
+	}
+	if o.SweepEvery == 0 {
+		o.SweepEvery = config.ResequencerSweepInterval
+	}
+	if o.RelayFunctionTimeout == 0 {
+		o.RelayFunctionTimeout = config.DefaultRelayTimeout
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	if o.RuntimeStateFile == "" && o.DataFile != "" {
+		o.RuntimeStateFile = o.DataFile + ".state"
+	}
+}
+
+// Stack is a running local order service.
+type Stack struct {
+	// URL is the API base URL, e.g. http://127.0.0.1:8080.
+	URL string
+	// Endpoint is the DynamoDB endpoint the stack uses.
+	Endpoint string
+	// Settings are the function settings (table names, bus, ...).
+	Settings app.Settings
+
+	DDB       *dynamodb.Client
+	Streams   *dynamodbstreams.Client
+	Bus       *localrt.Bus
+	Poller    *localrt.StreamPoller
+	Scheduler *localrt.Scheduler
+	// Sweeps are the ordered consumers' resequencer sweep schedules, by
+	// consumer name: each puts a scheduled event on the consumer's queue
+	// every Options.SweepEvery, as the CDK stack's schedule rule does.
+	Sweeps         map[string]*localrt.Scheduler
+	ParkedQueue    *localrt.MemoryQueue
+	OnFailureQueue *localrt.MemoryQueue
+	// AWSURL is the AWS front's URL (empty without Options.AWSAddr).
+	AWSURL string
+	// Consumers are the consumer delivery paths by consumer name
+	// (routing.ConsumerLedger, routing.ConsumerNotifier): queue, DLQ, SQS
+	// event source mapping.
+	Consumers map[string]*ConsumerPath
+	// Provider is the local fulfilment provider; Fulfilment the consumer
+	// that calls it.
+	Provider   *provider.Server
+	Fulfilment *fulfilment.Fulfilment
+	Relay      *relay.Relay
+	Reconciler *reconciler.Reconciler
+	Ledger     *ledger.Ledger
+	Notifier   *notifier.Notifier
+
+	log       *slog.Logger
+	server    *http.Server
+	awsServer *http.Server
+	runCtx    context.Context
+
+	pollMu      sync.Mutex
+	pollCfg     localrt.StreamPollerConfig
+	pollHandler localrt.StreamHandler
+	pollStop    context.CancelFunc
+	pollDone    chan struct{}
+
+	dynox   *dynoxide.Server
+	state   *localstate.Journal
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	closeMu sync.Once
+}
+
+// ErrDataFileWithEndpoint: Options.DataFile (outboxdev's -data) was given
+// with Options.Endpoint (-endpoint, or AWS_ENDPOINT_URL_DYNAMODB): the data
+// file is for the Dynoxide the stack starts, and with an endpoint it starts
+// none.
+var ErrDataFileWithEndpoint = errors.New("devstack: DataFile (-data) keeps the data of the Dynoxide the stack starts, but with Endpoint (-endpoint, or AWS_ENDPOINT_URL_DYNAMODB) the server at that endpoint keeps the data and no Dynoxide starts: give one of them")
+
+// Start brings the whole stack up: server, tables, API, poller, bus and
+// scheduler. Stop it with Close. It returns an error if any part fails to
+// start (and stops what had started); ErrDataFileWithEndpoint before
+// anything starts when both are set.
+func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
+	if opts.DataFile != "" && opts.Endpoint != "" {
+		return nil, fmt.Errorf("%w (DataFile %q, Endpoint %q)", ErrDataFileWithEndpoint, opts.DataFile, opts.Endpoint)
+	}
+	opts.setDefaults()
+	log := opts.Logger
+	s := &Stack{log: log, Endpoint: opts.Endpoint}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+	// Ports first: a second stack must not start a Dynoxide on the data
+	// file of a running one before it finds its ports taken.
+	if err := checkFree("API", opts.APIAddr); err != nil {
+		return nil, err
+	}
+	if err := checkFree("AWS front", opts.AWSAddr); err != nil {
+		return nil, err
+	}
+	if s.Endpoint == "" {
+		if opts.DataFile != "" {
+			if err := os.MkdirAll(filepath.Dir(opts.DataFile), 0o755); err != nil {
+				return nil, fmt.Errorf("devstack: data file directory: %w", err)
+			}
+		}
+		if s.dynox, err = dynoxide.StartWith(ctx, dynoxide.Options{DBPath: opts.DataFile}); err != nil {
+			return nil, err
+		}
+		s.Endpoint = s.dynox.Endpoint
+		log.Info("dynoxide started", "endpoint", s.Endpoint)
+	}
+	cfg := dynoxide.AWSConfig(s.Endpoint)
+	if opts.AWSConfig != nil {
+		opts.AWSConfig(&cfg)
+	}
+	// The stream poller stands in for Lambda's event source mapping, which
+	// is AWS's, not traced by the functions: its client stays uninstrumented.
+	s.Streams = dynamodbstreams.NewFromConfig(cfg)
+	if opts.Tracing {
+		cfg = cfg.Copy()
+		cfg.APIOptions = append([]func(*middleware.Stack) error(nil), cfg.APIOptions...) // no aliasing
+		app.InstrumentAWS(&cfg)
+	}
+	s.DDB = dynamodb.NewFromConfig(cfg)
+
+	p := opts.Prefix
+	s.Settings = app.Settings{
+		OutboxTable:        p + "-outbox",
+		OrdersTable:        p + "-orders",
+		DedupTable:         p + "-dedup",
+		LedgerTable:        p + "-ledger",
+		NotificationsTable: p + "-notifications",
+		ShipmentsTable:     p + "-shipments",
+		IdempotencyTable:   p + "-idempotency",
+		EventBus:           p + "-bus",
+		Source:             "com.ddb-outbox.orders",
+		ParkedQueueURL:     "https://sqs.us-east-1.amazonaws.com/000000000000/" + p + "-parked",
+		PendingShards:      opts.PendingShards,
+		ReconcileAfter:     opts.ReconcileAfter,
+		// The local stack may race the reconciler against the relay on
+		// purpose (chaos: ReconcileAfter 1 s); AWS never sets this.
+		AllowShortReconcileAfter: true,
+		ReconcileBudget:          opts.ReconcileEvery / 2,
+		PublishedRetention:       7 * 24 * time.Hour,
+		DedupRetention:           7 * 24 * time.Hour,
+		NotificationRetention:    config.DefaultNotificationRetention,
+		// an ordered consumer's held event reaches the DLQ with its reason
+		// (sequence_gap) on the queue's last receive
+		ConsumerGapMaxReceives: opts.ConsumerMaxReceiveCount,
+		MaxEntryBytes:          256 * 1024,
+		RelayRetryBudget:       opts.RelayRetryBudget,
+		RelayCallTimeout:       opts.RelayCallTimeout,
+		Metrics:                opts.Metrics,
+		Tracing:                opts.Tracing,
+	}
+	if least := relay.MinFunctionTimeout(app.RelayConfig(s.Settings, nil)); opts.RelayFunctionTimeout < least {
+		return nil, fmt.Errorf("devstack: RelayFunctionTimeout %s is shorter than %s, the relay's retry budget plus its marking reserve (relay.MinFunctionTimeout); the CDK construct refuses it too", opts.RelayFunctionTimeout, least)
+	}
+	if err := s.createTables(ctx); err != nil {
+		return nil, err
+	}
+	store, err := s.openState(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+
+	// Queues and bus stand in for SQS and EventBridge.
+	onFailureURL := "https://sqs.us-east-1.amazonaws.com/000000000000/" + p + "-relay-onfailure"
+	if store != nil {
+		if s.ParkedQueue, err = localrt.OpenMemoryQueue(s.Settings.ParkedQueueURL, store); err != nil {
+			return nil, err
+		}
+		if s.OnFailureQueue, err = localrt.OpenMemoryQueue(onFailureURL, store); err != nil {
+			return nil, err
+		}
+	} else {
+		s.ParkedQueue = localrt.NewMemoryQueue(s.Settings.ParkedQueueURL)
+		s.OnFailureQueue = localrt.NewMemoryQueue(onFailureURL)
+	}
+	if s.Bus, err = localrt.NewBus(localrt.BusConfig{
+		Name: s.Settings.EventBus, Rules: routing.BusRules(s.Settings.Source), Logger: log,
+		TargetMaxAttempts: opts.BusTargetMaxAttempts, Store: store,
+	}); err != nil {
+		return nil, err
+	}
+
+	// The functions, built exactly as the Lambda mains build them.
+	published, err := s.publishPath(opts)
+	if err != nil {
+		return nil, err
+	}
+	var eb relay.EventBridgeAPI = published
+	if opts.WrapEventBridge != nil {
+		eb = opts.WrapEventBridge(eb)
+	}
+	var queue relay.QueueSender = s.ParkedQueue
+	if opts.WrapQueue != nil {
+		queue = opts.WrapQueue(queue)
+	}
+	apiHandler, err := app.NewAPI(s.Settings, s.DDB, log.With("fn", "api"))
+	if err != nil {
+		return nil, err
+	}
+	relayDDB := s.DDB
+	if opts.RelayAWSConfig != nil {
+		rcfg := cfg.Copy()
+		rcfg.APIOptions = append([]func(*middleware.Stack) error(nil), cfg.APIOptions...) // no aliasing
+		opts.RelayAWSConfig(&rcfg)
+		relayDDB = dynamodb.NewFromConfig(rcfg)
+	}
+	if s.Relay, err = app.NewRelay(s.Settings, eb, relayDDB, queue, log.With("fn", "relay")); err != nil {
+		return nil, err
+	}
+	if s.Reconciler, err = app.NewReconciler(s.Settings, app.ReconcilerClients{DDB: relayDDB, EventBridge: eb, Queue: queue}, log.With("fn", "reconciler")); err != nil {
+		return nil, err
+	}
+	if s.Ledger, err = app.NewLedger(s.Settings, s.DDB, log.With("fn", routing.ConsumerLedger)); err != nil {
+		return nil, err
+	}
+	if s.Notifier, err = app.NewNotifier(s.Settings, s.DDB, log.With("fn", routing.ConsumerNotifier)); err != nil {
+		return nil, err
+	}
+	if opts.Provider.APIKey == "" {
+		opts.Provider.APIKey = "local-provider-token"
+	}
+	if store != nil {
+		opts.Provider.Store = store
+	}
+	s.Provider = provider.New(opts.Provider)
+	if s.Settings.ProviderURL, err = s.Provider.Start("127.0.0.1:0"); err != nil {
+		return nil, fmt.Errorf("devstack: start the fulfilment provider: %w", err)
+	}
+	var tune []func(*fulfilment.Config)
+	if opts.TuneFulfilment != nil {
+		tune = append(tune, opts.TuneFulfilment)
+	}
+	if s.Fulfilment, err = app.NewFulfilment(s.Settings, s.DDB, fulfilment.StaticCredentials(opts.Provider.APIKey), log.With("fn", routing.ConsumerFulfilment), tune...); err != nil {
+		return nil, err
+	}
+	s.Consumers = map[string]*ConsumerPath{}
+	for name, h := range map[string]localrt.EventHandler{routing.ConsumerLedger: s.Ledger.Handle, routing.ConsumerNotifier: s.Notifier.Handle,
+		routing.ConsumerFulfilment: s.Fulfilment.Handle} {
+		c, err := newConsumerPath(name, h, s.Settings, opts, store, log)
+		if err != nil {
+			return nil, err
+		}
+		s.Consumers[name] = c
+		var target localrt.MessageSender = c.Queue
+		if opts.WrapQueueTarget != nil {
+			target = opts.WrapQueueTarget(name, target)
+		}
+		s.Bus.SubscribeQueue(name, target, c.Queue.URL())
+	}
+	if err := s.addSweeps(opts, log); err != nil {
+		return nil, err
+	}
+	// Events the bus accepted and had not delivered when the stack stopped.
+	if _, err := s.Bus.Resume(); err != nil {
+		return nil, err
+	}
+
+	var streamHandler localrt.StreamHandler = s.Relay.Handle
+	if opts.LoseAfterPublish != nil {
+		streamHandler = crashAfterPublish(s.Relay.Publisher(), opts.LoseAfterPublish, streamHandler)
+	}
+	if opts.HopLog {
+		streamHandler = hopStream(log.With("fn", "relay"), streamHandler)
+	}
+	if opts.WrapStream != nil {
+		streamHandler = opts.WrapStream(streamHandler)
+	}
+	s.pollHandler = streamHandler
+	s.pollCfg = localrt.StreamPollerConfig{
+		Streams:                    s.Streams,
+		TableName:                  s.Settings.OutboxTable,
+		Tables:                     s.DDB,
+		BatchSize:                  opts.BatchSize,
+		PollInterval:               opts.PollInterval,
+		MaxBatchingWindow:          opts.MaxBatchingWindow,
+		BisectBatchOnFunctionError: true,
+		MaximumRetryAttempts:       opts.StreamRetries,
+		FunctionTimeout:            opts.RelayFunctionTimeout,
+		FunctionName:               "relay",
+		OnFailure:                  s.OnFailureQueue,
+		OnFailureQueueURL:          s.OnFailureQueue.URL(),
+		Logger:                     log.With("fn", "event-source-mapping"),
+		DeliverAt:                  opts.StreamDeliverAt,
+	}
+	var streamARN string
+	if opts.CheckpointFile != "" {
+		if s.pollCfg.Checkpoints, streamARN, err = loadCheckpoints(ctx, s.DDB, s.Settings.OutboxTable, opts.CheckpointFile); err != nil {
+			return nil, err
+		}
+		if len(s.pollCfg.Checkpoints) > 0 {
+			log.Info("resuming the stream after saved checkpoints", "file", opts.CheckpointFile, "shards", len(s.pollCfg.Checkpoints))
+		}
+	}
+	if s.Poller, err = localrt.NewStreamPoller(s.pollCfg, streamHandler); err != nil {
+		return nil, err
+	}
+	if s.Scheduler, err = localrt.NewScheduler(localrt.SchedulerConfig{
+		Interval: opts.ReconcileEvery, Logger: log.With("fn", "schedule"),
+		// the reconciler's function timeout, as the outbox construct sets it
+		Timeout: s.Settings.ReconcileBudget + 15*time.Second,
+	}, s.Reconciler.Handle); err != nil {
+		return nil, err
+	}
+
+	if err := s.startAWSFront(opts, published); err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", opts.APIAddr)
+	if err != nil {
+		return nil, fmt.Errorf("devstack: listen on %s: %w%s", opts.APIAddr, err, portHolder(opts.APIAddr))
+	}
+	s.URL = "http://" + ln.Addr().String()
+	warnIfExposed(log, "the API", opts.APIAddr)
+	s.server = &http.Server{Handler: newHostGuard(apiHandler, []string{opts.APIAddr, ln.Addr().String()}, opts.AllowedHosts, denyAPI),
+		ReadHeaderTimeout: 5 * time.Second}
+
+	runCtx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	s.goRun(func() {
+		if err := s.server.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("api server stopped", "error", err)
+		}
+	})
+	s.runCtx = runCtx
+	s.startPoller()
+	if opts.CheckpointFile != "" {
+		s.goRun(func() { s.keepCheckpoints(runCtx, opts.CheckpointFile, streamARN) })
+	}
+	s.goRun(func() { _ = s.Scheduler.Run(runCtx) }) // returns nil when runCtx ends
+	for _, sw := range s.Sweeps {
+		s.goRun(func() { _ = sw.Run(runCtx) })
+	}
+	for _, c := range s.Consumers {
+		p := c.Poller
+		s.goRun(func() { _ = p.Run(runCtx) })
+	}
+	log.Info("local stack ready", "api", s.URL, "dynamodb", s.Endpoint, "outbox_table", s.Settings.OutboxTable)
+	return s, nil
+}
+
+// startPoller runs s.Poller until the stack closes or RestartPoller stops
+// it; s.pollMu must be held or the stack not yet shared.
+func (s *Stack) startPoller() {
+	ctx, cancel := context.WithCancel(s.runCtx)
+	done := make(chan struct{})
+	s.pollStop, s.pollDone = cancel, done
+	p := s.Poller
+	s.goRun(func() {
+		defer close(done)
+		if err := p.Run(ctx); err != nil {
+			s.log.Error("stream poller stopped", "error", err)
+		}
+	})
+}
+
+// RestartPoller stops the event source mapping emulator and starts a new
+// one from the old one's checkpoints, as happens when Lambda replaces the
+// poller of a shard: records after the checkpoint are delivered (again, if
+// an invocation was in flight), nothing before it. It returns the
+// checkpoints it resumed from.
+func (s *Stack) RestartPoller() (map[string]string, error) {
+	s.pollMu.Lock()
+	defer s.pollMu.Unlock()
+	s.pollStop()
+	<-s.pollDone
+	cfg := s.pollCfg
+	cfg.Checkpoints = s.Poller.Checkpoint()
+	p, err := localrt.NewStreamPoller(cfg, s.pollHandler)
+	if err != nil {
+		return nil, fmt.Errorf("devstack: restart poller: %w", err)
+	}
+	s.Poller = p
+	s.startPoller()
+	return cfg.Checkpoints, nil
+}
+
+// poller returns the current poller (RestartPoller replaces it).
+func (s *Stack) poller() *localrt.StreamPoller {
+	s.pollMu.Lock()
+	defer s.pollMu.Unlock()
+	return s.Poller
+}
+
+func (s *Stack) goRun(f func()) {
+	s.wg.Add(1)
+	go func() { defer s.wg.Done(); f() }()
+}
+
+// createTables creates the five tables, or reuses existing ones whose
+// schema matches (ErrSchemaMismatch otherwise), and enables TTL where the
+// stack declares it (a server without TTL support, or TTL already enabled,
+// only logs a warning).
+func (s *Stack) createTables(ctx context.Context) error {
+	st := s.Settings
+	inputs := []*dynamodb.CreateTableInput{
+		outbox.CreateTableInput(st.OutboxTable),
+		order.CreateTableInput(st.OrdersTable),
+		dedup.CreateTableInput(st.DedupTable),
+		ledger.CreateTableInput(st.LedgerTable),
+		notifier.CreateTableInput(st.NotificationsTable),
+		fulfilment.CreateTableInput(st.ShipmentsTable),
+		idempotency.CreateTableInput(st.IdempotencyTable),
+	}
+	for _, in := range inputs {
+		created, err := ensureTable(ctx, s.DDB, in)
+		if err != nil {
+			return err
+		}
+		if !created {
+			s.log.Info("reusing existing table", "table", aws.ToString(in.TableName))
+		}
+	}
+	w := dynamodb.NewTableExistsWaiter(s.DDB, func(o *dynamodb.TableExistsWaiterOptions) {
+		o.MinDelay, o.MaxDelay = 50*time.Millisecond, 500*time.Millisecond
+	})
+	for _, in := range inputs {
+		if err := w.Wait(ctx, &dynamodb.DescribeTableInput{TableName: in.TableName}, 30*time.Second); err != nil {
+			return fmt.Errorf("devstack: wait for table %s: %w", aws.ToString(in.TableName), err)
+		}
+	}
+	ttl := map[string]string{st.OutboxTable: outbox.TTLAttribute, st.OrdersTable: order.AttrExpiresAt, st.DedupTable: dedup.TTLAttribute,
+		st.NotificationsTable: notifier.TTLAttribute, st.IdempotencyTable: idempotency.TTLAttribute}
+	for table, attr := range ttl {
+		_, err := s.DDB.UpdateTimeToLive(ctx, &dynamodb.UpdateTimeToLiveInput{
+			TableName:               aws.String(table),
+			TimeToLiveSpecification: &ddbtypes.TimeToLiveSpecification{Enabled: aws.Bool(true), AttributeName: aws.String(attr)},
+		})
+		if err != nil {
+			s.log.Warn("could not enable TTL", "table", table, "error", err)
+		}
+	}
+	return nil
+}
+
+// Drain waits until the pipeline is quiet: the poller has read the stream to
+// its end and every bus delivery has finished, twice in a row with no new
+// events in between. It returns ctx's error on timeout.
+func (s *Stack) Drain(ctx context.Context) error {
+	last := int64(-1)
+	for {
+		p := s.poller()
+		if err := p.WaitCaughtUp(ctx); err != nil {
+			return fmt.Errorf("devstack: drain stream: %w", err)
+		}
+		if err := s.Bus.WaitIdle(ctx); err != nil {
+			return fmt.Errorf("devstack: drain bus: %w", err)
+		}
+		if err := s.waitConsumers(ctx); err != nil {
+			return err
+		}
+		st := p.Stats()
+		seen := st.RecordsDelivered + st.RecordsFiltered + s.Bus.Stats().Accepted + s.consumerDeletes()
+		if seen == last {
+			return nil
+		}
+		last = seen
+	}
+}
+
+// Close stops the API, poller, scheduler, bus and (if started here) Dynoxide.
+func (s *Stack) Close() {
+	s.closeMu.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if s.server != nil {
+			_ = s.server.Shutdown(ctx)
+		}
+		if s.awsServer != nil {
+			_ = s.awsServer.Shutdown(ctx)
+		}
+		if s.cancel != nil {
+			s.cancel()
+		}
+		s.wg.Wait()
+		if s.Bus != nil {
+			_ = s.Bus.Close(ctx)
+		}
+		if s.Provider != nil {
+			_ = s.Provider.Close(ctx)
+		}
+		if s.state != nil {
+			if err := s.state.Close(); err != nil {
+				s.log.Error("could not close the local runtime's state file", "file", s.state.Path(), "error", err)
+			}
+		}
+		if s.dynox != nil {
+			s.dynox.Stop()
+		}
+	})
+}
