@@ -32,23 +32,17 @@ import (
 	"path/filepath"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
-	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigateway"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigatewayv2"
-	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigatewayv2authorizers"
-	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigatewayv2integrations"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsdynamodb"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsevents"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awskms"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
-	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssecretsmanager"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssns"
-	"github.com/aws/aws-cdk-go/awscdk/v2/interfaces/interfacesawscloudwatch"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
-	"github.com/cdklabs/cdk-nag-go/cdknag/v2"
 
 	"github.com/ddb-outbox/ddb-outbox/infra/deadletter"
 	"github.com/ddb-outbox/ddb-outbox/infra/gofunc"
@@ -59,33 +53,6 @@ import (
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/dedup"
 )
-
-// Function names: functions/<name> compiled to <AssetRoot>/<name>/bootstrap.
-const (
-	APIFunction = app.FunctionAPI
-)
-
-// Route is one HTTP API route served by the api function.
-type Route struct {
-	// Method is the HTTP method.
-	Method awsapigatewayv2.HttpMethod
-	// Path is the route path; {id} is a path parameter.
-	Path string
-}
-
-// Key returns the route key, METHOD + " " + path ("POST /orders").
-func (r Route) Key() string { return string(r.Method) + " " + r.Path }
-
-// Routes are the HTTP API routes (payload format 2.0, all to the api
-// function). Requests matching none of them take the $default route to the
-// same function (OrdersStack.DefaultRoute).
-var Routes = []Route{
-	{awsapigatewayv2.HttpMethod_POST, "/orders"},
-	{awsapigatewayv2.HttpMethod_POST, "/orders/{id}/pay"},
-	{awsapigatewayv2.HttpMethod_POST, "/orders/{id}/ship"},
-	{awsapigatewayv2.HttpMethod_POST, "/orders/{id}/cancel"},
-	{awsapigatewayv2.HttpMethod_GET, "/orders/{id}"},
-}
 
 // OrdersStack is the synthesized application stack and its main parts.
 type OrdersStack struct {
@@ -290,15 +257,6 @@ func (s *OrdersStack) addPreflightNotes() {
 // Props returns the stack's effective props (defaults applied).
 func (s *OrdersStack) Props() OrdersStackProps { return s.props }
 
-// callerModes maps the auth mode to the api function's
-// config.EnvAPICallerMode: behind IAM authorization only an IAM principal is
-// a caller; an open demo API serves unauthenticated requests as the
-// anonymous caller (api.CallersOpenDemo).
-var callerModes = map[AuthMode]string{
-	AuthIAM:  config.APICallerModeIAMOnly,
-	AuthNone: config.APICallerModeOpenDemo,
-}
-
 // newTable creates an on-demand table with partition key pk (S), PITR, the
 // AWS managed encryption key or the stack's EncryptionKey, and deletion
 // protection unless the stack is a throw-away one (Destroy); ttl names the
@@ -365,211 +323,6 @@ func eventPattern(p map[string]any) (*awsevents.EventPattern, error) {
 		return nil, errors.New("pattern needs source and detail-type")
 	}
 	return out, nil
-}
-
-// accessLog implements awsapigatewayv2.IAccessLogSettings.
-type accessLog struct {
-	dest   awsapigatewayv2.IAccessLogDestination
-	format awsapigateway.AccessLogFormat
-}
-
-func (a *accessLog) Destination() awsapigatewayv2.IAccessLogDestination { return a.dest }
-func (a *accessLog) Format() awsapigateway.AccessLogFormat              { return a.format }
-
-// accessLogFormat is the JSON access log line, using HTTP API context
-// variables only.
-const accessLogFormat = `{"requestId":"$context.requestId","ip":"$context.identity.sourceIp","caller":"$context.identity.userArn",` +
-	`"requestTime":"$context.requestTime","method":"$context.httpMethod","routeKey":"$context.routeKey","status":"$context.status",` +
-	`"protocol":"$context.protocol","responseLength":"$context.responseLength","integrationError":"$context.integrationErrorMessage"}`
-
-func (s *OrdersStack) addAPI(removal awscdk.RemovalPolicy) {
-	var auth awsapigatewayv2.IHttpRouteAuthorizer
-	switch s.props.AuthMode {
-	case AuthNone:
-		auth = awsapigatewayv2.NewHttpNoneAuthorizer()
-	default:
-		auth = awsapigatewayv2authorizers.NewHttpIamAuthorizer()
-	}
-	s.API = awsapigatewayv2.NewHttpApi(s.Stack, jsii.String("HttpApi"), &awsapigatewayv2.HttpApiProps{
-		Description:        jsii.String("ddb-outbox orders API"),
-		CreateDefaultStage: jsii.Bool(false),
-		DefaultAuthorizer:  auth,
-	})
-	logs := awslogs.NewLogGroup(s.Stack, jsii.String("HttpApiAccessLogs"), &awslogs.LogGroupProps{
-		Retention:     s.props.AccessLogRetention,
-		RemovalPolicy: removal,
-	})
-	s.Stage = awsapigatewayv2.NewHttpStage(s.Stack, jsii.String("HttpApiStage"), &awsapigatewayv2.HttpStageProps{
-		HttpApi:    s.API,
-		StageName:  jsii.String("$default"),
-		AutoDeploy: jsii.Bool(true),
-		AccessLogSettings: &accessLog{
-			dest:   awsapigatewayv2.NewLogGroupLogDestination(logs),
-			format: awsapigateway.AccessLogFormat_Custom(jsii.String(accessLogFormat)),
-		},
-		Throttle: &awsapigatewayv2.ThrottleSettings{
-			RateLimit:  jsii.Number(s.props.ThrottleRate),
-			BurstLimit: jsii.Number(s.props.ThrottleBurst),
-		},
-	})
-	integration := awsapigatewayv2integrations.NewHttpLambdaIntegration(jsii.String("ApiIntegration"), s.APIFunction,
-		&awsapigatewayv2integrations.HttpLambdaIntegrationProps{
-			PayloadFormatVersion: awsapigatewayv2.PayloadFormatVersion_VERSION_2_0(),
-		})
-	var routes []constructs.IConstruct
-	for _, r := range Routes {
-		for _, rt := range *s.API.AddRoutes(&awsapigatewayv2.AddRoutesOptions{
-			Path:        jsii.String(r.Path),
-			Methods:     &[]awsapigatewayv2.HttpMethod{r.Method},
-			Integration: integration,
-			Authorizer:  auth,
-		}) {
-			routes = append(routes, rt)
-		}
-	}
-	// Without a route matching a request, API Gateway answers it itself (404
-	// Not Found, or 403 when IAM authorization rejects it first) and the
-	// function never sees it; locally the function answers with its JSON
-	// 404/405. The $default route sends every unmatched request to the
-	// function, behind the same authorizer, so both answer alike
-	// (http-api-develop-routes).
-	s.DefaultRoute = awsapigatewayv2.NewHttpRoute(s.Stack, jsii.String("HttpApiDefaultRoute"), &awsapigatewayv2.HttpRouteProps{
-		HttpApi:     s.API,
-		RouteKey:    awsapigatewayv2.HttpRouteKey_DEFAULT(),
-		Integration: integration,
-		Authorizer:  auth,
-	})
-	routes = append(routes, s.DefaultRoute)
-	s.addRouteThrottles(routes)
-	if s.props.AuthMode == AuthNone {
-		// the one check an open demo API fails; every other check stays on
-		for _, rt := range routes {
-			cdknag.NagSuppressions_AddResourceSuppressions(rt, &[]*cdknag.NagPackSuppression{{
-				Id: jsii.String("AwsSolutions-APIG4"),
-				Reason: jsii.String("Auth mode NONE was chosen explicitly for a throw-away demo stack with its own, non-default name " +
-					"(OrdersStackProps.Validate); the api function serves unauthenticated requests as the anonymous caller (API_CALLER_MODE=open-demo)."),
-			}}, jsii.Bool(true))
-		}
-	}
-}
-
-// addRouteThrottles sets OrdersStackProps.RouteThrottles as the stage's
-// route settings (CloudFormation AWS::ApiGatewayV2::Stage RouteSettings,
-// keyed by route key). The stage depends on the routes: a route setting
-// for a route that does not exist yet fails the deployment.
-func (s *OrdersStack) addRouteThrottles(routes []constructs.IConstruct) {
-	if len(s.props.RouteThrottles) == 0 {
-		return
-	}
-	settings := map[string]any{}
-	for key, th := range s.props.RouteThrottles {
-		settings[key] = map[string]any{
-			"ThrottlingRateLimit":  th.RateLimit,
-			"ThrottlingBurstLimit": th.BurstLimit,
-		}
-	}
-	cfn := s.Stage.Node().DefaultChild().(awsapigatewayv2.CfnStage)
-	cfn.AddPropertyOverride(jsii.String("RouteSettings"), settings)
-	for _, rt := range routes {
-		s.Stage.Node().AddDependency(rt)
-	}
-}
-
-func (s *OrdersStack) addAlarmsAndDashboard() {
-	five := &awscloudwatch.MetricOptions{Period: awscdk.Duration_Minutes(jsii.Number(5)), Statistic: jsii.String("Sum")}
-	s.Alarms = append(s.Alarms, s.Outbox.Alarms...)
-	fnAlarm := func(id, desc string, fn awslambda.Function) {
-		s.Alarms = append(s.Alarms, awscloudwatch.NewAlarm(s.Stack, jsii.String(id), &awscloudwatch.AlarmProps{
-			AlarmDescription:   jsii.String(desc),
-			Metric:             fn.MetricErrors(five),
-			Threshold:          jsii.Number(1),
-			ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-			EvaluationPeriods:  jsii.Number(1),
-			TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
-		}))
-	}
-	fnAlarm("ApiErrorsAlarm", "Orders API function invocations failed.", s.APIFunction)
-	consumerMetrics := []awscloudwatch.IMetric{}
-	dlqMetrics := []awscloudwatch.IMetric{}
-	ageMetrics := []awscloudwatch.IMetric{}
-	for _, name := range consumerNames {
-		c := s.Consumers[name]
-		cid := idOf(name)
-		// With partial batch responses a failed event is not a function
-		// error: Errors counts crashes and timeouts (the whole batch comes
-		// back); single failures show as queue age and, in the end, DLQ depth.
-		fnAlarm(cid+"ErrorsAlarm", "Consumer "+name+" invocations failed (crash or timeout; the SQS queue redelivers the batch).", c.Function)
-		age := c.Queue.MetricApproximateAgeOfOldestMessage(&awscloudwatch.MetricOptions{
-			Period: awscdk.Duration_Minutes(jsii.Number(1)), Statistic: jsii.String("Maximum"),
-		})
-		c.BacklogAlarm = awscloudwatch.NewAlarm(s.Stack, jsii.String(cid+"ConsumerBacklogAlarm"), &awscloudwatch.AlarmProps{
-			AlarmDescription: jsii.String(fmt.Sprintf("Consumer %s's queue holds a message older than %s: the consumer is behind or failing.",
-				name, ConsumerOldestMessageThreshold)),
-			Metric:             age,
-			Threshold:          jsii.Number(ConsumerOldestMessageThreshold.Seconds()),
-			ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
-			EvaluationPeriods:  jsii.Number(5),
-			TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
-		})
-		s.Alarms = append(s.Alarms, c.BacklogAlarm, c.DLQ.Alarm)
-		if c.Resequencer != nil {
-			s.Alarms = append(s.Alarms, s.addResequencerAlarm(name, c), c.Resequencer.SweepDLQ.Alarm)
-			s.Alarms = append(s.Alarms, c.Resequencer.SweepAlarms...)
-		}
-		consumerMetrics = append(consumerMetrics, c.Function.MetricErrors(five))
-		ageMetrics = append(ageMetrics, age)
-		dlqMetrics = append(dlqMetrics, c.DLQ.Queue.MetricApproximateNumberOfMessagesVisible(nil))
-	}
-	for _, r := range routing.Rules() {
-		q := s.RuleDLQs[r.Name]
-		s.Alarms = append(s.Alarms, q.Alarm)
-		s.Alarms = append(s.Alarms, s.RuleAlarms[r.Name]...)
-		dlqMetrics = append(dlqMetrics, q.Queue.MetricApproximateNumberOfMessagesVisible(nil))
-	}
-	s.addAbuseAlarms()
-	throttles := []awscloudwatch.IMetric{s.APIFunction.MetricThrottles(five), s.Outbox.Relay.MetricThrottles(five), s.Outbox.Reconciler.MetricThrottles(five)}
-	for _, name := range consumerNames {
-		throttles = append(throttles, s.Consumers[name].Function.MetricThrottles(five))
-	}
-
-	graph := func(title string, m ...awscloudwatch.IMetric) awscloudwatch.IWidget {
-		return awscloudwatch.NewGraphWidget(&awscloudwatch.GraphWidgetProps{Title: jsii.String(title), Left: &m, Width: jsii.Number(8)})
-	}
-	alarms := make([]interfacesawscloudwatch.IAlarmRef, len(s.Alarms))
-	for i, a := range s.Alarms {
-		alarms[i] = a
-	}
-	widgets := []awscloudwatch.IWidget{
-		awscloudwatch.NewAlarmStatusWidget(&awscloudwatch.AlarmStatusWidgetProps{
-			Title: jsii.String("Alarms"), Alarms: &alarms, Width: jsii.Number(24),
-		}),
-		graph("API requests / 4xx / 5xx", s.API.MetricCount(five), s.API.MetricClientError(five), s.API.MetricServerError(five)),
-		graph("API latency p99 (ms)", s.API.MetricLatency(&awscloudwatch.MetricOptions{Statistic: jsii.String("p99")})),
-		graph("API function errors", s.APIFunction.MetricErrors(five)),
-		graph("Function throttles", throttles...),
-	}
-	widgets = append(widgets, s.Outbox.Widgets()...)
-	widgets = append(widgets, graph("Consumer errors", consumerMetrics...),
-		graph("Consumer queue oldest message age (s)", ageMetrics...),
-		graph("Consumer and rule DLQ depth", dlqMetrics...))
-	// the alarm status widget fills the first row; the graphs go three a row
-	rows := append([][]awscloudwatch.IWidget{{widgets[0]}}, regroup(widgets[1:])...)
-	rowPtrs := make([]*[]awscloudwatch.IWidget, len(rows))
-	for i := range rows {
-		rowPtrs[i] = &rows[i]
-	}
-	s.Dashboard = awscloudwatch.NewDashboard(s.Stack, jsii.String("Dashboard"), &awscloudwatch.DashboardProps{
-		Widgets: &rowPtrs,
-	})
-}
-
-// regroup splits widgets into rows of three.
-func regroup(ws []awscloudwatch.IWidget) [][]awscloudwatch.IWidget {
-	var rows [][]awscloudwatch.IWidget
-	for i := 0; i < len(ws); i += 3 {
-		rows = append(rows, ws[i:min(i+3, len(ws))])
-	}
-	return rows
 }
 
 func (s *OrdersStack) addOutputs() {

@@ -4,10 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/ddb-outbox/ddb-outbox/pkg/dynoxide"
 	"regexp"
 	"strconv"
 	"time"
+
+	"github.com/ddb-outbox/ddb-outbox/pkg/dynoxide"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"

@@ -5,9 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/ddb-outbox/ddb-outbox/pkg/dynoxide"
 	"strconv"
 	"time"
+
+	"github.com/ddb-outbox/ddb-outbox/pkg/dynoxide"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"

@@ -1,0 +1,214 @@
+package localrt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
+
+	"github.com/ddb-outbox/ddb-outbox/pkg/config"
+)
+
+// EventHandler is a Lambda handler for EventBridge events: the shape of the
+// consumers and of the scheduled reconciler. A returned error is a failed
+// delivery (retried by the bus, or logged by the scheduler).
+type EventHandler func(ctx context.Context, ev events.EventBridgeEvent) error
+
+// PutEventsAPI is the EventBridge method the relay and reconciler call, with
+// the exact signature of (*eventbridge.Client).PutEvents. Bus implements it.
+type PutEventsAPI interface {
+	PutEvents(ctx context.Context, params *eventbridge.PutEventsInput, optFns ...func(*eventbridge.Options)) (*eventbridge.PutEventsOutput, error)
+}
+
+// PutEvents limits and entry error codes
+// (https://docs.aws.amazon.com/eventbridge/latest/APIReference/API_PutEvents.html,
+// https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-putevent-size.html).
+const (
+	// MaxPutEventsEntries is the number of entries one PutEvents accepts.
+	MaxPutEventsEntries = 10
+	// DefaultMaxEntryBytes is the default entry size limit, 262,144 bytes.
+	DefaultMaxEntryBytes = config.DefaultMaxEntryBytes
+	// MaxDetailTypeLength is the DetailType limit in characters.
+	MaxDetailTypeLength = 128
+	// MaxTraceHeaderLength is the TraceHeader limit in characters (length
+	// constraints 1..500, API_PutEventsRequestEntry); out of bounds, the
+	// whole request fails with ValidationException.
+	MaxTraceHeaderLength = 500
+	// ErrorCodeInvalidArgument: missing Source/DetailType/Detail or too long
+	// DetailType. Not retryable.
+	ErrorCodeInvalidArgument = "InvalidArgument"
+	// ErrorCodeMalformedDetail: Detail is not a JSON object. Not retryable.
+	ErrorCodeMalformedDetail = "MalformedDetail"
+	// ErrorCodeNotAuthorizedForSource: Source starts with "aws.".
+	ErrorCodeNotAuthorizedForSource = "NotAuthorizedForSourceException"
+	// DefaultBusName is the bus an entry without EventBusName goes to.
+	DefaultBusName = "default"
+	// DefaultTargetMaxAttempts bounds delivery attempts per target (AWS
+	// rule target retry policy: up to 185 attempts over 24 h; locally 4).
+	DefaultTargetMaxAttempts = 4
+	// DefaultTargetRetryBaseDelay and DefaultTargetRetryMaxDelay bound the
+	// exponential backoff (with jitter) between delivery attempts.
+	DefaultTargetRetryBaseDelay = 50 * time.Millisecond
+	DefaultTargetRetryMaxDelay  = 2 * time.Second
+)
+
+// BusConfig configures a Bus. Zero values take the defaults stated per field.
+type BusConfig struct {
+	// Name is the event bus name; entries must name it (or its ARN) in
+	// EventBusName, or leave it empty when Name is "default". Default
+	// "default".
+	Name string
+	// Region and Account fill the event envelope and ARNs (defaults
+	// us-east-1 and 000000000000).
+	Region  string
+	Account string
+	// Rules are the bus's rules, each with its event pattern and the
+	// target (Subscribe, SubscribeQueue) it delivers to. A bus without
+	// rules accepts events and delivers none (Unmatched counts them).
+	Rules []Rule
+	// MaxEntryBytes is the request size limit in bytes (default 262,144):
+	// the sum of the entries' sizes.
+	MaxEntryBytes int
+	// TargetMaxAttempts is the number of delivery attempts per event and
+	// target before dead-lettering (default 4, at least 1).
+	TargetMaxAttempts int
+	// TargetRetryBaseDelay and TargetRetryMaxDelay bound the backoff
+	// between attempts (defaults 50 ms and 2 s).
+	TargetRetryBaseDelay time.Duration
+	TargetRetryMaxDelay  time.Duration
+	// HandlerTimeout bounds one delivery (default 30 s); a timeout is a
+	// failed attempt.
+	HandlerTimeout time.Duration
+	// Interceptor, when set, wraps every delivery attempt (fault injection).
+	Interceptor Interceptor
+	// OnDeadLetter, when set, is called (synchronously, from the delivery
+	// goroutine) for every dead-lettered event, in addition to the
+	// in-memory list.
+	OnDeadLetter func(DeadLetter)
+	// Now returns the current time (default time.Now).
+	Now func() time.Time
+	// Logger receives the bus's logs (default slog.Default()).
+	Logger *slog.Logger
+	// Store, when set, keeps what EventBridge would still hold after the
+	// local stack stops: each accepted entry's delivery to each matching
+	// target is written before PutEvents answers (an entry that cannot be
+	// kept fails with the retryable InternalFailure) and forgotten once the
+	// target took it; dead letters are kept too. NewBus restores the dead
+	// letters, Resume the deliveries, and Close leaves deliveries it
+	// interrupts kept for the next start instead of dead-lettering them.
+	// nil: in memory only.
+	Store StateStore
+}
+
+func (c *BusConfig) setDefaults() {
+	if c.Name == "" {
+		c.Name = DefaultBusName
+	}
+	if c.Region == "" {
+		c.Region = DefaultRegion
+	}
+	if c.Account == "" {
+		c.Account = DefaultAccount
+	}
+	if c.MaxEntryBytes == 0 {
+		c.MaxEntryBytes = DefaultMaxEntryBytes
+	}
+	if c.TargetMaxAttempts == 0 {
+		c.TargetMaxAttempts = DefaultTargetMaxAttempts
+	}
+	if c.TargetRetryBaseDelay == 0 {
+		c.TargetRetryBaseDelay = DefaultTargetRetryBaseDelay
+	}
+	if c.TargetRetryMaxDelay == 0 {
+		c.TargetRetryMaxDelay = DefaultTargetRetryMaxDelay
+	}
+	if c.HandlerTimeout == 0 {
+		c.HandlerTimeout = DefaultFunctionTimeout
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Validate reports the first invalid setting (after defaults are applied).
+func (c *BusConfig) Validate() error {
+	switch {
+	case c.MaxEntryBytes < 1:
+		return errors.New("localrt: MaxEntryBytes must be positive")
+	case c.TargetMaxAttempts < 1:
+		return errors.New("localrt: TargetMaxAttempts must be at least 1")
+	case c.TargetRetryBaseDelay < 0 || c.TargetRetryMaxDelay < c.TargetRetryBaseDelay:
+		return errors.New("localrt: need 0 <= TargetRetryBaseDelay <= TargetRetryMaxDelay")
+	}
+	names := map[string]bool{}
+	for _, r := range c.Rules {
+		if r.Name == "" || r.Target == "" || r.Pattern == nil {
+			return fmt.Errorf("localrt: rule %q needs a name, a target and a pattern", r.Name)
+		}
+		if names[r.Name] {
+			return fmt.Errorf("localrt: duplicate rule name %q", r.Name)
+		}
+		names[r.Name] = true
+	}
+	return nil
+}
+
+// Rule is a rule of the local bus, as an EventBridge rule: the events its
+// Pattern matches are delivered to the target subscribed under Target
+// (Subscribe, SubscribeQueue).
+type Rule struct {
+	// Name is the rule's name, unique on the bus (its ARN: RuleARN).
+	Name string
+	// Target names the subscription the rule delivers to.
+	Target string
+	// Pattern is the rule's EventBridge event pattern: JSON text or a
+	// JSON-ready value (map[string]any), compiled by CompilePattern.
+	Pattern any
+}
+
+// Interceptor wraps one delivery attempt of event ev to consumer (attempt is
+// 1-based). It may call next zero times (to fail or drop), once, or several
+// times (to duplicate), and may return an error to fail the attempt. It is
+// called concurrently.
+type Interceptor func(ctx context.Context, consumer string, ev events.EventBridgeEvent, attempt int, next EventHandler) error
+
+// DeadLetter is an event the bus gave up delivering to one target, as a
+// target DLQ would receive it (the event JSON plus the last error).
+type DeadLetter struct {
+	Consumer  string
+	Rule      string
+	EventJSON []byte
+	Event     events.EventBridgeEvent
+	Attempts  int
+	Error     string
+	At        time.Time
+}
+
+// BusStats counts what a Bus did.
+type BusStats struct {
+	// Accepted counts entries accepted (given an EventId).
+	Accepted int64
+	// FailedEntries counts rejected entries by ErrorCode.
+	FailedEntries map[string]int64
+	// RejectedRequests counts whole PutEvents requests refused.
+	RejectedRequests int64
+	// Unmatched counts accepted events that matched no rule.
+	Unmatched int64
+	// Unsubscribed counts rule matches whose consumer has no handler.
+	Unsubscribed int64
+	// Deliveries counts successful deliveries per consumer.
+	Deliveries map[string]int64
+	// Attempts counts delivery attempts per consumer.
+	Attempts map[string]int64
+	// Retries counts re-attempts after a failed delivery, per consumer.
+	Retries map[string]int64
+	// DeadLettered counts events given up per consumer.
+	DeadLettered map[string]int64
+}

@@ -1,0 +1,169 @@
+package localrt
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/google/uuid"
+
+	"github.com/ddb-outbox/ddb-outbox/pkg/outboxtrace"
+)
+
+// route records an accepted event and starts one delivery per matching
+// rule with a subscribed consumer, each kept in the Store first (an error:
+// nothing was started or kept).
+func (b *Bus) route(raw json.RawMessage, traceHeader string) error {
+	v, _ := decodeJSON(raw)
+	m, _ := v.(map[string]any)
+	b.mu.Lock()
+	var ds []delivery
+	matched := false
+	for _, r := range b.rules {
+		if !r.pattern.Match(m) {
+			continue
+		}
+		matched = true
+		t, ok := b.handlers[r.rule.Target]
+		if !ok {
+			b.stats.Unsubscribed++
+			b.log.Warn("rule matched but its consumer has no handler", "rule", r.rule.Name, "consumer", r.rule.Target)
+			continue
+		}
+		ds = append(ds, delivery{id: uuid.NewString(), rule: r.rule, target: t, raw: raw, traceHeader: traceHeader})
+	}
+	b.mu.Unlock()
+	if err := b.keepDeliveries(ds); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.stats.Accepted++
+	b.accepted = append(b.accepted, raw)
+	for _, d := range ds {
+		b.inflight++
+		go b.deliver(d)
+	}
+	if !matched {
+		b.stats.Unmatched++
+	}
+	return nil
+}
+
+// delivery is one accepted event on its way to one rule target.
+type delivery struct {
+	id          string
+	rule        Rule
+	target      busTarget
+	raw         json.RawMessage
+	traceHeader string
+}
+
+// deliver runs the target's attempts and dead-letters on exhaustion. With
+// a Store, a delivery interrupted by Close stays kept (not dead-lettered)
+// for Resume after a restart.
+func (b *Bus) deliver(d delivery) {
+	defer b.done()
+	rule, t, raw, traceHeader := d.rule, d.target, d.raw, d.traceHeader
+	consumer := rule.Target
+	ctx := b.closeCtx
+	var lastErr error
+	var ev events.EventBridgeEvent
+	attempt := 0
+	for attempt < b.cfg.TargetMaxAttempts {
+		attempt++
+		if attempt > 1 {
+			b.count(func(s *BusStats) { s.Retries[consumer]++ })
+			if !sleepCtx(ctx, expBackoff(b.cfg.TargetRetryBaseDelay, b.cfg.TargetRetryMaxDelay, attempt-1)) {
+				lastErr = fmt.Errorf("bus closed: %w", ctx.Err())
+				break
+			}
+		}
+		// Every attempt decodes its own copy, like a fresh invocation.
+		ev = events.EventBridgeEvent{}
+		if err := json.Unmarshal(raw, &ev); err != nil {
+			lastErr = fmt.Errorf("decode EventBridge event: %w", err)
+			break
+		}
+		b.count(func(s *BusStats) { s.Attempts[consumer]++ })
+		if t.queue != nil {
+			lastErr = b.send(ctx, t, raw, traceHeader)
+		} else {
+			lastErr = b.attempt(outboxtrace.ParentOrNew(ctx, outboxtrace.FromXRayHeader(traceHeader)), consumer, ev, attempt, t.h)
+		}
+		if lastErr == nil {
+			b.count(func(s *BusStats) { s.Deliveries[consumer]++ })
+			b.forgetDelivery(d.id)
+			return
+		}
+		if b.cfg.Store != nil && ctx.Err() != nil {
+			break
+		}
+		b.log.Warn("delivery failed", "consumer", consumer, "rule", rule.Name, "id", ev.ID, "attempt", attempt, "error", lastErr)
+	}
+	if b.cfg.Store != nil && ctx.Err() != nil {
+		b.log.Info("delivery kept for the next start (bus closed)", "consumer", consumer, "rule", rule.Name, "id", ev.ID)
+		return
+	}
+	dl := DeadLetter{Consumer: consumer, Rule: rule.Name, EventJSON: raw, Event: ev, Attempts: attempt, Error: fmt.Sprint(lastErr), At: time.Now()}
+	b.keepDeadLetter(d.id, dl)
+	b.mu.Lock()
+	b.dead = append(b.dead, dl)
+	b.stats.DeadLettered[consumer]++
+	b.mu.Unlock()
+	b.log.Error("event dead-lettered", "consumer", consumer, "rule", rule.Name, "id", ev.ID, "attempts", attempt, "error", lastErr)
+	if b.cfg.OnDeadLetter != nil {
+		b.cfg.OnDeadLetter(dl)
+	}
+}
+
+func (b *Bus) attempt(ctx context.Context, consumer string, ev events.EventBridgeEvent, attempt int, h EventHandler) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("handler panicked: %v", r)
+		}
+	}()
+	cctx, cancel := context.WithTimeout(ctx, b.cfg.HandlerTimeout)
+	defer cancel()
+	if b.cfg.Interceptor != nil {
+		return b.cfg.Interceptor(cctx, consumer, ev, attempt, h)
+	}
+	return h(cctx, ev)
+}
+
+// send delivers raw to a queue target.
+// The entry's X-Ray TraceHeader, if any, goes as the AWSTraceHeader
+// message system attribute, as EventBridge sends it.
+func (b *Bus) send(ctx context.Context, t busTarget, raw json.RawMessage, traceHeader string) error {
+	cctx, cancel := context.WithTimeout(ctx, b.cfg.HandlerTimeout)
+	defer cancel()
+	in := &sqs.SendMessageInput{QueueUrl: aws.String(t.url), MessageBody: aws.String(string(raw))}
+	if traceHeader != "" {
+		in.MessageSystemAttributes = map[string]sqstypes.MessageSystemAttributeValue{
+			outboxtrace.AWSTraceHeader: {DataType: aws.String("String"), StringValue: aws.String(traceHeader)},
+		}
+	}
+	_, err := t.queue.SendMessage(cctx, in)
+	return err
+}
+
+func (b *Bus) count(f func(*BusStats)) {
+	b.mu.Lock()
+	f(&b.stats)
+	b.mu.Unlock()
+}
+
+func (b *Bus) done() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.inflight--
+	if b.inflight == 0 && b.idle != nil {
+		close(b.idle)
+		b.idle = nil
+	}
+}
