@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
+	"github.com/ddb-outbox/ddb-outbox/pkg/internal/retry"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
 )
 
@@ -72,8 +72,9 @@ type Config struct {
 	// MaxAttempts bounds TransactWriteItems calls per Apply when the
 	// transaction is cancelled only by conflicts or throttling. Default 5.
 	MaxAttempts int
-	// BaseBackoff is the first retry delay; it doubles per attempt with full
-	// jitter, capped at MaxBackoff. Defaults 20 ms and 1 s.
+	// BaseBackoff is the first retry delay; it doubles per attempt, capped
+	// at MaxBackoff, each wait randomized by ±50 % (cenkalti/backoff, as
+	// every retry of the library). Defaults 20 ms and 1 s.
 	BaseBackoff time.Duration
 	// MaxBackoff caps one retry delay.
 	MaxBackoff time.Duration
@@ -435,30 +436,13 @@ func (a *Applier) call(ctx context.Context, in *dynamodb.TransactWriteItemsInput
 	return err
 }
 
-// backoff returns the delay before retry n (1-based): full jitter over
-// min(MaxBackoff, BaseBackoff*2^(n-1)).
+// backoff returns the delay before retry n (1-based): BaseBackoff ·
+// 2^(n-1), capped at MaxBackoff, randomized by ±50 % (pkg/internal/retry).
 func (a *Applier) backoff(n int) time.Duration {
-	d := a.cfg.BaseBackoff
-	for i := 1; i < n && d < a.cfg.MaxBackoff; i++ {
-		d *= 2
-	}
-	d = min(d, a.cfg.MaxBackoff)
-	if d <= 0 {
-		return 0
-	}
-	return time.Duration(rand.Int64N(int64(d)) + 1)
+	return retry.Delay(a.cfg.BaseBackoff, a.cfg.MaxBackoff, n)
 }
 
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
+func sleep(ctx context.Context, d time.Duration) error { return retry.Sleep(ctx, d) }
 
 // Dead-letter reasons of transactions DynamoDB refuses for good (see
 // PermanentReason).

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ddb-outbox/ddb-outbox/pkg/internal/retry"
+
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -79,7 +81,7 @@ func (b *Bus) deliver(d delivery) {
 		attempt++
 		if attempt > 1 {
 			b.count(func(s *BusStats) { s.Retries[consumer]++ })
-			if !sleepCtx(ctx, expBackoff(b.cfg.TargetRetryBaseDelay, b.cfg.TargetRetryMaxDelay, attempt-1)) {
+			if !sleepCtx(ctx, retry.Delay(b.cfg.TargetRetryBaseDelay, b.cfg.TargetRetryMaxDelay, attempt-1)) {
 				lastErr = fmt.Errorf("bus closed: %w", ctx.Err())
 				break
 			}

@@ -6,8 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
+
+	"github.com/ddb-outbox/ddb-outbox/pkg/internal/retry"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -277,37 +278,11 @@ func (p *StreamPoller) call(ctx context.Context, ev events.DynamoDBEvent) (resp 
 }
 
 // backoff returns the wait before retry n (1-based): exponential from
-// RetryBaseDelay, capped at RetryMaxDelay, with equal jitter.
+// RetryBaseDelay, capped at RetryMaxDelay, randomized by ±50 %
+// (pkg/internal/retry).
 func (p *StreamPoller) backoff(n int) time.Duration {
-	return expBackoff(p.cfg.RetryBaseDelay, p.cfg.RetryMaxDelay, n)
-}
-
-func expBackoff(base, maxDelay time.Duration, n int) time.Duration {
-	if base <= 0 {
-		return 0
-	}
-	d := base
-	for i := 1; i < n && d < maxDelay; i++ {
-		d *= 2
-	}
-	if d > maxDelay {
-		d = maxDelay
-	}
-	half := d / 2
-	return half + time.Duration(rand.Int64N(int64(half)+1))
+	return retry.Delay(p.cfg.RetryBaseDelay, p.cfg.RetryMaxDelay, n)
 }
 
 // sleepCtx waits d or until ctx ends; it reports whether ctx is still live.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
+func sleepCtx(ctx context.Context, d time.Duration) bool { return retry.Sleep(ctx, d) == nil }

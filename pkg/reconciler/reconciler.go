@@ -66,6 +66,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
@@ -365,20 +367,17 @@ func (r *Reconciler) gauge(ctx context.Context, rep *Report) (int64, []error) {
 		mu     sync.Mutex
 		errs   []error
 		oldest int64 = -1
-		wg     sync.WaitGroup
-		sem    = make(chan struct{}, gaugeConcurrency)
+		g      errgroup.Group
 	)
+	g.SetLimit(gaugeConcurrency)
 	for i := 0; i < r.cfg.PendingShards; i++ {
 		shard := outbox.ShardName(i)
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
+		g.Go(func() error {
 			if ctx.Err() != nil {
 				mu.Lock()
 				rep.Truncated = true
 				mu.Unlock()
-				return
+				return nil
 			}
 			n, truncated, err := r.count(ctx, shard)
 			var ms int64 = -1
@@ -402,9 +401,10 @@ func (r *Reconciler) gauge(ctx context.Context, rep *Report) (int64, []error) {
 			case ms >= 0 && (oldest < 0 || ms < oldest):
 				oldest = ms
 			}
-		}()
+			return nil
+		})
 	}
-	wg.Wait()
+	_ = g.Wait() // the shards' errors are collected in errs
 	return oldest, errs
 }
 

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"sync"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -68,19 +70,16 @@ func (r *Reconciler) sweep(ctx, pubCtx context.Context, cutoffMs int64, rep *Rep
 	read := func(batch []*cursor) {
 		pages := make([][]map[string]types.AttributeValue, len(batch))
 		failed := make([]error, len(batch))
-		sem := make(chan struct{}, sweepConcurrency)
-		var wg sync.WaitGroup
+		var g errgroup.Group
+		g.SetLimit(sweepConcurrency)
 		for i, c := range batch {
-			wg.Add(1)
-			sem <- struct{}{}
-			go func() {
-				defer func() { <-sem; wg.Done() }()
+			g.Go(func() error {
 				out, err := r.query(ctx, c.in)
 				c.pages++
 				if err != nil {
 					failed[i] = fmt.Errorf("sweep shard %s: %w", c.shard, err)
 					c.more = false
-					return
+					return nil
 				}
 				pages[i] = out.Items
 				if n := len(out.Items); n > 0 {
@@ -88,9 +87,10 @@ func (r *Reconciler) sweep(ctx, pubCtx context.Context, cutoffMs int64, rep *Rep
 				}
 				c.more = len(out.LastEvaluatedKey) > 0
 				c.in.ExclusiveStartKey = out.LastEvaluatedKey
-			}()
+				return nil
+			})
 		}
-		wg.Wait()
+		_ = g.Wait() // each shard's error is in failed
 		for i := range batch {
 			if failed[i] != nil {
 				errs = append(errs, failed[i])
@@ -262,8 +262,8 @@ func (r *Reconciler) process(ctx, pubCtx context.Context, items []map[string]typ
 	}
 
 	// Claim, aggregate by aggregate (in sequence order), aggregates in parallel.
-	sem := make(chan struct{}, r.cfg.ClaimConcurrency)
-	var wg sync.WaitGroup
+	var claims errgroup.Group
+	claims.SetLimit(r.cfg.ClaimConcurrency)
 	var mu sync.Mutex
 	for _, pk := range pks {
 		mu.Lock()
@@ -276,17 +276,14 @@ func (r *Reconciler) process(ctx, pubCtx context.Context, items []map[string]typ
 			}
 			continue
 		}
-		sem <- struct{}{}
-		wg.Add(1)
-		go func(g []*due) {
-			defer wg.Done()
-			defer func() { <-sem }()
+		g := groups[pk]
+		claims.Go(func() error {
 			for i, d := range g {
 				if pubCtx.Err() != nil {
 					for _, rest := range g[i:] {
 						rest.outcome, rest.err = claimFailed, pubCtx.Err()
 					}
-					return
+					return nil
 				}
 				var item map[string]types.AttributeValue
 				d.outcome, item, d.err = r.claim(pubCtx, d.key)
@@ -300,12 +297,13 @@ func (r *Reconciler) process(ctx, pubCtx context.Context, items []map[string]typ
 					for _, rest := range g[i+1:] {
 						rest.outcome, rest.err = claimedByPeer, errHeld
 					}
-					return
+					return nil
 				}
 			}
-		}(groups[pk])
+			return nil
+		})
 	}
-	wg.Wait()
+	_ = claims.Wait() // outcomes are recorded per record
 
 	// Publish what was claimed, in order per aggregate, then mark.
 	var marks []relay.Mark

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ddb-outbox/ddb-outbox/pkg/internal/retry"
+
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	ebtypes "github.com/aws/aws-sdk-go-v2/service/eventbridge/types"
@@ -345,13 +347,7 @@ func (p *Publisher) publish(ctx context.Context, envs []outbox.Envelope, built [
 	}
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	bo := &backoff.ExponentialBackOff{
-		InitialInterval:     p.cfg.InitialInterval,
-		RandomizationFactor: 0.5,
-		Multiplier:          2,
-		MaxInterval:         p.cfg.MaxInterval,
-	}
-	bo.Reset()
+	bo := retry.New(p.cfg.InitialInterval, p.cfg.MaxInterval)
 
 	for attempt := 1; ; attempt++ {
 		p.sendAll(ctx, pending, results)
@@ -551,13 +547,4 @@ func requestTooLarge(err error) (string, bool) {
 }
 
 // sleepCtx waits d or until ctx is done.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
+func sleepCtx(ctx context.Context, d time.Duration) error { return retry.Sleep(ctx, d) }

@@ -5,8 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"time"
+
+	"github.com/cenkalti/backoff/v5"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
@@ -505,11 +506,16 @@ func (r *Repository) write(ctx context.Context, writes []types.TransactWriteItem
 	return r.cfg.Writer.Write(ctx, writes, envs, opts...)
 }
 
-// backoff sleeps BaseBackoff·2^(attempt-1) with full jitter, or until ctx ends.
+// backoff sleeps before retry attempt (1-based): BaseBackoff · 2^(attempt-1)
+// randomized by ±50 % (cenkalti/backoff, the library's retry schedule:
+// pkg/internal/retry), or until ctx ends.
 func (r *Repository) backoff(ctx context.Context, attempt int) error {
-	d := r.cfg.BaseBackoff << (attempt - 1)
-	if d > 0 {
-		d = rand.N(d) + d/4
+	b := &backoff.ExponentialBackOff{InitialInterval: r.cfg.BaseBackoff, RandomizationFactor: 0.5, Multiplier: 2,
+		MaxInterval: r.cfg.BaseBackoff << min(attempt, 16)}
+	b.Reset()
+	var d time.Duration
+	for range attempt {
+		d = b.NextBackOff()
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
