@@ -2,14 +2,12 @@ package ledger_test
 
 import (
 	"context"
-	"errors"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/txoutcome"
+
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -17,180 +15,54 @@ import (
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/order"
 	"github.com/ddb-outbox/ddb-outbox/pkg/dedup"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
-	"github.com/ddb-outbox/ddb-outbox/pkg/sqsconsumer"
 )
 
-// Roles of the actions in the ledger's Apply transaction.
+// Roles of the ledger's effect actions (the marker and the gate are
+// txoutcome.RoleMarker and txoutcome.RoleGate).
 const (
-	roleMarker  = "marker"  // action 0: the dedup marker Put
 	roleEntry   = "entry"   // action 1: the entry Put
 	roleBalance = "balance" // action 2: the balance Update
-	roleGate    = "gate"    // last action when ordered: the ordering gate Update
 )
 
-// cancelClient cancels every TransactWriteItems whose actions have a code
-// other than None in codes[role] (the same codes on every attempt) and
-// counts commits otherwise.
+// cancelClient is the ledger's client with the shared harness's fake
+// (txoutcome.Client) answering the two calls Apply makes.
 type cancelClient struct {
 	ledger.Client
-	mu      sync.Mutex
-	codes   map[string]string
-	calls   int
-	commits int
-	// last is the ordering item's last_sequence GetItem returns (0: no item).
-	last int64
-	// noEffects: the event's Apply transaction has no effect actions, so
-	// any commit is the apply (else only commits with an effect are).
-	noEffects bool
-	// buffered counts committed resequencer buffer writes (a buffer item
-	// Put and the gate's ADD: they always commit here).
-	buffered int
-	// seen counts committed transactions without the consumer's effect
-	// (marker and gate only: an event recorded as seen).
-	seen int
+	h *txoutcome.Client
 }
 
-// roleBuffer is the resequencer's buffer item Put (its transaction always
-// commits in this fake).
-const roleBuffer = "buffer"
-
-// GetItem answers the ordered ledger's read of its ordering item.
-func (c *cancelClient) GetItem(_ context.Context, in *dynamodb.GetItemInput, _ ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
-	if c.last == 0 {
-		return &dynamodb.GetItemOutput{}, nil
-	}
-	return &dynamodb.GetItemOutput{Item: map[string]types.AttributeValue{"pk": in.Key["pk"],
-		dedup.AttrLastSequence: &types.AttributeValueMemberN{Value: strconv.FormatInt(c.last, 10)}}}, nil
+func (c cancelClient) GetItem(ctx context.Context, in *dynamodb.GetItemInput, o ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	return c.h.GetItem(ctx, in, o...)
 }
 
-func ledgerRole(it types.TransactWriteItem) string {
-	if it.Update != nil {
-		if pk, _ := it.Update.Key["pk"].(*types.AttributeValueMemberS); pk != nil && strings.Contains(pk.Value, dedup.SequenceInfix) {
-			return roleGate
-		}
+func (c cancelClient) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, o ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
+	return c.h.TransactWriteItems(ctx, in, o...)
+}
+
+// effectRole classifies the ledger's effect actions: the entry Put and
+// the balance Update ("" for anything else).
+func effectRole(it types.TransactWriteItem) string {
+	switch {
+	case it.Update != nil:
 		return roleBalance
-	}
-	pk, _ := it.Put.Item["pk"].(*types.AttributeValueMemberS)
-	if pk != nil && strings.Contains(pk.Value, dedup.BufferInfix) {
-		return roleBuffer
-	}
-	if pk != nil && strings.HasPrefix(pk.Value, ledger.EntryPrefix) {
-		return roleEntry
-	}
-	return roleMarker
-}
-
-func (c *cancelClient) TransactWriteItems(_ context.Context, in *dynamodb.TransactWriteItemsInput, _ ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.calls++
-	reasons := make([]types.CancellationReason, len(in.TransactItems))
-	cancel, effect := false, false
-	for _, it := range in.TransactItems {
-		switch r := ledgerRole(it); {
-		case r == roleBuffer:
-			c.buffered++
-			return &dynamodb.TransactWriteItemsOutput{}, nil
-		case r != roleMarker && r != roleGate:
-			effect = true
+	case it.Put != nil:
+		if pk, _ := it.Put.Item["pk"].(*types.AttributeValueMemberS); pk != nil && strings.HasPrefix(pk.Value, ledger.EntryPrefix) {
+			return roleEntry
 		}
 	}
-	for i, it := range in.TransactItems {
-		code := c.codes[ledgerRole(it)]
-		if code == "" {
-			code = outbox.ReasonNone
-		}
-		reasons[i].Code = aws.String(code)
-		cancel = cancel || code != outbox.ReasonNone
-	}
-	if cancel {
-		return nil, &types.TransactionCanceledException{Message: aws.String("Transaction cancelled"), CancellationReasons: reasons}
-	}
-	if effect || c.noEffects {
-		c.commits++
-	} else {
-		c.seen++
-	}
-	return &dynamodb.TransactWriteItemsOutput{}, nil
+	return ""
 }
-
-// consumerOutcome is what Handle did with one delivery.
-type consumerOutcome struct {
-	kind   string // "applied", "duplicate", "retry", "permanent"
-	reason string // the dead-letter reason of "permanent"
-}
-
-var (
-	applied      = consumerOutcome{kind: "applied"}
-	duplicate    = consumerOutcome{kind: "duplicate"}
-	retryOutcome = consumerOutcome{kind: "retry"}
-	// held: an ordered consumer's event is early (dedup.ErrSequenceGap);
-	// nothing written, redelivered (dead-lettered past GapMaxReceives).
-	held = consumerOutcome{kind: "held"}
-	// bufferedOutcome: an ordered consumer's early event is stored in the
-	// resequencer's buffer and acknowledged.
-	bufferedOutcome = consumerOutcome{kind: "buffered"}
-)
-
-func permanent(reason string) consumerOutcome {
-	return consumerOutcome{kind: "permanent", reason: reason}
-}
-
-type consumerRule struct {
-	name string
-	when func(c map[string]string) bool
-	want consumerOutcome
-}
-
-func has(codes ...string) func(map[string]string) bool {
-	return func(c map[string]string) bool {
-		for _, v := range c {
-			for _, code := range codes {
-				if v == code {
-					return true
-				}
-			}
-		}
-		return false
-	}
-}
-
-func is(role, code string) func(map[string]string) bool {
-	return func(c map[string]string) bool { return c[role] == code }
-}
-
-func allNone(c map[string]string) bool { return !has(outbox.CancellationReasons[1:]...)(c) }
 
 // ledgerRules is the outcome precedence of a ledger delivery.
-var ledgerRules = []consumerRule{
-	{"committed", allNone, applied},
-	{"marker exists", is(roleMarker, outbox.ReasonConditionalCheckFailed), duplicate},
-	{"entry exists (marker expired)", is(roleEntry, outbox.ReasonConditionalCheckFailed), duplicate},
-	{"ValidationError", has(outbox.ReasonValidation), permanent(dedup.ReasonTransactionInvalid)},
-	{"item collection full", has(outbox.ReasonItemCollectionSize), permanent(dedup.ReasonItemCollectionFull)},
-	{"balance would overflow", is(roleBalance, outbox.ReasonConditionalCheckFailed), permanent(ledger.ReasonBalanceOverflow)},
-	{"conflicts or throttling past the retries", has(outbox.ReasonTransactionConflict, outbox.ReasonThrottling, outbox.ReasonProvisionedThroughput), retryOutcome},
+var ledgerRules = []txoutcome.Rule{
+	txoutcome.R("committed", txoutcome.AllNone, txoutcome.Applied),
+	txoutcome.R("marker exists", txoutcome.Is(txoutcome.RoleMarker, outbox.ReasonConditionalCheckFailed), txoutcome.Duplicate),
+	txoutcome.R("entry exists (marker expired)", txoutcome.Is(roleEntry, outbox.ReasonConditionalCheckFailed), txoutcome.Duplicate),
+	txoutcome.R("ValidationError", txoutcome.Has(outbox.ReasonValidation), txoutcome.Permanent(dedup.ReasonTransactionInvalid)),
+	txoutcome.R("item collection full", txoutcome.Has(outbox.ReasonItemCollectionSize), txoutcome.Permanent(dedup.ReasonItemCollectionFull)),
+	txoutcome.R("balance would overflow", txoutcome.Is(roleBalance, outbox.ReasonConditionalCheckFailed), txoutcome.Permanent(ledger.ReasonBalanceOverflow)),
+	txoutcome.R("conflicts or throttling past the retries", txoutcome.Has(outbox.ReasonTransactionConflict, outbox.ReasonThrottling, outbox.ReasonProvisionedThroughput), txoutcome.Retry),
 }
-
-func combos(roles ...string) []map[string]string {
-	out := []map[string]string{{}}
-	for _, r := range roles {
-		var next []map[string]string
-		for _, c := range out {
-			for _, code := range outbox.CancellationReasons {
-				m := map[string]string{r: code}
-				for k, v := range c {
-					m[k] = v
-				}
-				next = append(next, m)
-			}
-		}
-		out = next
-	}
-	return out
-}
-
-const consumerAttempts = 3
 
 // TestLedgerCancellationOutcomes: every combination of the seven
 // cancellation reason codes at every action of both ledger transactions (a
@@ -205,74 +77,46 @@ func TestLedgerCancellationOutcomes(t *testing.T) {
 		roles []string
 		env   func(t *testing.T) outbox.Envelope
 	}{
-		{"OrderPaid", []string{roleMarker, roleEntry, roleBalance}, func(t *testing.T) outbox.Envelope {
+		{"OrderPaid", []string{txoutcome.RoleMarker, roleEntry, roleBalance}, func(t *testing.T) outbox.Envelope {
 			return envelope(t, "o-1", 2, order.EventOrderPaid, order.Paid{OrderID: "o-1", AmountMinor: 100, Currency: "EUR"})
 		}},
-		{"unpaid OrderCancelled", []string{roleMarker}, func(t *testing.T) outbox.Envelope {
+		{"unpaid OrderCancelled", []string{txoutcome.RoleMarker}, func(t *testing.T) outbox.Envelope {
 			return envelope(t, "o-1", 2, order.EventOrderCancelled, order.Cancelled{OrderID: "o-1", Currency: "EUR"})
 		}},
 	}
 	for _, sh := range shapes {
-		for _, c := range combos(sh.roles...) {
+		for _, c := range txoutcome.Combos(sh.roles...) {
 			var parts []string
 			for _, r := range sh.roles {
 				parts = append(parts, r+"="+c[r])
 			}
 			t.Run(sh.name+"/"+strings.Join(parts, ","), func(t *testing.T) {
 				t.Parallel()
-				client := &cancelClient{codes: c, noEffects: len(sh.roles) == 1}
+				client := cancelClient{h: &txoutcome.Client{Codes: c, Effect: effectRole, NoEffects: len(sh.roles) == 1}}
 				l, err := ledger.New(client, ledger.Config{Ordering: dedup.Unordered, Table: "ledger", Logger: quiet, Dedup: dedup.Config{Table: "dedup",
-					MaxAttempts: consumerAttempts, BaseBackoff: time.Nanosecond, MaxBackoff: time.Nanosecond}})
+					MaxAttempts: txoutcome.Attempts, BaseBackoff: time.Nanosecond, MaxBackoff: time.Nanosecond}})
 				if err != nil {
 					t.Fatal(err)
 				}
 				err = l.Handle(context.Background(), delivery(t, sh.env(t)))
-				rule, want := "", consumerOutcome{}
+				rule, want := "", txoutcome.Outcome{}
 				for _, r := range ledgerRules {
-					if r.when(c) {
-						rule, want = r.name, r.want
+					if r.When(c) {
+						rule, want = r.Name, r.Want
 						break
 					}
 				}
-				got := observe(err, client)
+				got := txoutcome.Observe(err, client.h)
 				if got != want {
 					t.Fatalf("rule %q: got %+v (err %v), want %+v", rule, got, err, want)
 				}
-				if want == retryOutcome && client.calls != consumerAttempts {
-					t.Fatalf("rule %q: %d attempts, want %d", rule, client.calls, consumerAttempts)
+				if want == txoutcome.Retry && client.h.Calls != txoutcome.Attempts {
+					t.Fatalf("rule %q: %d attempts, want %d", rule, client.h.Calls, txoutcome.Attempts)
 				}
 			})
 		}
 	}
 }
-
-// observe classifies Handle's result.
-func observe(err error, c *cancelClient) consumerOutcome {
-	if p, ok := sqsconsumer.AsPermanent(err); ok {
-		return permanent(p.Reason)
-	}
-	switch {
-	case errors.Is(err, dedup.ErrSequenceGap):
-		return held
-	case err != nil:
-		return retryOutcome
-	case c.commits > 0:
-		return applied
-	case c.buffered > 0:
-		return bufferedOutcome
-	}
-	return duplicate
-}
-
-// Ordering item states GetItem reports when the gate's condition failed,
-// for an event of sequence 2.
-const (
-	gateBehind = "behind" // last_sequence 2: the event was applied before
-	gateEarly  = "early"  // no item: sequence 1 is missing
-	gateMoved  = "moved"  // last_sequence 1: the item moved after the transaction; re-sent
-)
-
-var gateLast = map[string]int64{gateBehind: 2, gateEarly: 0, gateMoved: 1}
 
 // orderedLedgerRules is the outcome precedence of an ordered ledger
 // delivery: the marker first, then the ordering gate (decided by reading
@@ -280,29 +124,29 @@ var gateLast = map[string]int64{gateBehind: 2, gateEarly: 0, gateMoved: 1}
 // ledgerRules — except that an entry found booked (its marker expired) is
 // recorded as seen, a second transaction of marker and gate, so the
 // order's sequence advances: it is a duplicate only if that commits.
-func orderedLedgerRules(state string) []consumerRule {
-	gate := is(roleGate, outbox.ReasonConditionalCheckFailed)
-	entryExists := is(roleEntry, outbox.ReasonConditionalCheckFailed)
-	rules := []consumerRule{
-		{"committed", allNone, applied},
-		{"marker exists", is(roleMarker, outbox.ReasonConditionalCheckFailed), duplicate},
+func orderedLedgerRules(state string) []txoutcome.Rule {
+	gate := txoutcome.Is(txoutcome.RoleGate, outbox.ReasonConditionalCheckFailed)
+	entryExists := txoutcome.Is(roleEntry, outbox.ReasonConditionalCheckFailed)
+	rules := []txoutcome.Rule{
+		txoutcome.R("committed", txoutcome.AllNone, txoutcome.Applied),
+		txoutcome.R("marker exists", txoutcome.Is(txoutcome.RoleMarker, outbox.ReasonConditionalCheckFailed), txoutcome.Duplicate),
 	}
-	seen := []consumerRule{
-		{"entry exists (marker expired); recorded as seen", func(c map[string]string) bool {
-			return entryExists(c) && c[roleMarker] == outbox.ReasonNone && c[roleGate] == outbox.ReasonNone
-		}, duplicate},
-		{"entry exists; recording it as seen fails for now", entryExists, retryOutcome},
+	seen := []txoutcome.Rule{
+		txoutcome.R("entry exists (marker expired); recorded as seen", func(c map[string]string) bool {
+			return entryExists(c) && c[txoutcome.RoleMarker] == outbox.ReasonNone && c[txoutcome.RoleGate] == outbox.ReasonNone
+		}, txoutcome.Duplicate),
+		txoutcome.R("entry exists; recording it as seen fails for now", entryExists, txoutcome.Retry),
 	}
 	rest := append(seen, ledgerRules[3:]...)
 	switch state {
-	case gateBehind:
-		rules = append(rules, consumerRule{"gate: sequence <= last", gate, duplicate})
-	case gateEarly:
-		rules = append(rules, consumerRule{"gate: sequence > last+1: buffered", gate, bufferedOutcome})
-	case gateMoved:
+	case txoutcome.GateBehind:
+		rules = append(rules, txoutcome.R("gate: sequence <= last", gate, txoutcome.Duplicate))
+	case txoutcome.GateEarly:
+		rules = append(rules, txoutcome.R("gate: sequence > last+1: buffered", gate, txoutcome.Buffered))
+	case txoutcome.GateMoved:
 		// The gate's failure counts as a conflict: the other reasons
 		// decide as in ledgerRules, else re-sent until the retries end.
-		return append(append(rules, rest...), consumerRule{"gate moved: a conflict", gate, retryOutcome})
+		return append(append(rules, rest...), txoutcome.R("gate moved: a conflict", gate, txoutcome.Retry))
 	}
 	return append(rules, rest...)
 }
@@ -320,18 +164,18 @@ func TestLedgerOrderedCancellationOutcomes(t *testing.T) {
 		roles []string
 		env   func(t *testing.T) outbox.Envelope
 	}{
-		{"OrderPaid", []string{roleMarker, roleEntry, roleBalance, roleGate}, func(t *testing.T) outbox.Envelope {
+		{"OrderPaid", []string{txoutcome.RoleMarker, roleEntry, roleBalance, txoutcome.RoleGate}, func(t *testing.T) outbox.Envelope {
 			return envelope(t, "o-1", 2, order.EventOrderPaid, order.Paid{OrderID: "o-1", AmountMinor: 100, Currency: "EUR"})
 		}},
-		{"unpaid OrderCancelled", []string{roleMarker, roleGate}, func(t *testing.T) outbox.Envelope {
+		{"unpaid OrderCancelled", []string{txoutcome.RoleMarker, txoutcome.RoleGate}, func(t *testing.T) outbox.Envelope {
 			return envelope(t, "o-1", 2, order.EventOrderCancelled, order.Cancelled{OrderID: "o-1", Currency: "EUR"})
 		}},
 	}
 	for _, sh := range shapes {
-		for _, c := range combos(sh.roles...) {
+		for _, c := range txoutcome.Combos(sh.roles...) {
 			states := []string{""}
-			if c[roleGate] == outbox.ReasonConditionalCheckFailed {
-				states = []string{gateBehind, gateEarly, gateMoved}
+			if c[txoutcome.RoleGate] == outbox.ReasonConditionalCheckFailed {
+				states = []string{txoutcome.GateBehind, txoutcome.GateEarly, txoutcome.GateMoved}
 			}
 			for _, state := range states {
 				var parts []string
@@ -340,35 +184,35 @@ func TestLedgerOrderedCancellationOutcomes(t *testing.T) {
 				}
 				t.Run(sh.name+"/"+strings.Join(parts, ",")+"/"+state, func(t *testing.T) {
 					t.Parallel()
-					client := &cancelClient{codes: c, last: gateLast[state], noEffects: len(sh.roles) == 2}
+					client := cancelClient{h: &txoutcome.Client{Codes: c, Effect: effectRole, Last: txoutcome.GateLast[state], NoEffects: len(sh.roles) == 2}}
 					l, err := ledger.New(client, ledger.Config{Table: "ledger", Logger: quiet, Dedup: dedup.Config{Table: "dedup",
-						MaxAttempts: consumerAttempts, BaseBackoff: time.Nanosecond, MaxBackoff: time.Nanosecond}})
+						MaxAttempts: txoutcome.Attempts, BaseBackoff: time.Nanosecond, MaxBackoff: time.Nanosecond}})
 					if err != nil {
 						t.Fatal(err)
 					}
 					err = l.Handle(context.Background(), delivery(t, sh.env(t)))
-					rule, want := "", consumerOutcome{}
+					rule, want := "", txoutcome.Outcome{}
 					for _, r := range orderedLedgerRules(state) {
-						if r.when(c) {
-							rule, want = r.name, r.want
+						if r.When(c) {
+							rule, want = r.Name, r.Want
 							break
 						}
 					}
-					got := observe(err, client)
+					got := txoutcome.Observe(err, client.h)
 					if got != want {
 						t.Fatalf("rule %q: got %+v (err %v), want %+v", rule, got, err, want)
 					}
-					wantCalls := consumerAttempts
+					wantCalls := txoutcome.Attempts
 					if strings.HasPrefix(rule, "entry exists") {
 						// the booking, then the "seen" transaction: retried
 						// unless a reason repeating cannot fix is there
 						wantCalls = 2
-						if !has(outbox.ReasonValidation, outbox.ReasonItemCollectionSize)(map[string]string{"m": c[roleMarker], "g": c[roleGate]}) {
-							wantCalls = 1 + consumerAttempts
+						if !txoutcome.Has(outbox.ReasonValidation, outbox.ReasonItemCollectionSize)(map[string]string{"m": c[txoutcome.RoleMarker], "g": c[txoutcome.RoleGate]}) {
+							wantCalls = 1 + txoutcome.Attempts
 						}
 					}
-					if want == retryOutcome && client.calls != wantCalls {
-						t.Fatalf("rule %q: %d attempts, want %d", rule, client.calls, wantCalls)
+					if want == txoutcome.Retry && client.h.Calls != wantCalls {
+						t.Fatalf("rule %q: %d attempts, want %d", rule, client.h.Calls, wantCalls)
 					}
 				})
 			}

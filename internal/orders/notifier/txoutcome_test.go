@@ -2,14 +2,12 @@ package notifier_test
 
 import (
 	"context"
-	"errors"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/txoutcome"
+
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -17,184 +15,58 @@ import (
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/order"
 	"github.com/ddb-outbox/ddb-outbox/pkg/dedup"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
-	"github.com/ddb-outbox/ddb-outbox/pkg/sqsconsumer"
 )
 
-// Roles of the actions in the notifier's Apply transaction.
+// Roles of the notifier's effect actions (the marker and the gate are
+// txoutcome.RoleMarker and txoutcome.RoleGate).
 const (
-	roleMarker       = "marker"       // action 0: the dedup marker Put
 	roleNotification = "notification" // action 1: the notification Put
 	roleView         = "view"         // action 2: the order view Update (absent in the re-run)
-	roleGate         = "gate"         // last action when ordered: the ordering gate Update
 )
 
-// cancelClient cancels every TransactWriteItems whose actions have a code
-// other than None in codes[role] (the same codes on every attempt) and
-// counts commits otherwise.
+// cancelClient is the notifier's client with the shared harness's fake
+// (txoutcome.Client) answering the two calls Apply makes.
 type cancelClient struct {
 	notifier.Client
-	mu      sync.Mutex
-	codes   map[string]string
-	calls   int
-	commits int
-	// last is the ordering item's last_sequence GetItem returns (0: no item).
-	last int64
-	// noEffects: the event's Apply transaction has no effect actions, so
-	// any commit is the apply (else only commits with an effect are).
-	noEffects bool
-	// buffered counts committed resequencer buffer writes (a buffer item
-	// Put and the gate's ADD: they always commit here).
-	buffered int
-	// seen counts committed transactions without the consumer's effect
-	// (marker and gate only: an event recorded as seen).
-	seen int
+	h *txoutcome.Client
 }
 
-// roleBuffer is the resequencer's buffer item Put (its transaction always
-// commits in this fake).
-const roleBuffer = "buffer"
-
-// GetItem answers the ordered notifier's read of its ordering item.
-func (c *cancelClient) GetItem(_ context.Context, in *dynamodb.GetItemInput, _ ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
-	if c.last == 0 {
-		return &dynamodb.GetItemOutput{}, nil
-	}
-	return &dynamodb.GetItemOutput{Item: map[string]types.AttributeValue{"pk": in.Key["pk"],
-		dedup.AttrLastSequence: &types.AttributeValueMemberN{Value: strconv.FormatInt(c.last, 10)}}}, nil
+func (c cancelClient) GetItem(ctx context.Context, in *dynamodb.GetItemInput, o ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	return c.h.GetItem(ctx, in, o...)
 }
 
-func notifierRole(it types.TransactWriteItem) string {
-	if it.Update != nil {
-		if pk, _ := it.Update.Key["pk"].(*types.AttributeValueMemberS); pk != nil && strings.Contains(pk.Value, dedup.SequenceInfix) {
-			return roleGate
-		}
+func (c cancelClient) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, o ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
+	return c.h.TransactWriteItems(ctx, in, o...)
+}
+
+// effectRole classifies the notifier's effect actions: the notification
+// Put and the order view Update ("" for anything else).
+func effectRole(it types.TransactWriteItem) string {
+	switch {
+	case it.Update != nil:
 		return roleView
-	}
-	pk, _ := it.Put.Item["pk"].(*types.AttributeValueMemberS)
-	if pk != nil && strings.Contains(pk.Value, dedup.BufferInfix) {
-		return roleBuffer
-	}
-	if pk != nil && strings.HasPrefix(pk.Value, notifier.NotificationPrefix) {
-		return roleNotification
-	}
-	return roleMarker
-}
-
-func (c *cancelClient) TransactWriteItems(_ context.Context, in *dynamodb.TransactWriteItemsInput, _ ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.calls++
-	reasons := make([]types.CancellationReason, len(in.TransactItems))
-	cancel, effect := false, false
-	for _, it := range in.TransactItems {
-		switch r := notifierRole(it); {
-		case r == roleBuffer:
-			c.buffered++
-			return &dynamodb.TransactWriteItemsOutput{}, nil
-		case r != roleMarker && r != roleGate:
-			effect = true
+	case it.Put != nil:
+		if pk, _ := it.Put.Item["pk"].(*types.AttributeValueMemberS); pk != nil && strings.HasPrefix(pk.Value, notifier.NotificationPrefix) {
+			return roleNotification
 		}
 	}
-	for i, it := range in.TransactItems {
-		code := c.codes[notifierRole(it)]
-		if code == "" {
-			code = outbox.ReasonNone
-		}
-		reasons[i].Code = aws.String(code)
-		cancel = cancel || code != outbox.ReasonNone
-	}
-	if cancel {
-		return nil, &types.TransactionCanceledException{Message: aws.String("Transaction cancelled"), CancellationReasons: reasons}
-	}
-	if effect || c.noEffects {
-		c.commits++
-	} else {
-		c.seen++
-	}
-	return &dynamodb.TransactWriteItemsOutput{}, nil
+	return ""
 }
-
-// consumerOutcome is what Handle did with one delivery.
-type consumerOutcome struct {
-	kind   string // "applied", "duplicate", "retry", "permanent"
-	reason string // the dead-letter reason of "permanent"
-}
-
-var (
-	applied      = consumerOutcome{kind: "applied"}
-	duplicate    = consumerOutcome{kind: "duplicate"}
-	retryOutcome = consumerOutcome{kind: "retry"}
-	// held: an ordered consumer's event is early (dedup.ErrSequenceGap);
-	// nothing written, redelivered (dead-lettered past GapMaxReceives).
-	held = consumerOutcome{kind: "held"}
-	// bufferedOutcome: an ordered consumer's early event is stored in the
-	// resequencer's buffer and acknowledged.
-	bufferedOutcome = consumerOutcome{kind: "buffered"}
-)
-
-func permanent(reason string) consumerOutcome {
-	return consumerOutcome{kind: "permanent", reason: reason}
-}
-
-type consumerRule struct {
-	name string
-	when func(c map[string]string) bool
-	want consumerOutcome
-}
-
-func has(codes ...string) func(map[string]string) bool {
-	return func(c map[string]string) bool {
-		for _, v := range c {
-			for _, code := range codes {
-				if v == code {
-					return true
-				}
-			}
-		}
-		return false
-	}
-}
-
-func is(role, code string) func(map[string]string) bool {
-	return func(c map[string]string) bool { return c[role] == code }
-}
-
-func allNone(c map[string]string) bool { return !has(outbox.CancellationReasons[1:]...)(c) }
 
 // notifierRules is the outcome precedence of a notifier delivery. When
 // only the view's condition failed, the notifier re-runs the transaction
 // without the view: the marker's and notification's codes decide then.
-var notifierRules = []consumerRule{
-	{"committed", allNone, applied},
-	{"marker exists", is(roleMarker, outbox.ReasonConditionalCheckFailed), duplicate},
-	{"notification exists (marker expired)", is(roleNotification, outbox.ReasonConditionalCheckFailed), duplicate},
-	{"ValidationError", has(outbox.ReasonValidation), permanent(dedup.ReasonTransactionInvalid)},
-	{"item collection full", has(outbox.ReasonItemCollectionSize), permanent(dedup.ReasonItemCollectionFull)},
-	{"view is newer; re-run commits", func(c map[string]string) bool {
-		return c[roleView] == outbox.ReasonConditionalCheckFailed && c[roleMarker] == outbox.ReasonNone && c[roleNotification] == outbox.ReasonNone
-	}, applied},
-	{"conflicts or throttling past the retries", has(outbox.ReasonTransactionConflict, outbox.ReasonThrottling, outbox.ReasonProvisionedThroughput), retryOutcome},
+var notifierRules = []txoutcome.Rule{
+	txoutcome.R("committed", txoutcome.AllNone, txoutcome.Applied),
+	txoutcome.R("marker exists", txoutcome.Is(txoutcome.RoleMarker, outbox.ReasonConditionalCheckFailed), txoutcome.Duplicate),
+	txoutcome.R("notification exists (marker expired)", txoutcome.Is(roleNotification, outbox.ReasonConditionalCheckFailed), txoutcome.Duplicate),
+	txoutcome.R("ValidationError", txoutcome.Has(outbox.ReasonValidation), txoutcome.Permanent(dedup.ReasonTransactionInvalid)),
+	txoutcome.R("item collection full", txoutcome.Has(outbox.ReasonItemCollectionSize), txoutcome.Permanent(dedup.ReasonItemCollectionFull)),
+	txoutcome.R("view is newer; re-run commits", func(c map[string]string) bool {
+		return c[roleView] == outbox.ReasonConditionalCheckFailed && c[txoutcome.RoleMarker] == outbox.ReasonNone && c[roleNotification] == outbox.ReasonNone
+	}, txoutcome.Applied),
+	txoutcome.R("conflicts or throttling past the retries", txoutcome.Has(outbox.ReasonTransactionConflict, outbox.ReasonThrottling, outbox.ReasonProvisionedThroughput), txoutcome.Retry),
 }
-
-func combos(roles ...string) []map[string]string {
-	out := []map[string]string{{}}
-	for _, r := range roles {
-		var next []map[string]string
-		for _, c := range out {
-			for _, code := range outbox.CancellationReasons {
-				m := map[string]string{r: code}
-				for k, v := range c {
-					m[k] = v
-				}
-				next = append(next, m)
-			}
-		}
-		out = next
-	}
-	return out
-}
-
-const consumerAttempts = 3
 
 // TestNotifierCancellationOutcomes: every combination of the seven
 // cancellation reason codes at every action of the notifier's transaction
@@ -204,64 +76,36 @@ const consumerAttempts = 3
 // reason).
 func TestNotifierCancellationOutcomes(t *testing.T) {
 	t.Parallel()
-	roles := []string{roleMarker, roleNotification, roleView}
-	for _, c := range combos(roles...) {
+	roles := []string{txoutcome.RoleMarker, roleNotification, roleView}
+	for _, c := range txoutcome.Combos(roles...) {
 		var parts []string
 		for _, r := range roles {
 			parts = append(parts, r+"="+c[r])
 		}
 		t.Run(strings.Join(parts, ","), func(t *testing.T) {
 			t.Parallel()
-			client := &cancelClient{codes: c}
+			client := cancelClient{h: &txoutcome.Client{Codes: c, Effect: effectRole}}
 			n, err := notifier.New(client, notifier.Config{Ordering: dedup.Unordered, Table: "notifications", Logger: quiet, Dedup: dedup.Config{Table: "dedup",
-				MaxAttempts: consumerAttempts, BaseBackoff: time.Nanosecond, MaxBackoff: time.Nanosecond}})
+				MaxAttempts: txoutcome.Attempts, BaseBackoff: time.Nanosecond, MaxBackoff: time.Nanosecond}})
 			if err != nil {
 				t.Fatal(err)
 			}
 			env := envelope(t, "o-1", 2, order.EventOrderPaid, order.Paid{OrderID: "o-1", AmountMinor: 100, Currency: "EUR"})
 			err = n.Handle(context.Background(), delivery(t, env))
-			rule, want := "", consumerOutcome{}
+			rule, want := "", txoutcome.Outcome{}
 			for _, r := range notifierRules {
-				if r.when(c) {
-					rule, want = r.name, r.want
+				if r.When(c) {
+					rule, want = r.Name, r.Want
 					break
 				}
 			}
-			got := observe(err, client)
+			got := txoutcome.Observe(err, client.h)
 			if got != want {
 				t.Fatalf("rule %q: got %+v (err %v), want %+v", rule, got, err, want)
 			}
 		})
 	}
 }
-
-// observe classifies Handle's result.
-func observe(err error, c *cancelClient) consumerOutcome {
-	if p, ok := sqsconsumer.AsPermanent(err); ok {
-		return permanent(p.Reason)
-	}
-	switch {
-	case errors.Is(err, dedup.ErrSequenceGap):
-		return held
-	case err != nil:
-		return retryOutcome
-	case c.commits > 0:
-		return applied
-	case c.buffered > 0:
-		return bufferedOutcome
-	}
-	return duplicate
-}
-
-// Ordering item states GetItem reports when the gate's condition failed,
-// for an event of sequence 2.
-const (
-	gateBehind = "behind" // last_sequence 2: the event was applied before
-	gateEarly  = "early"  // no item: sequence 1 is missing
-	gateMoved  = "moved"  // last_sequence 1: the item moved after the transaction; re-sent
-)
-
-var gateLast = map[string]int64{gateBehind: 2, gateEarly: 0, gateMoved: 1}
 
 // orderedNotifierRules is the outcome precedence of an ordered notifier
 // delivery: the marker, then the ordering gate (decided by reading the
@@ -271,33 +115,33 @@ var gateLast = map[string]int64{gateBehind: 2, gateEarly: 0, gateMoved: 1}
 // so the order's sequence advances: a duplicate only if that commits. A
 // moved gate counts as a conflict: the re-run without the view fails on it
 // too, so "view is newer" retries.
-func orderedNotifierRules(state string) []consumerRule {
-	gate := is(roleGate, outbox.ReasonConditionalCheckFailed)
-	noteExists := is(roleNotification, outbox.ReasonConditionalCheckFailed)
-	rules := []consumerRule{
-		{"committed", allNone, applied},
-		{"marker exists", is(roleMarker, outbox.ReasonConditionalCheckFailed), duplicate},
+func orderedNotifierRules(state string) []txoutcome.Rule {
+	gate := txoutcome.Is(txoutcome.RoleGate, outbox.ReasonConditionalCheckFailed)
+	noteExists := txoutcome.Is(roleNotification, outbox.ReasonConditionalCheckFailed)
+	rules := []txoutcome.Rule{
+		txoutcome.R("committed", txoutcome.AllNone, txoutcome.Applied),
+		txoutcome.R("marker exists", txoutcome.Is(txoutcome.RoleMarker, outbox.ReasonConditionalCheckFailed), txoutcome.Duplicate),
 	}
 	// The re-run without the view keeps the gate: it commits only if the
 	// gate's code is None.
-	viewNewer := consumerRule{"view is newer; re-run (with the gate) commits", func(c map[string]string) bool {
-		return c[roleView] == outbox.ReasonConditionalCheckFailed && c[roleMarker] == outbox.ReasonNone &&
-			c[roleNotification] == outbox.ReasonNone && c[roleGate] == outbox.ReasonNone
-	}, applied}
-	seen := []consumerRule{
-		{"notification exists (marker expired); recorded as seen", func(c map[string]string) bool {
-			return noteExists(c) && c[roleMarker] == outbox.ReasonNone && c[roleGate] == outbox.ReasonNone
-		}, duplicate},
-		{"notification exists; recording it as seen fails for now", noteExists, retryOutcome},
+	viewNewer := txoutcome.R("view is newer; re-run (with the gate) commits", func(c map[string]string) bool {
+		return c[roleView] == outbox.ReasonConditionalCheckFailed && c[txoutcome.RoleMarker] == outbox.ReasonNone &&
+			c[roleNotification] == outbox.ReasonNone && c[txoutcome.RoleGate] == outbox.ReasonNone
+	}, txoutcome.Applied)
+	seen := []txoutcome.Rule{
+		txoutcome.R("notification exists (marker expired); recorded as seen", func(c map[string]string) bool {
+			return noteExists(c) && c[txoutcome.RoleMarker] == outbox.ReasonNone && c[txoutcome.RoleGate] == outbox.ReasonNone
+		}, txoutcome.Duplicate),
+		txoutcome.R("notification exists; recording it as seen fails for now", noteExists, txoutcome.Retry),
 	}
 	rest := append(append(seen, notifierRules[3], notifierRules[4]), viewNewer, notifierRules[6])
 	switch state {
-	case gateBehind:
-		rules = append(rules, consumerRule{"gate: sequence <= last", gate, duplicate})
-	case gateEarly:
-		rules = append(rules, consumerRule{"gate: sequence > last+1: buffered", gate, bufferedOutcome})
-	case gateMoved:
-		return append(append(rules, rest[:4]...), consumerRule{"gate moved: a conflict", gate, retryOutcome})
+	case txoutcome.GateBehind:
+		rules = append(rules, txoutcome.R("gate: sequence <= last", gate, txoutcome.Duplicate))
+	case txoutcome.GateEarly:
+		rules = append(rules, txoutcome.R("gate: sequence > last+1: buffered", gate, txoutcome.Buffered))
+	case txoutcome.GateMoved:
+		return append(append(rules, rest[:4]...), txoutcome.R("gate moved: a conflict", gate, txoutcome.Retry))
 	}
 	return append(rules, rest...)
 }
@@ -310,11 +154,11 @@ func orderedNotifierRules(state string) []consumerRule {
 // orderedNotifierRules names.
 func TestNotifierOrderedCancellationOutcomes(t *testing.T) {
 	t.Parallel()
-	roles := []string{roleMarker, roleNotification, roleView, roleGate}
-	for _, c := range combos(roles...) {
+	roles := []string{txoutcome.RoleMarker, roleNotification, roleView, txoutcome.RoleGate}
+	for _, c := range txoutcome.Combos(roles...) {
 		states := []string{""}
-		if c[roleGate] == outbox.ReasonConditionalCheckFailed {
-			states = []string{gateBehind, gateEarly, gateMoved}
+		if c[txoutcome.RoleGate] == outbox.ReasonConditionalCheckFailed {
+			states = []string{txoutcome.GateBehind, txoutcome.GateEarly, txoutcome.GateMoved}
 		}
 		for _, state := range states {
 			var parts []string
@@ -323,22 +167,22 @@ func TestNotifierOrderedCancellationOutcomes(t *testing.T) {
 			}
 			t.Run(strings.Join(parts, ",")+"/"+state, func(t *testing.T) {
 				t.Parallel()
-				client := &cancelClient{codes: c, last: gateLast[state]}
+				client := cancelClient{h: &txoutcome.Client{Codes: c, Effect: effectRole, Last: txoutcome.GateLast[state]}}
 				n, err := notifier.New(client, notifier.Config{Table: "notifications", Logger: quiet, Dedup: dedup.Config{Table: "dedup",
-					MaxAttempts: consumerAttempts, BaseBackoff: time.Nanosecond, MaxBackoff: time.Nanosecond}})
+					MaxAttempts: txoutcome.Attempts, BaseBackoff: time.Nanosecond, MaxBackoff: time.Nanosecond}})
 				if err != nil {
 					t.Fatal(err)
 				}
 				env := envelope(t, "o-1", 2, order.EventOrderPaid, order.Paid{OrderID: "o-1", AmountMinor: 100, Currency: "EUR"})
 				err = n.Handle(context.Background(), delivery(t, env))
-				rule, want := "", consumerOutcome{}
+				rule, want := "", txoutcome.Outcome{}
 				for _, r := range orderedNotifierRules(state) {
-					if r.when(c) {
-						rule, want = r.name, r.want
+					if r.When(c) {
+						rule, want = r.Name, r.Want
 						break
 					}
 				}
-				got := observe(err, client)
+				got := txoutcome.Observe(err, client.h)
 				if got != want {
 					t.Fatalf("rule %q: got %+v (err %v), want %+v", rule, got, err, want)
 				}
