@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/txoutcome"
+
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -201,26 +203,6 @@ func has(codes ...string) func(map[string]string) bool {
 	return func(c map[string]string) bool { return anyCode(c, codes...) }
 }
 
-// combos returns every assignment of the seven documented cancellation
-// reason codes to roles (7^len(roles) combinations).
-func combos(roles ...string) []map[string]string {
-	out := []map[string]string{{}}
-	for _, r := range roles {
-		var next []map[string]string
-		for _, c := range out {
-			for _, code := range outbox.CancellationReasons {
-				m := map[string]string{r: code}
-				for k, v := range c {
-					m[k] = v
-				}
-				next = append(next, m)
-			}
-		}
-		out = next
-	}
-	return out
-}
-
 func comboName(roles []string, c map[string]string) string {
 	parts := make([]string, len(roles))
 	for i, r := range roles {
@@ -331,7 +313,7 @@ func TestCreateCancellationOutcomes(t *testing.T) {
 		if keyed {
 			roles = []string{roleOrder, roleIdem, roleOutbox}
 		}
-		for _, c := range combos(roles...) {
+		for _, c := range txoutcome.Combos(roles...) {
 			t.Run(fmt.Sprintf("keyed=%v/%s", keyed, comboName(roles, c)), func(t *testing.T) {
 				t.Parallel()
 				f := newCancelFake()
@@ -357,7 +339,7 @@ func TestCreateCancellationOutcomes(t *testing.T) {
 func TestUpdateCancellationOutcomes(t *testing.T) {
 	t.Parallel()
 	roles := []string{roleOrder, roleOutbox}
-	for _, c := range combos(roles...) {
+	for _, c := range txoutcome.Combos(roles...) {
 		t.Run(comboName(roles, c), func(t *testing.T) {
 			t.Parallel()
 			f := newCancelFake()
