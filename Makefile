@@ -11,7 +11,7 @@ TOOLS := bin/tools
 export CDK_DISABLE_VERSION_CHECK := true
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: help deps dev demo test test-unit test-infra build synth chaos bench fuzz mutation clean FORCE lint licenses trace-screenshot
+.PHONY: help deps dev demo test test-unit test-infra build synth chaos bench fuzz mutation clean FORCE lint apicheck licenses trace-screenshot
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -138,9 +138,22 @@ $(TOOLS)/actionlint: tools/actionlint/go.mod tools/actionlint/go.sum
 $(TOOLS)/go-licenses: tools/licenses/go.mod tools/licenses/go.sum
 	cd tools/licenses && $(GO) build -o ../../$@ github.com/google/go-licenses
 
-lint: $(TOOLS)/golangci-lint $(TOOLS)/actionlint $(TOOLS)/go-licenses ## golangci-lint (root and infra modules), actionlint (workflows), licence allow-list
+# The API guard (issue 24): tools/apidiff/apicheck compares the exported API
+# of pkg/ (not pkg/internal/) with the commit in api/baseline using
+# golang.org/x/exp/apidiff, and fails on a change CHANGELOG.md's Unreleased
+# section does not name. Its own tests (a throwaway repository per case)
+# run first. It needs the baseline commit in the clone (not a shallow one).
+$(TOOLS)/apicheck: tools/apidiff/go.mod tools/apidiff/go.sum tools/apidiff/apicheck/main.go
+	cd tools/apidiff && $(GO) build -o ../../$@ ./apicheck
+
+apicheck: $(TOOLS)/apicheck ## the library's API against api/baseline: every change named in CHANGELOG.md's Unreleased section
+	$(GO) test -C tools/apidiff -count=1 ./...
+	$(TOOLS)/apicheck -repo . -baseline api/baseline > /dev/null
+
+lint: $(TOOLS)/golangci-lint $(TOOLS)/actionlint $(TOOLS)/go-licenses apicheck ## golangci-lint (root and infra modules), actionlint (workflows), licence allow-list, API guard
 	$(TOOLS)/golangci-lint run ./...
 	cd infra && ../$(TOOLS)/golangci-lint run --config ../.golangci.yml ./...
+	cd tools/apidiff && ../../$(TOOLS)/golangci-lint run --config ../../.golangci.yml ./...
 	$(TOOLS)/actionlint
 	GO_LICENSES=$(TOOLS)/go-licenses tools/licenses/licenses.sh check
 
