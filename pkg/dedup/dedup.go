@@ -73,8 +73,8 @@ type Config struct {
 	// transaction is cancelled only by conflicts or throttling. Default 5.
 	MaxAttempts int
 	// BaseBackoff is the first retry delay; it doubles per attempt, capped
-	// at MaxBackoff, each wait randomized by ±50 % (cenkalti/backoff, as
-	// every retry of the library). Defaults 20 ms and 1 s.
+	// at MaxBackoff, each wait drawn uniformly from [0, that delay] (full
+	// jitter, as every retry of the library). Defaults 20 ms and 1 s.
 	BaseBackoff time.Duration
 	// MaxBackoff caps one retry delay.
 	MaxBackoff time.Duration
@@ -436,8 +436,8 @@ func (a *Applier) call(ctx context.Context, in *dynamodb.TransactWriteItemsInput
 	return err
 }
 
-// backoff returns the delay before retry n (1-based): BaseBackoff ·
-// 2^(n-1), capped at MaxBackoff, randomized by ±50 % (pkg/internal/retry).
+// backoff returns the delay before retry n (1-based): uniform in
+// [0, min(MaxBackoff, BaseBackoff · 2^(n-1))] (pkg/internal/retry).
 func (a *Applier) backoff(n int) time.Duration {
 	return retry.Delay(a.cfg.BaseBackoff, a.cfg.MaxBackoff, n)
 }

@@ -278,7 +278,7 @@ func (p *StreamPoller) call(ctx context.Context, ev events.DynamoDBEvent) (resp 
 }
 
 // backoff returns the wait before retry n (1-based): exponential from
-// RetryBaseDelay, capped at RetryMaxDelay, randomized by ±50 %
+// RetryBaseDelay, capped at RetryMaxDelay, with full jitter
 // (pkg/internal/retry).
 func (p *StreamPoller) backoff(n int) time.Duration {
 	return retry.Delay(p.cfg.RetryBaseDelay, p.cfg.RetryMaxDelay, n)

@@ -156,8 +156,9 @@ type PublisherConfig struct {
 	// context deadline shortens it (the Relay passes the invocation deadline
 	// less MarkerConfig.Reserve).
 	RetryBudget time.Duration
-	// InitialInterval and MaxInterval shape the exponential backoff (with
-	// ±50% jitter) between attempts. Defaults 100 ms and 2 s.
+	// InitialInterval and MaxInterval shape the exponential backoff (full
+	// jitter: each wait uniform in [0, the capped delay]) between attempts.
+	// Defaults 100 ms and 2 s.
 	InitialInterval time.Duration
 	MaxInterval     time.Duration
 	// CallTimeout bounds each PutEvents call. Default 5 s.

@@ -506,11 +506,12 @@ func (r *Repository) write(ctx context.Context, writes []types.TransactWriteItem
 	return r.cfg.Writer.Write(ctx, writes, envs, opts...)
 }
 
-// backoff sleeps before retry attempt (1-based): BaseBackoff · 2^(attempt-1)
-// randomized by ±50 % (cenkalti/backoff, the library's retry schedule:
-// pkg/internal/retry), or until ctx ends.
+// backoff sleeps before retry attempt (1-based) a wait uniform in
+// [0, BaseBackoff · 2^(attempt-1)] (full jitter on cenkalti/backoff, as the
+// library's pkg/internal/retry, which Go keeps private to pkg/), or until
+// ctx ends.
 func (r *Repository) backoff(ctx context.Context, attempt int) error {
-	b := &backoff.ExponentialBackOff{InitialInterval: r.cfg.BaseBackoff, RandomizationFactor: 0.5, Multiplier: 2,
+	b := &backoff.ExponentialBackOff{InitialInterval: r.cfg.BaseBackoff / 2, RandomizationFactor: 1, Multiplier: 2,
 		MaxInterval: r.cfg.BaseBackoff << min(attempt, 16)}
 	b.Reset()
 	var d time.Duration
