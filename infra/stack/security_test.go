@@ -25,6 +25,7 @@ var (
 	customReservations = map[string]int{APIFunction: 7, outboxcdk.RelayFunction: NoReservedConcurrency, outboxcdk.ReconcilerFunction: NoReservedConcurrency, "ledger": 60}
 	breakGlassRole     = "arn:aws:iam::123456789012:role/ddb-outbox-break-glass"
 	redriveRole        = "arn:aws:iam::123456789012:role/ddb-outbox-redrive"
+	replayRole         = "arn:aws:iam::123456789012:role/ddb-outbox-replay"
 )
 
 // policyStatements returns the statements of a policy document value.

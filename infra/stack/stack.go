@@ -188,6 +188,13 @@ func NewOrdersStack(scope constructs.Construct, id string, props OrdersStackProp
 	}
 	s.Outbox = ob
 	source := ob.Props().EventSource
+	if sts := ob.ReplayStatements(); len(props.ReplayRoleArns) > 0 && len(sts) > 0 {
+		var roles []awsiam.IRole
+		for i, arn := range props.ReplayRoleArns {
+			roles = append(roles, awsiam.Role_FromRoleArn(st, jsii.String(fmt.Sprintf("ReplayRole%d", i)), jsii.String(arn), &awsiam.FromRoleArnOptions{Mutable: jsii.Bool(true)}))
+		}
+		awsiam.NewPolicy(st, jsii.String("ReplayPolicy"), &awsiam.PolicyProps{Roles: &roles, Statements: &sts})
+	}
 
 	s.OrdersTable = s.newTable("OrdersTable", order.AttrPK, order.TTLAttribute)
 	s.DedupTable = s.newTable("DedupTable", dedup.AttrPK, dedup.TTLAttribute)
@@ -339,6 +346,9 @@ func (s *OrdersStack) addOutputs() {
 	out("ShipmentsTableName", s.Consumers[routing.ConsumerFulfilment].Table.TableName(), "Fulfilment consumer's shipments table (pk = order id)")
 	out("IdempotencyTableName", s.IdempotencyTable.TableName(), "Fulfilment consumer's idempotency records")
 	out("ProviderSecretArn", s.ProviderSecret.SecretArn(), "Secrets Manager secret holding the fulfilment provider's API token (SecretString = the token)")
+	if s.Outbox.Archive != nil {
+		out("ArchiveName", s.Outbox.Archive.ArchiveName(), "EventBridge archive of every published event: outboxctl backfill -archive (OUTBOX_ARCHIVE_NAME)")
+	}
 	out("ParkedQueueUrl", s.Outbox.ParkedQueue.Queue.QueueUrl(), "DLQ of parked outbox records")
 	out("AlarmTopicArn", s.AlarmTopic.TopicArn(), "SNS topic every alarm notifies on ALARM and OK: subscribe to it (aws sns subscribe --protocol email ...)")
 	for _, name := range consumerNames {
