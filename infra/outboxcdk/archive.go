@@ -26,13 +26,6 @@ var (
 	ReplayListActions = []string{"events:ListReplays"}
 )
 
-// ArchiveKeyActions are what EventBridge needs on a customer managed key
-// that encrypts an archive (EventBridge user guide, encryption-archives:
-// kms:DescribeKey, kms:GenerateDataKey, kms:Decrypt and kms:ReEncrypt*,
-// here named without a wildcard), granted to events.amazonaws.com only
-// under the encryption context of the archive's source bus.
-var ArchiveKeyActions = []string{"kms:DescribeKey", "kms:GenerateDataKey", "kms:Decrypt", "kms:ReEncryptFrom", "kms:ReEncryptTo"}
-
 // addArchive archives every event of Props.EventSource published on
 // Props.EventBus (an EventBridge archive on the bus, pattern
 // {"source":[EventSource]}), kept Props.ArchiveRetentionDays, encrypted
@@ -52,18 +45,12 @@ func (o *Outbox) addArchive() {
 	if days > 0 {
 		props.Retention = awscdk.Duration_Days(jsii.Number(days))
 	}
+	// With a customer managed key the CDK adds AWS's documented key policy
+	// for archives (EventBridge user guide, encryption-archives):
+	// kms:DescribeKey, and kms:GenerateDataKey, kms:Decrypt, kms:ReEncrypt*
+	// only under the encryption context of this bus
+	// (kms:EncryptionContext:aws:events:event-bus:arn).
 	o.Archive = awsevents.NewArchive(o.Construct, jsii.String("Archive"), props)
-	if k := o.props.EncryptionKey; k != nil {
-		k.AddToResourcePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
-			Sid:        jsii.String("EventBridgeArchivesOutboxEvents"),
-			Principals: &[]awsiam.IPrincipal{awsiam.NewServicePrincipal(jsii.String("events.amazonaws.com"), nil)},
-			Actions:    jsii.Strings(ArchiveKeyActions...),
-			Resources:  jsii.Strings("*"),
-			Conditions: &map[string]any{
-				"StringEquals": map[string]any{"kms:EncryptionContext:aws:events:event-bus:arn": o.props.EventBus.EventBusArn()},
-			},
-		}), jsii.Bool(false))
-	}
 }
 
 // ReplayStatements are the statements an operator's role needs to run
