@@ -108,7 +108,7 @@ func init() {
 		{"backfill", "replay the archive's events of a time range to one consumer's rule only (a new or rebuilt consumer), reporting progress until the replay ends; -orders-table says which orders began before the archive",
 			"outboxctl -endpoint http://127.0.0.1:4580 backfill -archive dev-archive -rule ledger-order-payments -bus dev-bus -settle 30s", runBackfill},
 		{"replays", "list the bus's replays: name, state, progress, last event replayed, range",
-			"outboxctl -endpoint http://127.0.0.1:4580 replays", runReplays},
+			"outboxctl -endpoint http://127.0.0.1:4580 replays -prefix backfill-", runReplays},
 		{"history", "an aggregate's published events (sequence, type, time, event id) from the outbox table, and which sequences expired from it",
 			"outboxctl -endpoint http://127.0.0.1:4580 history -table dev-outbox ORDER_ID", runHistory},
 	}
