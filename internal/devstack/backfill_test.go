@@ -2,18 +2,15 @@ package devstack_test
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
 	"maps"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
@@ -21,7 +18,6 @@ import (
 
 	"github.com/ddb-outbox/ddb-outbox/internal/devstack"
 	"github.com/ddb-outbox/ddb-outbox/internal/operator"
-	"github.com/ddb-outbox/ddb-outbox/internal/orders/ledger"
 	"github.com/ddb-outbox/ddb-outbox/pkg/dedup"
 	"github.com/ddb-outbox/ddb-outbox/pkg/dynoxide"
 	"github.com/ddb-outbox/ddb-outbox/pkg/localrt"
@@ -77,69 +73,6 @@ func attrS(it map[string]types.AttributeValue, name string) string {
 		return v.Value
 	}
 	return ""
-}
-
-// ledgerState is a ledger's whole state: its entries by event id and its
-// balances by currency.
-type ledgerState struct {
-	entries  map[string]ledger.Entry
-	balances map[string]int64
-}
-
-func readLedger(ctx context.Context, t *testing.T, ddb *dynamodb.Client, table string, l *ledger.Ledger) ledgerState {
-	t.Helper()
-	st := ledgerState{entries: map[string]ledger.Entry{}}
-	p := dynamodb.NewScanPaginator(ddb, &dynamodb.ScanInput{TableName: aws.String(table), ConsistentRead: aws.Bool(true)})
-	for p.HasMorePages() {
-		page, err := p.NextPage(ctx)
-		if err != nil {
-			t.Fatalf("scan %s: %v", table, err)
-		}
-		for _, it := range page.Items {
-			var e ledger.Entry
-			if err := attributevalue.UnmarshalMap(it, &e); err != nil {
-				t.Fatal(err)
-			}
-			if e.EventID != "" {
-				e.BookedAt = time.Time{} // when it was booked differs, by design
-				st.entries[e.EventID] = e
-			}
-		}
-	}
-	var err error
-	if st.balances, err = l.Balances(ctx); err != nil {
-		t.Fatalf("balances of %s: %v", table, err)
-	}
-	return st
-}
-
-// diffLedgers lists every difference between two ledger states.
-func diffLedgers(want, got ledgerState) []string {
-	var d []string
-	for id, w := range want.entries {
-		if g, ok := got.entries[id]; !ok {
-			d = append(d, fmt.Sprintf("entry %s (%s %d %s of order %s seq %d) missing", id, w.Direction, w.AmountMinor, w.Currency, w.OrderID, w.Sequence))
-		} else if g != w {
-			d = append(d, fmt.Sprintf("entry %s: %+v, want %+v", id, g, w))
-		}
-	}
-	for id := range got.entries {
-		if _, ok := want.entries[id]; !ok {
-			d = append(d, "entry "+id+" booked only by the new ledger")
-		}
-	}
-	for c, w := range want.balances {
-		if got.balances[c] != w {
-			d = append(d, fmt.Sprintf("balance %s: %d, want %d", c, got.balances[c], w))
-		}
-	}
-	for c, g := range got.balances {
-		if _, ok := want.balances[c]; !ok && g != 0 {
-			d = append(d, fmt.Sprintf("balance %s: %d, want none", c, g))
-		}
-	}
-	sort.Strings(d)
-	return d
 }
 
 // TestBackfillNewLedgerFromTheArchive: a second ledger added to a running
@@ -225,16 +158,22 @@ func TestBackfillNewLedgerFromTheArchive(t *testing.T) {
 	for _, pr := range a.Problems {
 		t.Error(pr)
 	}
-	want := readLedger(ctx, t, s.DDB, s.Settings.LedgerTable, s.Ledger)
-	got := readLedger(ctx, t, s.DDB, "bf-"+name, l2)
-	if len(want.entries) < 100 {
-		t.Fatalf("the original ledger booked only %d entries", len(want.entries))
+	want, err := s.ReadLedger(ctx, s.Settings.LedgerTable, s.Ledger)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, d := range diffLedgers(want, got) {
+	got, err := s.ReadLedger(ctx, "bf-"+name, l2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(want.Entries) < 100 {
+		t.Fatalf("the original ledger booked only %d entries", len(want.Entries))
+	}
+	for _, d := range devstack.DiffLedgers(want, got) {
 		t.Error(d)
 	}
 	st := s.Bus.Stats()
-	t.Logf("events %d, replayed %d, deliveries to %s %d, entries %d, currencies %d", a.Events, st.Replayed, name, st.Deliveries[name], len(got.entries), len(got.balances))
+	t.Logf("events %d, replayed %d, deliveries to %s %d, entries %d, currencies %d", a.Events, st.Replayed, name, st.Deliveries[name], len(got.Entries), len(got.Balances))
 	if st.Replayed < int64(a.Events-int(live.Acked)) {
 		t.Errorf("replayed %d events; the archive held at least %d", st.Replayed, a.Events-int(live.Acked))
 	}
