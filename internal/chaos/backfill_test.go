@@ -70,7 +70,9 @@ func TestChaosBackfill(t *testing.T) {
 		t.Fatal(err)
 	}
 	live := make(chan *devstack.DriveReport, 1)
-	go func() { live <- devstack.Drive(ctx, s.URL, devstack.DriveOptions{Orders: 40, Concurrency: 3, Seed: 26, Logger: quiet}) }()
+	go func() {
+		live <- devstack.Drive(ctx, s.URL, devstack.DriveOptions{Orders: 40, Concurrency: 3, Seed: 26, Logger: quiet})
+	}()
 	p, err := operator.Backfill(ctx, s.Bus, operator.BackfillOptions{Archive: s.ArchiveName, Rule: name + "-order-events", Bus: s.Settings.EventBus,
 		Settle: time.Second, Poll: 50 * time.Millisecond}, nil)
 	if err != nil || p.State != "COMPLETED" {
