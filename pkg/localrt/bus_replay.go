@@ -141,20 +141,35 @@ func (b *Bus) StartReplay(ctx context.Context, in *eventbridge.StartReplayInput,
 func (b *Bus) runReplay(r *replay, archiveName string) {
 	defer b.done()
 	b.setReplay(r, func() { r.state = ebtypes.ReplayStateRunning })
-	for from := r.start; from.Before(r.end); from = from.Add(ReplayInterval) {
-		to := from.Add(ReplayInterval)
-		if to.After(r.end) {
-			to = r.end
-		}
+	// Interval by interval of event time from r.start; intervals with no
+	// event are skipped (the next interval is the one of the earliest
+	// event left), so a long range over a sparse archive costs its events.
+	for from := r.start; from.Before(r.end); {
 		if b.stopReplay(r) {
 			return
 		}
 		b.mu.Lock()
-		a := b.archives[archiveName]
 		now := b.cfg.Now()
+		live := b.archives[archiveName].live(now)
+		visible := func(e archivedEvent) bool { return !e.VisibleAt.After(now) && !e.Time.Before(from) && e.Time.Before(r.end) }
+		var next time.Time
+		for _, e := range live {
+			if visible(e) && (next.IsZero() || e.Time.Before(next)) {
+				next = e.Time
+			}
+		}
+		if next.IsZero() {
+			b.mu.Unlock()
+			break
+		}
+		from = from.Add(next.Sub(from).Truncate(ReplayInterval))
+		to := from.Add(ReplayInterval)
+		if to.After(r.end) {
+			to = r.end
+		}
 		var evs []archivedEvent
-		for _, e := range a.live(now) {
-			if !e.Time.Before(from) && e.Time.Before(to) && !e.VisibleAt.After(now) {
+		for _, e := range live {
+			if visible(e) && e.Time.Before(to) {
 				evs = append(evs, e)
 			}
 		}
@@ -169,12 +184,14 @@ func (b *Bus) runReplay(r *replay, archiveName string) {
 				b.log.Error("replay failed", "replay", r.name, "error", err)
 				return
 			}
-			b.setReplay(r, func() {
-				if e.Time.After(r.last) {
-					r.last = e.Time
-				}
-			})
+			b.mu.Lock()
+			if e.Time.After(r.last) {
+				r.last = e.Time
+			}
+			b.mu.Unlock()
 		}
+		b.setReplay(r, func() {}) // keep the progress, once per interval
+		from = to
 	}
 	b.setReplay(r, func() { r.state, r.ended = ebtypes.ReplayStateCompleted, b.cfg.Now().UTC() })
 	b.log.Info("replay completed", "replay", r.name)
