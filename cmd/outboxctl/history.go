@@ -64,6 +64,8 @@ func runBackfill(ctx context.Context, e *cmdEnv, args []string) error {
 		if err := printStartGap(ctx, e, c, opts, *ordersTable); err != nil {
 			return err
 		}
+	} else {
+		fmt.Fprintln(e.out, "start point not checked: give -orders-table (or $"+config.EnvOrdersTable+") to list the orders that began before the archive (their first events are not in it)")
 	}
 	p, err := operator.Backfill(ctx, c.eb, opts, func(p operator.ReplayProgress, note string) {
 		if note != "" {

@@ -56,6 +56,7 @@ func TestHistory(t *testing.T) {
 // notifier's) and reports progress until COMPLETED; replays lists it;
 // usage and unknown names are clear errors.
 func TestBackfillAndReplays(t *testing.T) {
+	t.Setenv(config.EnvOrdersTable, "")
 	w := newWorld(t)
 	ctx := context.Background()
 	if _, err := w.bus.CreateArchive(ctx, &eventbridge.CreateArchiveInput{ArchiveName: aws.String("ctl-archive"), EventSourceArn: aws.String(w.bus.ARN()),
@@ -84,7 +85,7 @@ func TestBackfillAndReplays(t *testing.T) {
 	if err != nil {
 		t.Fatalf("backfill: %v\n%s", err, out)
 	}
-	mustContain(t, "backfill", out, "nb-1\t", "COMPLETED", "100.0%", "replayed to "+notifierRule)
+	mustContain(t, "backfill", out, "nb-1\t", "COMPLETED", "100.0%", "replayed to "+notifierRule, "start point not checked")
 	got := map[string]bool{}
 	for range 3 {
 		select {
