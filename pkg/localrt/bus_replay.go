@@ -151,7 +151,9 @@ func (b *Bus) runReplay(r *replay, archiveName string) {
 		b.mu.Lock()
 		now := b.cfg.Now()
 		live := b.archives[archiveName].live(now)
-		visible := func(e archivedEvent) bool { return !e.VisibleAt.After(now) && !e.Time.Before(from) && e.Time.Before(r.end) }
+		visible := func(e archivedEvent) bool {
+			return !e.VisibleAt.After(now) && !e.Time.Before(from) && e.Time.Before(r.end)
+		}
 		var next time.Time
 		for _, e := range live {
 			if visible(e) && (next.IsZero() || e.Time.Before(next)) {
