@@ -54,6 +54,8 @@ const (
 	ctxAccessLogRetention = "ddb-outbox:accessLogRetentionDays" // int days, a CloudWatch Logs retention value
 	ctxPublisherArns      = "ddb-outbox:publisherArns"          // comma-separated exact ARNs
 	ctxRedriveRoleArns    = "ddb-outbox:redriveRoleArns"        // comma-separated exact ARNs
+	ctxReplayRoleArns     = "ddb-outbox:replayRoleArns"         // comma-separated exact ARNs: outboxctl backfill
+	ctxArchiveRetention   = "ddb-outbox:archiveRetentionDays"   // int days; -1 forever, -2 no archive; default 365
 	ctxCustomerManagedKey = "ddb-outbox:customerManagedKey"     // bool, default false
 	ctxNotificationsTTL   = "ddb-outbox:notificationsTtlAttribute"
 	// an OTLP collector layer ARN (e.g. ADOT) for every function: turns
@@ -180,6 +182,7 @@ func fromContext(get func(string) any, cwd string) (appConfig, error) {
 	p.Outbox.BatchSize = integer(ctxBatchSize)
 	p.Outbox.MaxBatchingWindow = time.Duration(integer(ctxBatchingWindow)) * time.Second
 	p.Outbox.PendingShards = integer(ctxPendingShards)
+	p.Outbox.ArchiveRetentionDays = integer(ctxArchiveRetention)
 	p.Outbox.ReconcileRate = time.Duration(integer(ctxReconcileRate)) * time.Minute
 	object := func(key string, dst any) {
 		v := get(key)
@@ -228,6 +231,7 @@ func fromContext(get func(string) any, cwd string) (appConfig, error) {
 	}
 	p.PublisherArns = list(ctxPublisherArns)
 	p.RedriveRoleArns = list(ctxRedriveRoleArns)
+	p.ReplayRoleArns = list(ctxReplayRoleArns)
 	p.CustomerManagedKey = boolean(ctxCustomerManagedKey, false)
 	p.NotificationsTTLAttribute = str(ctxNotificationsTTL)
 	p.TelemetryLayerArn = str(ctxTelemetryLayerArn)

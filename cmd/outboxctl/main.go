@@ -10,6 +10,9 @@
 //	outboxctl [-endpoint URL] consumer-redrive  -dlq DLQ -queue QUEUE [-sender ROLE_ID]... [-max 0]
 //	outboxctl [-endpoint URL] consumer-buffered -dedup-table D -consumer C
 //	outboxctl [-endpoint URL] consumer-baseline -dedup-table D -consumer C (-aggregate ID -last N | -from-orders-table T)
+//	outboxctl [-endpoint URL] backfill -archive A -rule R [-bus B] [-from T] [-to T] [-settle 10m] [-orders-table T]
+//	outboxctl [-endpoint URL] replays  [-prefix P]
+//	outboxctl [-endpoint URL] history  -table T AGGREGATE_ID
 //
 // Every command prints one line per record or message it handled and a
 // count. status, show and parked read; redrive makes parked records
@@ -24,6 +27,9 @@
 // queue's redrive policy: DeadLetterQueueSourceArn; or sent by the
 // consumer's role, -sender: SenderId); any other message is listed with its
 // sender and left, so a message planted on the DLQ is never forwarded;
+// backfill replays the outbox's archive to one consumer's rule (a new or
+// rebuilt consumer, docs/ARCHIVE.md), replays lists the replays, history
+// lists an aggregate's published events;
 // consumer-buffered lists what an ordered consumer's resequencer holds for
 // a missing predecessor, consumer-baseline declares where an ordered
 // consumer starts (docs/ORDERING.md).
@@ -99,6 +105,12 @@ func init() {
 			"outboxctl -endpoint http://127.0.0.1:4580 consumer-buffered -dedup-table dev-dedup -consumer ledger", runConsumerBuffered},
 		{"consumer-baseline", "declare an ordered consumer's starting point: -aggregate ID -last N, or every order at its version (-from-orders-table)",
 			"outboxctl -endpoint http://127.0.0.1:4580 consumer-baseline -dedup-table dev-dedup -consumer ledger -from-orders-table dev-orders", runConsumerBaseline},
+		{"backfill", "replay the archive's events of a time range to one consumer's rule only (a new or rebuilt consumer), reporting progress until the replay ends; -orders-table says which orders began before the archive",
+			"outboxctl -endpoint http://127.0.0.1:4580 backfill -archive dev-archive -rule ledger-order-payments -bus dev-bus -settle 30s", runBackfill},
+		{"replays", "list the bus's replays: name, state, progress, last event replayed, range",
+			"outboxctl -endpoint http://127.0.0.1:4580 replays -prefix backfill-", runReplays},
+		{"history", "an aggregate's published events (sequence, type, time, event id) from the outbox table, and which sequences expired from it",
+			"outboxctl -endpoint http://127.0.0.1:4580 history -table dev-outbox ORDER_ID", runHistory},
 	}
 }
 

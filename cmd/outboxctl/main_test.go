@@ -159,7 +159,7 @@ func newWorld(t *testing.T) *world {
 		}
 	}
 	onFailure := localrt.NewMemoryQueue("https://sqs.us-east-1.amazonaws.com/000000000000/ctl-relay-onfailure")
-	if w.bus, err = localrt.NewBus(localrt.BusConfig{Name: "ctl-bus", Rules: routing.BusRules(config.DefaultEventSource)}); err != nil {
+	if w.bus, err = localrt.NewBus(localrt.BusConfig{Name: "ctl-bus", Rules: routing.BusRules(config.DefaultEventSource), ArchiveDelay: time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = w.bus.Close(context.Background()) })

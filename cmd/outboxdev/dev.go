@@ -27,7 +27,7 @@ func runDev(ctx context.Context, args []string) error {
 	verbose := fs.Bool("v", false, "show every component's logs and the relay's and reconciler's metric lines (default: one line per hop of each event)")
 	stateFile := fs.String("state-file", "", "keep the local runtime's state (SQS queues with messages in flight, the bus's undelivered events, the fulfilment provider) in this journal across restarts (default: FILE.state with -data FILE, .outboxdev/<prefix>.state with -endpoint; in memory otherwise)")
 	checkpoint := fs.String("checkpoint-file", "", "keep the stream event source mapping's checkpoints here (default: .outboxdev/<prefix>.checkpoints.json when -data or -endpoint is set)")
-	awsAddr := fs.String("aws-addr", "127.0.0.1:4580", "listen address of the local AWS endpoint (SQS queues, EventBridge PutEvents, DynamoDB proxied) for outboxctl; empty: none")
+	awsAddr := fs.String("aws-addr", "127.0.0.1:4580", "listen address of the local AWS endpoint (SQS queues, EventBridge PutEvents, archive and replays, DynamoDB proxied) for outboxctl; empty: none")
 	rejectTypes := fs.String("reject-type", "", "comma-separated detail types the local bus refuses permanently, so their outbox records are parked (e.g. OrderShipped): try outboxctl parked/redrive")
 	rejectCode := fs.String("reject-code", devstack.DefaultRejectCode, "the PutEvents entry error code of -reject-type: MalformedDetail or InvalidArgument")
 	tracing := fs.Bool("trace", false, "trace every request and event with OpenTelemetry and open them in Jaeger: starts bin/jaeger (make bin/jaeger) with its UI on "+jaegerUI)
@@ -163,6 +163,12 @@ Operate it (or set AWS_ENDPOINT_URL=%s for an AWS SDK speaking the JSON protocol
 `, s.AWSURL, ctl, s.Settings.OutboxTable, prefix, ctl, s.Settings.OutboxTable, s.Settings.DedupTable,
 		ctl, s.Settings.OutboxTable, s.Settings.EventBus, ctl, s.Settings.OutboxTable, ctl, s.Settings.OutboxTable,
 		ctl, prefix, ctl, prefix, prefix, localrt.FunctionRoleID("ledger"), ctl, s.Settings.DedupTable)
+	fmt.Printf(`
+Event history (archive %s of every published event; docs/ARCHIVE.md):
+  %s history  -table %s ORDER_ID
+  %s backfill -archive %s -rule RULE -bus %s -orders-table %s -settle 30s
+  %s replays
+`, s.ArchiveName, ctl, s.Settings.OutboxTable, ctl, s.ArchiveName, s.Settings.EventBus, s.Settings.OrdersTable, ctl)
 	if len(reject) > 0 {
 		fmt.Printf(`
 The bus rejects %s permanently: those events are parked. To fix the cause, stop, restart

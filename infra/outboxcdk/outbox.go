@@ -103,6 +103,11 @@ type Outbox struct {
 	// invocation-async-retain-records). Pending records are not lost either
 	// way: the next scheduled run sweeps them.
 	ReconcilerFailureQueue *deadletter.Queue
+	// Archive keeps every event the outbox publishes (pattern
+	// {"source":[EventSource]}) for Props.ArchiveRetentionDays, for audit
+	// and to backfill a new or rebuilt consumer (GrantReplay, outboxctl
+	// backfill); nil with NoArchive.
+	Archive awsevents.Archive
 	// Alarms lists every alarm the construct created, DLQ alarms included.
 	Alarms []awscloudwatch.Alarm
 	// AlarmTopic is the SNS topic every alarm under the construct notifies
@@ -260,6 +265,7 @@ func New(scope constructs.Construct, id string, props Props) (*Outbox, error) {
 		})},
 	})
 	o.restrictDLQSenders()
+	o.addArchive()
 
 	o.AlarmTopic = props.AlarmTopic
 	if o.AlarmTopic == nil {

@@ -189,6 +189,13 @@ type Props struct {
 	// TTL expires it, whole seconds, > 0. Default
 	// config.DefaultPublishedRetention.
 	PublishedRetention time.Duration
+	// ArchiveRetentionDays is how long the outbox's EventBridge archive
+	// (Outbox.Archive) keeps every published event, in days, or
+	// KeepArchiveForever, or NoArchive (no archive). Default
+	// config.DefaultArchiveRetentionDays (365). Cost (us-east-1,
+	// docs/ARCHIVE.md): events archived are billed per GB ingested and
+	// stored per GB-month; about 1 KB per event.
+	ArchiveRetentionDays int
 
 	// IteratorAgeThreshold is the relay IteratorAge alarm threshold, > 0 and
 	// below MaxRecordAge (records older than that are skipped, so the
@@ -288,6 +295,9 @@ func (p *Props) SetDefaults() {
 	if p.PublishedRetention == 0 {
 		p.PublishedRetention = config.DefaultPublishedRetention
 	}
+	if p.ArchiveRetentionDays == 0 {
+		p.ArchiveRetentionDays = config.DefaultArchiveRetentionDays
+	}
 	if p.IteratorAgeThreshold == 0 {
 		p.IteratorAgeThreshold = DefaultIteratorAgeThreshold
 	}
@@ -368,6 +378,9 @@ func (p Props) Validate() error {
 	whole("ReconcileBudget", p.ReconcileBudget)
 	if p.ReconcileBudget+ReconcilerTimeoutMargin > p.ReconcileRate {
 		bad("ReconcileBudget %s + %s (the reconciler's function timeout) exceeds ReconcileRate %s: a run would still be going when the next one starts", p.ReconcileBudget, ReconcilerTimeoutMargin, p.ReconcileRate)
+	}
+	if p.ArchiveRetentionDays < NoArchive {
+		bad("ArchiveRetentionDays %d: days (> 0), KeepArchiveForever or NoArchive", p.ArchiveRetentionDays)
 	}
 	if p.PublishedRetention <= 0 {
 		bad("PublishedRetention %s must be positive", p.PublishedRetention)

@@ -25,7 +25,7 @@ func TestSetDefaults(t *testing.T) {
 		p.MaxRecordAge != DefaultMaxRecordAge || p.ParallelizationFactor != 1 ||
 		p.ReconcileRate != DefaultReconcileRate || p.PendingShards != config.DefaultPendingShards ||
 		p.EventSource != config.DefaultEventSource || p.MaxEntryBytes != config.DefaultMaxEntryBytes ||
-		p.MaxBatchingWindow != 0 {
+		p.MaxBatchingWindow != 0 || p.ArchiveRetentionDays != config.DefaultArchiveRetentionDays {
 		t.Errorf("defaults = %+v", p)
 	}
 }
@@ -39,6 +39,10 @@ func TestValidate(t *testing.T) {
 		{"defaults", func(*Props) {}, ""},
 		{"no bus", func(p *Props) { p.EventBus = nil }, "EventBus is required"},
 		{"no asset root", func(p *Props) { p.AssetRoot = "" }, "AssetRoot is required"},
+		{"archive 30 days", func(p *Props) { p.ArchiveRetentionDays = 30 }, ""},
+		{"archive forever", func(p *Props) { p.ArchiveRetentionDays = KeepArchiveForever }, ""},
+		{"no archive", func(p *Props) { p.ArchiveRetentionDays = NoArchive }, ""},
+		{"archive retention invalid", func(p *Props) { p.ArchiveRetentionDays = -3 }, "ArchiveRetentionDays -3"},
 		{"reconciler unreserved", func(p *Props) { p.ReconcilerReservedConcurrency = NoReservedConcurrency }, ""},
 		{"reconciler reserved 2", func(p *Props) { p.ReconcilerReservedConcurrency = 2 }, "ReconcilerReservedConcurrency 2"},
 		{"batch size max", func(p *Props) { p.BatchSize = 1000 }, ""},

@@ -241,6 +241,11 @@ type OrdersStackProps struct {
 	// sends with the caller's permissions). Empty: nobody but the rules can
 	// send to a consumer queue. Exact ARNs, no wildcards.
 	RedriveRoleArns []string
+	// ReplayRoleArns are IAM role ARNs granted what outboxctl backfill and
+	// replays need on the outbox's archive (outboxcdk.Outbox.GrantReplay):
+	// start and describe replays of it, to the bus's rules. Empty: nobody
+	// is granted. Exact ARNs, no wildcards.
+	ReplayRoleArns []string
 	// EncryptionKey, when set, is the customer managed KMS key of every
 	// table and queue (outbox construct included, overriding
 	// Outbox.EncryptionKey); CustomerManagedKey creates one in the stack
@@ -520,7 +525,7 @@ func (p OrdersStackProps) Validate() error {
 			errs = append(errs, fmt.Errorf("%s %v is outside (0, 100]", name, v))
 		}
 	}
-	for _, a := range append(slices.Clone(p.PublisherArns), p.RedriveRoleArns...) {
+	for _, a := range slices.Concat(p.PublisherArns, p.RedriveRoleArns, p.ReplayRoleArns) {
 		if !strings.HasPrefix(a, "arn:") || strings.ContainsAny(a, "*?") {
 			errs = append(errs, fmt.Errorf("principal ARN %q must be an exact ARN (no wildcards)", a))
 		}

@@ -1,6 +1,7 @@
 package stack
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 
@@ -225,3 +226,33 @@ func (s *OrdersStack) addAbuseAlarms() {
 
 // trimFloat formats a percentage in its shortest form ("10", "0.5").
 func trimFloat(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
+
+// addReplayPolicy creates ReplayPolicy, the managed policy of the
+// operators who replay the outbox's archive (outboxctl backfill and
+// replays), attached to the roles of roleArns (by name; a role of another
+// account cannot be attached here). None when the outbox has no archive.
+func (s *OrdersStack) addReplayPolicy(roleArns []string) {
+	sts := s.Outbox.ReplayStatements()
+	if len(sts) == 0 {
+		return
+	}
+	var roles []awsiam.IRole
+	for i, arn := range roleArns {
+		roles = append(roles, awsiam.Role_FromRoleArn(s.Stack, jsii.String(fmt.Sprintf("ReplayRole%d", i)), jsii.String(arn), &awsiam.FromRoleArnOptions{Mutable: jsii.Bool(true)}))
+	}
+	s.ReplayPolicy = awsiam.NewManagedPolicy(s.Stack, jsii.String("ReplayPolicy"), &awsiam.ManagedPolicyProps{
+		Description: jsii.String("ddb-outbox: replay the outbox's archive to one consumer's rule (outboxctl backfill, replays)"),
+		Statements:  &sts,
+		Roles:       &roles,
+	})
+	cdknag.NagSuppressions_AddResourceSuppressions(s.ReplayPolicy, &[]*cdknag.NagPackSuppression{{
+		Id: jsii.String("AwsSolutions-IAM5"),
+		Reason: jsii.String("replay names are chosen when a backfill starts (replay/*), the consumer rule a backfill names is " +
+			"deployed later by another team (rule/<this bus>/*: only this bus's rules), and events:ListReplays " +
+			"takes no resource (*); StartReplay itself is scoped to this outbox's archive."),
+		AppliesTo: &[]any{
+			&cdknag.RegexAppliesTo{Regex: jsii.String("/^Resource::arn:<AWS::Partition>:events:<AWS::Region>:<AWS::AccountId>:(replay/\\*|rule/<.*>/\\*)$/g")},
+			"Resource::*",
+		},
+	}}, nil)
+}

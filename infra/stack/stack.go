@@ -111,6 +111,10 @@ type OrdersStack struct {
 	// callers' roles (IAM auth mode).
 	ReadOnlyCallerPolicy awsiam.ManagedPolicy
 	CommandCallerPolicy  awsiam.ManagedPolicy
+	// ReplayPolicy allows what outboxctl backfill and replays need on the
+	// outbox's archive (outboxcdk.Outbox.ReplayStatements), attached to
+	// OrdersStackProps.ReplayRoleArns; nil without an archive.
+	ReplayPolicy awsiam.ManagedPolicy
 	// API4xxRateAlarm and API5xxRateAlarm fire when the API's 4xx or 5xx
 	// responses pass OrdersStackProps.API4xxRatePercent / API5xxRatePercent
 	// of its requests.
@@ -188,6 +192,7 @@ func NewOrdersStack(scope constructs.Construct, id string, props OrdersStackProp
 	}
 	s.Outbox = ob
 	source := ob.Props().EventSource
+	s.addReplayPolicy(props.ReplayRoleArns)
 
 	s.OrdersTable = s.newTable("OrdersTable", order.AttrPK, order.TTLAttribute)
 	s.DedupTable = s.newTable("DedupTable", dedup.AttrPK, dedup.TTLAttribute)
@@ -339,6 +344,10 @@ func (s *OrdersStack) addOutputs() {
 	out("ShipmentsTableName", s.Consumers[routing.ConsumerFulfilment].Table.TableName(), "Fulfilment consumer's shipments table (pk = order id)")
 	out("IdempotencyTableName", s.IdempotencyTable.TableName(), "Fulfilment consumer's idempotency records")
 	out("ProviderSecretArn", s.ProviderSecret.SecretArn(), "Secrets Manager secret holding the fulfilment provider's API token (SecretString = the token)")
+	if s.Outbox.Archive != nil {
+		out("ArchiveName", s.Outbox.Archive.ArchiveName(), "EventBridge archive of every published event: outboxctl backfill -archive (OUTBOX_ARCHIVE_NAME)")
+		out("ReplayPolicyArn", s.ReplayPolicy.ManagedPolicyArn(), "Managed policy for operators who backfill consumers from the archive (outboxctl backfill, replays)")
+	}
 	out("ParkedQueueUrl", s.Outbox.ParkedQueue.Queue.QueueUrl(), "DLQ of parked outbox records")
 	out("AlarmTopicArn", s.AlarmTopic.TopicArn(), "SNS topic every alarm notifies on ALARM and OK: subscribe to it (aws sns subscribe --protocol email ...)")
 	for _, name := range consumerNames {

@@ -103,6 +103,7 @@ func setup(m *testing.M) (int, error) {
 		AccessLogRetention:          awslogs.RetentionDays_ONE_WEEK,
 		PublisherArns:               []string{breakGlassRole},
 		RedriveRoleArns:             []string{redriveRole},
+		ReplayRoleArns:              []string{replayRole},
 		CustomerManagedKey:          true,
 		NotificationsTTLAttribute:   "expires_at",
 		FulfilmentProviderURL:       customProviderURL,
@@ -118,6 +119,7 @@ func setup(m *testing.M) (int, error) {
 			ReconcileRate:          10 * time.Minute,
 			ReconcileAfter:         11 * time.Minute,
 			OldestPendingThreshold: 30 * time.Minute,
+			ArchiveRetentionDays:   30,
 		},
 	})
 	if err != nil {

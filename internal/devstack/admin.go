@@ -84,10 +84,13 @@ func (s *Stack) startAWSFront(opts Options, eb localrt.PutEventsAPI) error {
 	for _, n := range s.QueueNames() {
 		list = append(list, qs[n])
 	}
-	front, err := localrt.NewAWSFront(localrt.AWSFrontConfig{Queues: list, EventBridge: eb, DynamoDB: s.Endpoint})
+	// PutEvents through the publish path (it may reject detail types);
+	// archives, replays and rules straight from the bus.
+	front, err := localrt.NewAWSFront(localrt.AWSFrontConfig{Queues: list, EventBridge: frontBus{eb, s.Bus}, DynamoDB: s.Endpoint})
 	if err != nil {
 		return fmt.Errorf("devstack: %w", err)
 	}
+	s.front = front
 	ln, err := net.Listen("tcp", opts.AWSAddr)
 	if err != nil {
 		return fmt.Errorf("devstack: AWS front: listen on %s: %w%s", opts.AWSAddr, err, portHolder(opts.AWSAddr))
@@ -102,6 +105,13 @@ func (s *Stack) startAWSFront(opts Options, eb localrt.PutEventsAPI) error {
 			s.log.Error("AWS front stopped", "error", err)
 		}
 	})
-	s.log.Info("AWS front ready (SQS, EventBridge PutEvents, DynamoDB proxy)", "endpoint", s.AWSURL)
+	s.log.Info("AWS front ready (SQS, EventBridge PutEvents, archive and replays, DynamoDB proxy)", "endpoint", s.AWSURL, "archive", s.ArchiveName)
 	return nil
+}
+
+// frontBus is the EventBridge the AWS front serves: PutEvents through the
+// stack's publish path, the archive and replay operations of its bus.
+type frontBus struct {
+	localrt.PutEventsAPI
+	localrt.ArchiveAPI
 }

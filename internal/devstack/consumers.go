@@ -120,21 +120,33 @@ func (s *Stack) addSweeps(opts Options, log *slog.Logger) error {
 		if !r.Ordered || !ok || s.Sweeps[r.Consumer] != nil {
 			continue
 		}
-		q := c.Queue
-		sw, err := localrt.NewScheduler(localrt.SchedulerConfig{
-			Interval: opts.SweepEvery, RuleName: r.Consumer + "-resequencer-sweep", Logger: log.With("fn", "schedule", "consumer", r.Consumer),
-		}, func(ctx context.Context, ev events.EventBridgeEvent) error {
-			body, err := json.Marshal(ev)
-			if err != nil {
-				return err
-			}
-			_, err = q.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(q.URL()), MessageBody: aws.String(string(body))})
+		if err := s.addSweep(r.Consumer, c, opts, log); err != nil {
 			return err
-		})
-		if err != nil {
-			return fmt.Errorf("devstack: sweep schedule of %s: %w", r.Consumer, err)
 		}
-		s.Sweeps[r.Consumer] = sw
+	}
+	return nil
+}
+
+// addSweep creates one ordered consumer's sweep schedule (started by
+// Start, or at once when the stack runs: AddConsumer).
+func (s *Stack) addSweep(name string, c *ConsumerPath, opts Options, log *slog.Logger) error {
+	q := c.Queue
+	sw, err := localrt.NewScheduler(localrt.SchedulerConfig{
+		Interval: opts.SweepEvery, RuleName: name + "-resequencer-sweep", Logger: log.With("fn", "schedule", "consumer", name),
+	}, func(ctx context.Context, ev events.EventBridgeEvent) error {
+		body, err := json.Marshal(ev)
+		if err != nil {
+			return err
+		}
+		_, err = q.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(q.URL()), MessageBody: aws.String(string(body))})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("devstack: sweep schedule of %s: %w", name, err)
+	}
+	s.Sweeps[name] = sw
+	if s.runCtx != nil {
+		s.goRun(func() { _ = sw.Run(s.runCtx) })
 	}
 	return nil
 }

@@ -142,6 +142,12 @@ type Options struct {
 	// Metrics receives the relay's and reconciler's EMF metric lines
 	// (default: discarded).
 	Metrics io.Writer
+	// ArchiveDelay bounds the delay between the bus accepting an event and
+	// the event reaching the stack's archive (<prefix>-archive): each
+	// event's delay is drawn from [0, ArchiveDelay]. Default
+	// localrt.DefaultArchiveDelay (30 s); EventBridge documents a delay
+	// without a bound and advises replaying 10 minutes later.
+	ArchiveDelay time.Duration
 	// BusTargetMaxAttempts is each rule target's delivery attempts before
 	// its DLQ (default 4; EventBridge's own default is 185 over 24 h).
 	BusTargetMaxAttempts int

@@ -67,6 +67,9 @@ type Stack struct {
 	OnFailureQueue *localrt.MemoryQueue
 	// AWSURL is the AWS front's URL (empty without Options.AWSAddr).
 	AWSURL string
+	// ArchiveName is the bus's archive of every published event
+	// (<prefix>-archive), as the CDK stack's.
+	ArchiveName string
 	// Consumers are the consumer delivery paths by consumer name
 	// (routing.ConsumerLedger, routing.ConsumerNotifier): queue, DLQ, SQS
 	// event source mapping.
@@ -91,6 +94,9 @@ type Stack struct {
 	pollStop    context.CancelFunc
 	pollDone    chan struct{}
 
+	front   *localrt.AWSFront
+	opts    Options
+	store   localrt.StateStore
 	dynox   *dynoxide.Server
 	state   *localstate.Journal
 	cancel  context.CancelFunc
@@ -194,6 +200,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
+	s.opts, s.store = opts, store
 
 	// Queues and bus stand in for SQS and EventBridge.
 	onFailureURL := "https://sqs.us-east-1.amazonaws.com/000000000000/" + p + "-relay-onfailure"
@@ -208,9 +215,13 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		s.ParkedQueue = localrt.NewMemoryQueue(s.Settings.ParkedQueueURL)
 		s.OnFailureQueue = localrt.NewMemoryQueue(onFailureURL)
 	}
+	s.ArchiveName = p + "-archive"
 	if s.Bus, err = localrt.NewBus(localrt.BusConfig{
 		Name: s.Settings.EventBus, Rules: routing.BusRules(s.Settings.Source), Logger: log,
 		TargetMaxAttempts: opts.BusTargetMaxAttempts, Store: store,
+		// As the CDK stack's archive: every event of the outbox's source.
+		Archives:     []localrt.ArchiveConfig{{Name: s.ArchiveName, Pattern: routing.ArchivePattern(s.Settings.Source), RetentionDays: config.DefaultArchiveRetentionDays}},
+		ArchiveDelay: opts.ArchiveDelay,
 	}); err != nil {
 		return nil, err
 	}

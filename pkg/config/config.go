@@ -247,7 +247,14 @@ const (
 	DefaultReconcileAfter     = 5 * time.Minute
 	DefaultReconcileBudget    = 45 * time.Second
 	DefaultPublishedRetention = 7 * 24 * time.Hour
-	DefaultDedupRetention     = 7 * 24 * time.Hour
+	// DefaultArchiveRetentionDays is how long the outbox's EventBridge
+	// archive keeps every published event, in days (the CDK construct's
+	// ArchiveRetention default; 0 there keeps events forever). A year of
+	// history to backfill a new or rebuilt consumer from; EventBridge
+	// charges for the bytes archived and their storage per GB-month
+	// (docs/ARCHIVE.md).
+	DefaultArchiveRetentionDays = 365
+	DefaultDedupRetention       = 7 * 24 * time.Hour
 	// DefaultNotificationRetention is how long notifications are kept.
 	DefaultNotificationRetention = 90 * 24 * time.Hour
 	DefaultMaxEntryBytes         = 256 * 1024

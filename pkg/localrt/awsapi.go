@@ -36,7 +36,11 @@ import (
 //     X-Amzn-Query-Error with the SQS query error code): SendMessage,
 //     ReceiveMessage, DeleteMessage, ChangeMessageVisibility,
 //     GetQueueAttributes, GetQueueUrl, ListQueues, PurgeQueue;
-//   - AWSEvents.PutEvents (awsJson1_1);
+//   - AWSEvents.PutEvents (awsJson1_1), and, when AWSFrontConfig.EventBridge
+//     implements ArchiveAPI (a *Bus does), CreateArchive, DescribeArchive,
+//     ListArchives, StartReplay, DescribeReplay, ListReplays, CancelReplay
+//     and DescribeRule (timestamps as epoch seconds, as awsJson1_1 carries
+//     them);
 //   - DynamoDB_20120810.* and DynamoDBStreams_20120810.*: proxied unchanged
 //     to AWSFrontConfig.DynamoDB when set, so one endpoint serves every
 //     client of an operator tool.
@@ -147,6 +151,9 @@ func (f *AWSFront) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "AWSEvents":
 		if f.eb != nil && op == "PutEvents" {
 			f.servePutEvents(w, r)
+			return
+		}
+		if api, ok := f.eb.(ArchiveAPI); ok && f.serveArchive(w, r, api, op) {
 			return
 		}
 	}

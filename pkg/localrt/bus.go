@@ -38,6 +38,8 @@ type Bus struct {
 	closed    bool
 	closeCtx  context.Context
 	cancelAll context.CancelFunc
+	archives  map[string]*archive
+	replays   map[string]*replay
 }
 
 // busTarget is a rule target: a function invoked with the event, or an SQS
@@ -60,7 +62,8 @@ func NewBus(cfg BusConfig) (*Bus, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	b := &Bus{cfg: cfg, log: cfg.Logger.With("component", "event-bus", "event_bus", cfg.Name), handlers: map[string]busTarget{}}
+	b := &Bus{cfg: cfg, log: cfg.Logger.With("component", "event-bus", "event_bus", cfg.Name), handlers: map[string]busTarget{},
+		archives: map[string]*archive{}, replays: map[string]*replay{}}
 	for _, r := range cfg.Rules {
 		p, err := CompilePattern(r.Pattern)
 		if err != nil {
@@ -74,6 +77,12 @@ func NewBus(cfg BusConfig) (*Bus, error) {
 		if err := b.restoreDeadLetters(); err != nil {
 			return nil, err
 		}
+	}
+	if err := b.restoreArchives(); err != nil {
+		return nil, err
+	}
+	if err := b.restoreReplays(); err != nil {
+		return nil, err
 	}
 	return b, nil
 }

@@ -102,6 +102,17 @@ type BusConfig struct {
 	// interrupts kept for the next start instead of dead-lettering them.
 	// nil: in memory only.
 	Store StateStore
+	// Archives are the bus's archives (AWS::Events::Archive): every
+	// accepted event an archive's pattern matches is kept there (in the
+	// Store too when set) and can be replayed (StartReplay). More can be
+	// created at run time with CreateArchive.
+	Archives []ArchiveConfig
+	// ArchiveDelay bounds the delay between accepting an event and its
+	// reaching the archives: each event's delay is drawn uniformly from
+	// [0, ArchiveDelay] (EventBridge documents an unbounded delay and
+	// advises waiting 10 minutes before a replay). Default
+	// DefaultArchiveDelay (30 s); negative is refused.
+	ArchiveDelay time.Duration
 }
 
 func (c *BusConfig) setDefaults() {
@@ -132,6 +143,9 @@ func (c *BusConfig) setDefaults() {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	if c.ArchiveDelay == 0 {
+		c.ArchiveDelay = DefaultArchiveDelay
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -146,6 +160,8 @@ func (c *BusConfig) Validate() error {
 		return errors.New("localrt: TargetMaxAttempts must be at least 1")
 	case c.TargetRetryBaseDelay < 0 || c.TargetRetryMaxDelay < c.TargetRetryBaseDelay:
 		return errors.New("localrt: need 0 <= TargetRetryBaseDelay <= TargetRetryMaxDelay")
+	case c.ArchiveDelay < 0:
+		return errors.New("localrt: ArchiveDelay must not be negative (EventBridge archives with a delay)")
 	}
 	names := map[string]bool{}
 	for _, r := range c.Rules {
@@ -211,4 +227,6 @@ type BusStats struct {
 	Retries map[string]int64
 	// DeadLettered counts events given up per consumer.
 	DeadLettered map[string]int64
+	// Replayed counts events a replay put on the bus again (StartReplay).
+	Replayed int64
 }

@@ -40,6 +40,9 @@ func (b *Bus) route(raw json.RawMessage, traceHeader string) error {
 		ds = append(ds, delivery{id: uuid.NewString(), rule: r.rule, target: t, raw: raw, traceHeader: traceHeader})
 	}
 	b.mu.Unlock()
+	if err := b.archiveEvent(raw, m, b.cfg.Now().UTC()); err != nil {
+		return err
+	}
 	if err := b.keepDeliveries(ds); err != nil {
 		return err
 	}

@@ -19,7 +19,12 @@
 //     targets: the example stack passes the rules its CDK stack declares),
 //     asynchronous delivery with per-target retries and
 //     a dead-letter list (the rule target DLQ); targets are SQS queues
-//     (SubscribeQueue, the consumers' path) or functions (Subscribe).
+//     (SubscribeQueue, the consumers' path) or functions (Subscribe). Its
+//     archives (BusConfig.Archives, CreateArchive) keep the events their
+//     patterns match, after an archive delay, and StartReplay replays them
+//     as EventBridge documents (by event time in one-minute intervals,
+//     unordered, with replay-name, only to the named rules); AddRule adds
+//     a rule to a running bus.
 //   - SQSQueue is an in-memory SQS standard queue (visibility timeout,
 //     ApproximateReceiveCount, redrive policy to a DLQ, body rules,
 //     retention) and SQSPoller a Lambda SQS event source mapping over it

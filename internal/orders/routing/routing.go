@@ -100,3 +100,11 @@ func BusRules(source string) []localrt.Rule {
 	}
 	return out
 }
+
+// ArchivePattern is the event pattern of the outbox's archive: every event
+// of source, whatever its type (the CDK stack's AWS::Events::Archive and
+// the local bus's archive both use it). Replayed events never reach an
+// archive: EventBridge adds a managed rule for that (eb-archive).
+func ArchivePattern(source string) map[string]any {
+	return map[string]any{"source": []any{source}}
+}

@@ -1,0 +1,116 @@
+package devstack
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/ledger"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/routing"
+	"github.com/ddb-outbox/ddb-outbox/pkg/dedup"
+	"github.com/ddb-outbox/ddb-outbox/pkg/localrt"
+)
+
+// ConsumerSpec is a consumer added to a running stack, as a team deploys a
+// new service: a rule on the bus, the rule's queue and DLQ, the SQS event
+// source mapping and the handler.
+type ConsumerSpec struct {
+	// Name is the consumer's name: its queue <prefix>-<Name>, its DLQ
+	// <prefix>-<Name>-dlq, the rule's target. Not one of the stack's.
+	Name string
+	// Rule is the rule's name on the bus (outboxctl backfill -rule).
+	Rule string
+	// Pattern is the rule's event pattern (JSON text or a JSON-ready value).
+	Pattern any
+	// Handler applies one event (behind sqsconsumer, like every consumer).
+	Handler localrt.EventHandler
+	// Ordered adds the resequencer sweep schedule (Options.SweepEvery).
+	Ordered bool
+}
+
+// AddConsumer adds a consumer to the running stack: from the call on, the
+// bus delivers the events its rule matches to its queue; events published
+// earlier reach it only by a replay of the archive (outboxctl backfill,
+// localrt.Bus.StartReplay). Its queues are served by the AWS front. Call
+// it from one goroutine, not concurrently with Drain. It returns an error
+// for a name or rule in use, or a queue or rule that cannot be made.
+func (s *Stack) AddConsumer(spec ConsumerSpec) (*ConsumerPath, error) {
+	if _, dup := s.Consumers[spec.Name]; dup || spec.Name == "" || spec.Handler == nil {
+		return nil, fmt.Errorf("devstack: consumer %q: need a new name and a handler", spec.Name)
+	}
+	c, err := newConsumerPath(spec.Name, spec.Handler, s.Settings, s.opts, s.store, s.log)
+	if err != nil {
+		return nil, err
+	}
+	var target localrt.MessageSender = c.Queue
+	if s.opts.WrapQueueTarget != nil {
+		target = s.opts.WrapQueueTarget(spec.Name, target)
+	}
+	s.Bus.SubscribeQueue(spec.Name, target, c.Queue.URL())
+	if err := s.Bus.AddRule(localrt.Rule{Name: spec.Rule, Target: spec.Name, Pattern: spec.Pattern}); err != nil {
+		return nil, fmt.Errorf("devstack: consumer %s: %w", spec.Name, err)
+	}
+	if s.front != nil {
+		for _, q := range []localrt.FrontQueue{c.Queue, c.DLQ} {
+			if err := s.front.AddQueue(q); err != nil {
+				return nil, err
+			}
+		}
+	}
+	s.Consumers[spec.Name] = c
+	p := c.Poller
+	s.goRun(func() { _ = p.Run(s.runCtx) })
+	if spec.Ordered {
+		if err := s.addSweep(spec.Name, c, s.opts, s.log); err != nil {
+			return nil, err
+		}
+	}
+	s.log.Info("consumer added: it receives new events; replay the archive to give it the history", "consumer", spec.Name, "rule", spec.Rule, "archive", s.ArchiveName)
+	return c, nil
+}
+
+// AddLedger adds a second, independent ledger named name to the running
+// stack, as a team adds a new service or rebuilds one from empty: its own
+// table <prefix>-<name>, its own dedup markers and ordering gates (consumer
+// name), and a rule <name>-order-events with the ledger's pattern. It
+// starts empty: backfill it from the archive. It returns the ledger (read
+// its balances and entries) and its delivery path.
+func (s *Stack) AddLedger(ctx context.Context, name string) (*ledger.Ledger, *ConsumerPath, error) {
+	table := s.opts.Prefix + "-" + name
+	if _, err := ensureTable(ctx, s.DDB, ledger.CreateTableInput(table)); err != nil {
+		return nil, nil, err
+	}
+	w := dynamodb.NewTableExistsWaiter(s.DDB)
+	if err := w.Wait(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(table)}, timeoutTable); err != nil {
+		return nil, nil, fmt.Errorf("devstack: wait for table %s: %w", table, err)
+	}
+	st := s.Settings
+	l, err := ledger.New(s.DDB, ledger.Config{
+		Table:          table,
+		Dedup:          dedup.Config{Table: st.DedupTable, Retention: st.DedupRetention, Consumer: name},
+		ExpectedSource: st.Source, ExpectedAccount: st.ExpectedAccount, GapMaxReceives: st.ConsumerGapMaxReceives,
+		Resequencer: dedup.ResequencerConfig{Metrics: st.Metrics},
+		Logger:      s.log.With("fn", name),
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	var ledgerRule routing.Rule
+	for _, r := range routing.Rules() {
+		if r.Consumer == routing.ConsumerLedger {
+			ledgerRule = r
+		}
+	}
+	c, err := s.AddConsumer(ConsumerSpec{Name: name, Rule: name + "-order-events", Pattern: ledgerRule.Pattern(st.Source),
+		Handler: l.Handle, Ordered: ledgerRule.Ordered})
+	if err != nil {
+		return nil, nil, err
+	}
+	return l, c, nil
+}
+
+// timeoutTable bounds the wait for a new table to become ACTIVE.
+const timeoutTable = 30 * time.Second
