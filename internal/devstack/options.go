@@ -174,7 +174,22 @@ type Options struct {
 	// reports true for after publishing them (see crashAfterPublish): the
 	// reconciler re-sends them and the consumers absorb the duplicate.
 	LoseAfterPublish func(outbox.Envelope) bool
+	// ConsoleAddr, when set, is the listen address of the local console
+	// (console.go): orders and each event's path with its hops' timings,
+	// the consumers' effects, the outbox and the DLQs, and the operator
+	// actions. Stack.ConsoleURL is its URL. Empty: no console (and no
+	// event-path recorder).
+	ConsoleAddr string
+	// DeadLetterTypes makes a consumer refuse events of the given detail
+	// types for good (sqsconsumer.Permanent, reason ReasonLocalFault), so
+	// they land on its DLQ at once: keys are consumer names
+	// (routing.Consumer*), values detail types. The consumer-DLQ flow,
+	// tried locally, as RejectDetailTypes does for parking.
+	DeadLetterTypes map[string][]string
 }
+
+// ReasonLocalFault is the dead-letter reason of Options.DeadLetterTypes.
+const ReasonLocalFault = "local_fault"
 
 func (o *Options) setDefaults() {
 	if o.Prefix == "" {

@@ -81,6 +81,8 @@ type Stack struct {
 	Notifier   *notifier.Notifier
 
 	log       *slog.Logger
+	rejecting *rejectSwitch
+	console   *console
 	server    *http.Server
 	awsServer *http.Server
 	runCtx    context.Context
@@ -340,6 +342,9 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	if err := s.startAWSFront(opts, published); err != nil {
 		return nil, err
 	}
+	if err := s.startConsole(opts); err != nil {
+		return nil, err
+	}
 	ln, err := net.Listen("tcp", opts.APIAddr)
 	if err != nil {
 		return nil, fmt.Errorf("devstack: listen on %s: %w%s", opts.APIAddr, err, portHolder(opts.APIAddr))
@@ -503,6 +508,7 @@ func (s *Stack) Close() {
 		if s.awsServer != nil {
 			_ = s.awsServer.Shutdown(ctx)
 		}
+		s.closeConsole(ctx)
 		if s.cancel != nil {
 			s.cancel()
 		}
