@@ -24,8 +24,8 @@ func runDev(ctx context.Context, args []string) error {
 	addr := fs.String("addr", "127.0.0.1:8080", "API listen address (beyond loopback: a warning, the API authenticates nothing)")
 	allowHosts := fs.String("allow-host", "", "comma-separated extra names the API and the AWS endpoint accept in the Host header (always: localhost, loopback addresses, the listen host); any other Host gets 403 (DNS rebinding protection)")
 	endpoint := endpointFlag(fs)
-	every := fs.Duration("reconcile-every", devReconcileEvery, "reconciler schedule (AWS: the stack's schedule, default 1 min)")
-	after := fs.Duration("reconcile-after", devReconcileAfter, "age after which the reconciler re-sends a pending record: a replayed or redriven record is re-published by the first run after it is this old (AWS: RECONCILE_AFTER_SECONDS, at least "+config.MinReconcileAfter.String()+"; see devReconcileAfter)")
+	every := fs.Duration("reconcile-every", devstack.DevReconcileEvery, "reconciler schedule (AWS: the stack's schedule, default 1 min)")
+	after := fs.Duration("reconcile-after", devstack.DevReconcileAfter, "age after which the reconciler re-sends a pending record: a replayed or redriven record is re-published by the first run after it is this old (AWS: RECONCILE_AFTER_SECONDS, at least "+config.MinReconcileAfter.String()+")")
 	consoleAddr := fs.String("console", "127.0.0.1:8090", "listen address of the local console (orders, each event's path, the consumers' effects, the outbox, the DLQs, operator actions); empty: none")
 	deadLetter := fs.String("dead-letter", "", "comma-separated CONSUMER:DETAIL_TYPE pairs the consumer refuses for good, so those messages land on its DLQ with reason "+devstack.ReasonLocalFault+" (e.g. ledger:OrderShipped): try outboxctl consumer-dlq/consumer-redrive or the console")
 	prefix := fs.String("prefix", "dev", "table name prefix")
@@ -183,19 +183,6 @@ with -data FILE), then redrive; the reconciler publishes redriven records once o
 `, strings.Join(reject, ", "), s.Settings.ReconcileAfter, every)
 	}
 }
-
-// The local stack's reconciler defaults: a replayed or redriven record is
-// re-published within seconds. On AWS the stale age must outlast the
-// stream event source mapping's retry window (config.MinReconcileAfter,
-// 2 min); the local mapping delivers a record to the relay within
-// milliseconds of its commit and its relay invocations are bounded by
-// -reconcile-after only in the rare case of a relay stuck for 10 s, when
-// the reconciler's re-send is a duplicate the consumers absorb (their
-// dedup marker) and the ordered ones hold in sequence (their resequencer).
-const (
-	devReconcileEvery = 5 * time.Second
-	devReconcileAfter = 10 * time.Second
-)
 
 // consoleLine is the banner's console line ("" without a console).
 func consoleLine(s *devstack.Stack) string {

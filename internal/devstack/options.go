@@ -188,6 +188,21 @@ type Options struct {
 	DeadLetterTypes map[string][]string
 }
 
+// The reconciler's schedule and stale age of `make dev` (outboxdev dev
+// -reconcile-every, -reconcile-after): a replayed or redriven record is
+// re-published within seconds. On AWS the stale age must outlast the
+// stream event source mapping's retry window (config.MinReconcileAfter,
+// 2 min), or the reconciler races the relay on records it is still
+// delivering. The local mapping hands a record to the relay within
+// milliseconds of its commit; only a relay stuck for longer than
+// DevReconcileAfter lets the reconciler publish a record first, and then
+// the relay's publish is a duplicate the consumers absorb (their dedup
+// marker) and the ordered ones keep in sequence (their resequencer).
+const (
+	DevReconcileEvery = 5 * time.Second
+	DevReconcileAfter = 10 * time.Second
+)
+
 // ReasonLocalFault is the dead-letter reason of Options.DeadLetterTypes.
 const ReasonLocalFault = "local_fault"
 
