@@ -175,7 +175,7 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 	}
 	for _, c := range commands {
 		if c.name == rest[0] {
-			return c.run(ctx, env, rest[1:])
+			return withHint(c.run(ctx, env, rest[1:]), env.target)
 		}
 	}
 	usage(errOut)

@@ -20,6 +20,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/ddb-outbox/ddb-outbox/internal/devstack"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/routing"
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/ddbtest"
@@ -478,7 +479,7 @@ func TestParkedAndRedrive(t *testing.T) {
 	mustContain(t, "status after redrive", out, "pending           4\n", "parked            0\n")
 	// Nothing left: -all says so.
 	out, err = w.ctl(t, "redrive", "-table", w.table, "-shards", strconv.Itoa(shards), "-all")
-	if err != nil || out != "0 of 0 record(s) redriven: now PENDING, the reconciler publishes each on its next run once older than RECONCILE_AFTER_SECONDS\n" {
+	if err != nil || out != "0 of 0 record(s) redriven: now PENDING, the reconciler publishes each on its next run once older than "+reconcileAge+"\n" {
 		t.Fatalf("redrive -all with nothing parked: err = %v, output %q", err, out)
 	}
 }
@@ -650,4 +651,15 @@ func TestReplayRequeuesForTheReconciler(t *testing.T) {
 	if err != nil || !strings.Contains(out, "skipped\t"+w.ids["o-1/1"]+"\tOrderPlaced\t1\tstatus PENDING") || !strings.Contains(out, "0 of 1 event(s) requeued") {
 		t.Fatalf("second replay: err = %v\n%s", err, out)
 	}
+}
+
+// TestReconcileAgeNamesTheLocalKnob: the redrive and replay summaries name
+// make dev's flag with its real default (devstack's constants) and the
+// reconciler's variable on AWS.
+func TestReconcileAgeNamesTheLocalKnob(t *testing.T) {
+	if localReconcileAfter != devstack.DevReconcileAfter.String() || localReconcileEvery != devstack.DevReconcileEvery.String() {
+		t.Errorf("outboxctl says make dev reconciles after %s every %s; devstack: %s every %s",
+			localReconcileAfter, localReconcileEvery, devstack.DevReconcileAfter, devstack.DevReconcileEvery)
+	}
+	mustContain(t, "reconcile age", reconcileAge, "-reconcile-after, default 10s", "RECONCILE_AFTER_SECONDS", "Reconcile now")
 }

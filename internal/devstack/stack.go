@@ -124,11 +124,10 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	}()
 	// Ports first: a second stack must not start a Dynoxide on the data
 	// file of a running one before it finds its ports taken.
-	if err := checkFree("API", opts.APIAddr); err != nil {
-		return nil, err
-	}
-	if err := checkFree("AWS front", opts.AWSAddr); err != nil {
-		return nil, err
+	for _, p := range []struct{ what, flag, addr string }{{"API", "-addr", opts.APIAddr}, {"AWS front", "-aws-addr", opts.AWSAddr}, {"console", "-console", opts.ConsoleAddr}} {
+		if err := checkFree(p.what, p.flag, p.addr); err != nil {
+			return nil, err
+		}
 	}
 	if s.Endpoint == "" {
 		if opts.DataFile != "" {
