@@ -80,12 +80,14 @@ type Stack struct {
 	Ledger     *ledger.Ledger
 	Notifier   *notifier.Notifier
 
-	log       *slog.Logger
-	rejecting *rejectSwitch
-	console   *console
-	server    *http.Server
-	awsServer *http.Server
-	runCtx    context.Context
+	log *slog.Logger
+	// reconcileEvery is Options.ReconcileEvery (for WriteState).
+	reconcileEvery time.Duration
+	rejecting      *rejectSwitch
+	console        *console
+	server         *http.Server
+	awsServer      *http.Server
+	runCtx         context.Context
 
 	pollMu      sync.Mutex
 	pollCfg     localrt.StreamPollerConfig
@@ -116,7 +118,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	}
 	opts.setDefaults()
 	log := opts.Logger
-	s := &Stack{log: log, Endpoint: opts.Endpoint}
+	s := &Stack{log: log, Endpoint: opts.Endpoint, reconcileEvery: opts.ReconcileEvery}
 	defer func() {
 		if err != nil {
 			s.Close()
