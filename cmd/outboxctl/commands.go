@@ -132,6 +132,8 @@ func runShow(ctx context.Context, e *cmdEnv, args []string) error {
 	sel := selectFlags(fs)
 	dedupTable := fs.String("dedup-table", os.Getenv(config.EnvDedupTable), "consumers' dedup table: show which consumers applied each event (default $"+config.EnvDedupTable+")")
 	consumers := fs.String("consumers", routing.ConsumerLedger+","+routing.ConsumerNotifier, "with -dedup-table: the consumers to look up, comma-separated")
+	idemTable := fs.String("idempotency-table", os.Getenv(config.EnvIdempotencyTable), "idempotency table: show the idempotency record of each event of the consumers with effects outside DynamoDB (default $"+config.EnvIdempotencyTable+")")
+	idemConsumers := fs.String("idempotent-consumers", routing.ConsumerFulfilment, "with -idempotency-table: those consumers (their idempotency namespaces), comma-separated")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -152,6 +154,11 @@ func runShow(ctx context.Context, e *cmdEnv, args []string) error {
 	}
 	if *dedupTable != "" {
 		if err := operator.Applied(ctx, c.ddb, *dedupTable, strings.Split(*consumers, ","), views); err != nil {
+			return err
+		}
+	}
+	if *idemTable != "" {
+		if err := operator.Idempotent(ctx, c.ddb, *idemTable, strings.Split(*idemConsumers, ","), views); err != nil {
 			return err
 		}
 	}

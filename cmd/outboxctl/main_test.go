@@ -25,6 +25,7 @@ import (
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/ddbtest"
 	"github.com/ddb-outbox/ddb-outbox/pkg/dedup"
+	"github.com/ddb-outbox/ddb-outbox/pkg/idempotency"
 	"github.com/ddb-outbox/ddb-outbox/pkg/localrt"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
 	"github.com/ddb-outbox/ddb-outbox/pkg/sqsconsumer"
@@ -662,4 +663,35 @@ func TestReconcileAgeNamesTheLocalKnob(t *testing.T) {
 			localReconcileAfter, localReconcileEvery, devstack.DevReconcileAfter, devstack.DevReconcileEvery)
 	}
 	mustContain(t, "reconcile age", reconcileAge, "-reconcile-after, default 10s", "RECONCILE_AFTER_SECONDS", "Reconcile now")
+}
+
+// TestShowIdempotencyRecord: show -idempotency-table names the fulfilment
+// consumer's pkg/idempotency record of each event (written here by the
+// real Store, as the consumer writes it), and "no idempotency record" for
+// an event it has none of.
+func TestShowIdempotencyRecord(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	idemTable := ddbtest.Name("ctl-idem")
+	if _, err := w.ddb.CreateTable(ctx, idempotency.CreateTableInput(idemTable)); err != nil {
+		t.Fatal(err)
+	}
+	if err := dynamodb.NewTableExistsWaiter(w.ddb).Wait(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(idemTable)}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	store, err := idempotency.NewStore(w.ddb, idempotency.Config{Table: idemTable, Namespace: routing.ConsumerFulfilment})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Do(ctx, w.ids["o-1/2"], "", func(context.Context) ([]byte, error) { return []byte(`{}`), nil }); err != nil {
+		t.Fatal(err)
+	}
+	out, err := w.ctl(t, "show", "-table", w.table, "-aggregate", "o-1", "-idempotency-table", idemTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	paid := out[strings.Index(out, "event_id       "+w.ids["o-1/2"]):]
+	mustContain(t, "paid event", paid[:strings.Index(paid, "\n\n")], "idempotency    fulfilment COMPLETED ", "(answers repeats until ")
+	placed := out[strings.Index(out, "event_id       "+w.ids["o-1/1"]):]
+	mustContain(t, "placed event", placed[:strings.Index(placed, "\n\n")], "idempotency    no idempotency record")
 }
