@@ -137,6 +137,11 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 				return nil, fmt.Errorf("devstack: data file directory: %w", err)
 			}
 		}
+		if c, lerr := dynoxide.Locate(dynoxide.Current()); lerr == nil {
+			if w := dynoxide.CheckVersion(ctx, c); w != "" {
+				log.Warn(w)
+			}
+		}
 		if s.dynox, err = dynoxide.StartWith(ctx, dynoxide.Options{DBPath: opts.DataFile}); err != nil {
 			return nil, err
 		}
