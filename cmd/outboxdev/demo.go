@@ -103,7 +103,7 @@ func runDemoAttached(ctx context.Context, orders, conc int, seed uint64) error {
 			return
 		}
 		said = time.Now()
-		fmt.Println("  " + settleProgress(a, time.Since(start), st))
+		fmt.Println("  " + settleProgress(a, time.Since(start), st, time.Now()))
 	})
 	if err != nil {
 		return err
@@ -134,11 +134,14 @@ func settleIntro(st devstack.State) string {
 }
 
 // settleProgress is one line of what the wait still waits for.
-func settleProgress(a devstack.Audit, waited time.Duration, st devstack.State) string {
+func settleProgress(a devstack.Audit, waited time.Duration, st devstack.State, now time.Time) string {
 	msg := fmt.Sprintf("after %s: %d of %d outbox records pending, %d parked; %d event(s) not yet applied by every consumer",
 		waited.Round(time.Second), a.Pending, a.Events, a.Parked, a.Lost)
 	if a.Pending > 0 && st.ReconcileEvery > 0 {
 		msg += fmt.Sprintf("; the reconciler re-sends pending records older than %s (-reconcile-after) on its runs every %s (-reconcile-every)", st.ReconcileAfter, st.ReconcileEvery)
+		if next := st.NextReconcile(now); !next.IsZero() {
+			msg += fmt.Sprintf(", the next in %s", next.Sub(now).Round(time.Second))
+		}
 	}
 	if a.Lost > 0 {
 		msg += "; an ordered consumer holds an early event until its predecessor is applied (up to 321 s before it is dead-lettered)"

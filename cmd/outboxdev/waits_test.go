@@ -11,15 +11,16 @@ import (
 // TestSettleProgressSaysWhatItWaitsFor: demo -attach names the pending
 // records, the reconciler's knobs and the ordered consumers' hold.
 func TestSettleProgressSaysWhatItWaitsFor(t *testing.T) {
-	st := devstack.State{Console: "http://127.0.0.1:8090", ReconcileEvery: 5 * time.Second, ReconcileAfter: 10 * time.Second}
-	got := settleProgress(devstack.Audit{Events: 40, Pending: 3, Parked: 1, Lost: 2}, 12*time.Second, st)
+	started := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	st := devstack.State{Console: "http://127.0.0.1:8090", ReconcileEvery: 5 * time.Second, ReconcileAfter: 10 * time.Second, Started: started}
+	got := settleProgress(devstack.Audit{Events: 40, Pending: 3, Parked: 1, Lost: 2}, 12*time.Second, st, started.Add(12*time.Second))
 	for _, w := range []string{"after 12s", "3 of 40 outbox records pending", "1 parked", "2 event(s) not yet applied",
-		"older than 10s (-reconcile-after)", "every 5s (-reconcile-every)", "ordered consumer holds"} {
+		"older than 10s (-reconcile-after)", "every 5s (-reconcile-every), the next in 3s", "ordered consumer holds"} {
 		if !strings.Contains(got, w) {
 			t.Errorf("progress %q lacks %q", got, w)
 		}
 	}
-	if got := settleProgress(devstack.Audit{Events: 40}, time.Second, st); strings.Contains(got, "reconciler") || strings.Contains(got, "holds") {
+	if got := settleProgress(devstack.Audit{Events: 40}, time.Second, st, started); strings.Contains(got, "reconciler") || strings.Contains(got, "holds") {
 		t.Errorf("nothing pending or held, yet: %q", got)
 	}
 	if got := settleIntro(st); !strings.Contains(got, "console: http://127.0.0.1:8090") {

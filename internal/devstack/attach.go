@@ -32,12 +32,25 @@ type State struct {
 	Console        string        `json:"console,omitempty"`
 	ReconcileEvery time.Duration `json:"reconcile_every,omitempty"`
 	ReconcileAfter time.Duration `json:"reconcile_after,omitempty"`
+	// Started is when the stack's schedules started: the reconciler runs
+	// at Started + k × ReconcileEvery.
+	Started time.Time `json:"started,omitempty"`
+}
+
+// NextReconcile returns when the reconciler of the stack st describes
+// runs next after now (zero without ReconcileEvery or Started).
+func (st State) NextReconcile(now time.Time) time.Time {
+	if st.ReconcileEvery <= 0 || st.Started.IsZero() {
+		return time.Time{}
+	}
+	n := now.Sub(st.Started)/st.ReconcileEvery + 1
+	return st.Started.Add(n * st.ReconcileEvery)
 }
 
 // WriteState records s (its URL, endpoint and table prefix) in path.
 func WriteState(path string, s *Stack, prefix string) error {
 	b, err := json.MarshalIndent(State{URL: s.URL, Endpoint: s.Endpoint, Prefix: prefix, PID: os.Getpid(), Console: s.ConsoleURL(),
-		ReconcileEvery: s.reconcileEvery, ReconcileAfter: s.Settings.ReconcileAfter}, "", "  ")
+		ReconcileEvery: s.reconcileEvery, ReconcileAfter: s.Settings.ReconcileAfter, Started: s.started}, "", "  ")
 	if err != nil {
 		return err
 	}

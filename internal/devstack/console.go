@@ -55,7 +55,6 @@ type console struct {
 	every       time.Duration
 	after       time.Duration
 	deadLetters map[string][]string
-	started     time.Time
 	server      *http.Server
 	url         string
 	dlqMu       sync.Mutex // Peek and Redrive of the DLQs, one at a time
@@ -76,7 +75,7 @@ func (s *Stack) startConsole(opts Options) error {
 		return nil
 	}
 	c := &console{s: s, rec: newPathRecorder(), every: opts.ReconcileEvery, after: opts.ReconcileAfter,
-		deadLetters: opts.DeadLetterTypes, started: time.Now()}
+		deadLetters: opts.DeadLetterTypes}
 	c.undo = installPathRecorder(c.rec)
 	s.console = c
 	ln, err := net.Listen("tcp", opts.ConsoleAddr)
@@ -170,8 +169,7 @@ func (c *console) nextReconcile() time.Time {
 	if c.every <= 0 {
 		return time.Time{}
 	}
-	n := time.Since(c.started)/c.every + 1
-	return c.started.Add(n * c.every)
+	return State{ReconcileEvery: c.every, Started: c.s.started}.NextReconcile(time.Now())
 }
 
 // publishHint says when the reconciler publishes a record made pending now.

@@ -83,6 +83,7 @@ type Stack struct {
 	log *slog.Logger
 	// reconcileEvery is Options.ReconcileEvery (for WriteState).
 	reconcileEvery time.Duration
+	started        time.Time // when the schedules started
 	rejecting      *rejectSwitch
 	console        *console
 	server         *http.Server
@@ -372,6 +373,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	if opts.CheckpointFile != "" {
 		s.goRun(func() { s.keepCheckpoints(runCtx, opts.CheckpointFile, streamARN) })
 	}
+	s.started = time.Now()
 	s.goRun(func() { _ = s.Scheduler.Run(runCtx) }) // returns nil when runCtx ends
 	for _, sw := range s.Sweeps {
 		s.goRun(func() { _ = sw.Run(runCtx) })
