@@ -29,7 +29,7 @@ deps: node_modules/.package-lock.json ## install the pinned Node tools (Dynoxide
 OUTBOXDEV := bin/outboxdev
 
 $(OUTBOXDEV): FORCE
-	@test -x $@ || echo "building bin/outboxdev (the first run downloads Go modules and compiles for about two minutes, filling about 2.1 GB of Go caches)"
+	@test -x $@ || echo "building bin/outboxdev (the first run downloads Go modules and compiles for about two minutes, using about 1.5 GB of Go caches)"
 	@$(GO) build -o $@ ./cmd/outboxdev
 
 FORCE:
