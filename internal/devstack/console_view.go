@@ -237,8 +237,14 @@ func (c *console) fillPath(e *eventView) {
 		e.Steps = append(e.Steps, stepView{Label: "committed", Class: "ok", MS: 0, Total: 0})
 	}
 	cells := map[string]*consumerCell{}
+	waiting := outcomeLabel("")
+	if len(steps) == 0 && !e.Committed.IsZero() && e.Committed.Before(c.s.started) {
+		// The recorder is in memory: an event of a kept data set (-data)
+		// handled before this start has no recorded path.
+		waiting = "before this start (outboxctl show has its markers)"
+	}
 	for _, name := range routedTo(e.Type) {
-		cells[name] = &consumerCell{Consumer: name, Label: outcomeLabel(""), Total: -1}
+		cells[name] = &consumerCell{Consumer: name, Label: waiting, Total: -1}
 	}
 	type timed struct {
 		label, class, detail string
