@@ -11,7 +11,7 @@ TOOLS := bin/tools
 export CDK_DISABLE_VERSION_CHECK := true
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: help deps dev demo test test-unit test-infra build synth chaos bench fuzz mutation clean FORCE lint apicheck licenses trace-screenshot
+.PHONY: help deps dev demo test test-unit test-infra build synth chaos bench fuzz mutation clean FORCE lint apicheck licenses trace-screenshot console-screenshot
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -48,6 +48,11 @@ $(JAEGER): tools/jaeger/go.mod tools/jaeger/go.sum
 trace-screenshot: deps $(OUTBOXDEV) $(JAEGER) ## one order traced into Jaeger (re-send and duplicates forced), its trace page shot by headless Chromium into results/
 	exec $(OUTBOXDEV) trace-screenshot $(ARGS)
 # ------------------------------------------------------------------------------
+
+# The console's browser test (part of make test) with its screenshot kept:
+# a real run's page, shown in the README.
+console-screenshot: deps ## run the console's browser test (headless Chromium) and save its page as docs/console.png
+	CONSOLE_SCREENSHOT=$(CURDIR)/docs/console.png $(GO) test -count=1 -run TestConsoleInBrowser -v ./internal/devstack/
 
 dev: deps $(OUTBOXDEV) $(if $(findstring -trace,$(ARGS)),$(JAEGER)) ## run the whole stack locally: Dynoxide, tables, API on :8080, relay, consumers, reconciler (ARGS='-data .outboxdev/dev.db' keeps data; ARGS=-trace: traces in Jaeger)
 	exec $(OUTBOXDEV) dev $(ARGS)

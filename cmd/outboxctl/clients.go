@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"net/url"
 	"os"
@@ -93,7 +92,7 @@ func (t target) connect(ctx context.Context) (clients, error) {
 		cfg.Region = DefaultLocalRegion
 	}
 	if cfg.Region == "" {
-		return clients{}, fmt.Errorf("no AWS region: set AWS_REGION, a profile region, or -region")
+		return clients{}, errNoRegion
 	}
 	var ep *string
 	if t.endpoint != "" {

@@ -132,6 +132,8 @@ func runShow(ctx context.Context, e *cmdEnv, args []string) error {
 	sel := selectFlags(fs)
 	dedupTable := fs.String("dedup-table", os.Getenv(config.EnvDedupTable), "consumers' dedup table: show which consumers applied each event (default $"+config.EnvDedupTable+")")
 	consumers := fs.String("consumers", routing.ConsumerLedger+","+routing.ConsumerNotifier, "with -dedup-table: the consumers to look up, comma-separated")
+	idemTable := fs.String("idempotency-table", os.Getenv(config.EnvIdempotencyTable), "idempotency table: show the idempotency record of each event of the consumers with effects outside DynamoDB (default $"+config.EnvIdempotencyTable+")")
+	idemConsumers := fs.String("idempotent-consumers", routing.ConsumerFulfilment, "with -idempotency-table: those consumers (their idempotency namespaces), comma-separated")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -152,6 +154,11 @@ func runShow(ctx context.Context, e *cmdEnv, args []string) error {
 	}
 	if *dedupTable != "" {
 		if err := operator.Applied(ctx, c.ddb, *dedupTable, strings.Split(*consumers, ","), views); err != nil {
+			return err
+		}
+	}
+	if *idemTable != "" {
+		if err := operator.Idempotent(ctx, c.ddb, *idemTable, strings.Split(*idemConsumers, ","), views); err != nil {
 			return err
 		}
 	}
@@ -204,7 +211,7 @@ func runReplay(ctx context.Context, e *cmdEnv, args []string) error {
 		return printReplay(e.out, results, operator.ReplayPublished, summary, err)
 	}
 	results, err = operator.Requeue(ctx, c.ddb, *table, *shards, views, time.Now())
-	summary = "requeued: PENDING again, the reconciler publishes each on its next run once older than " + config.EnvReconcileAfterSeconds + " (created_at is kept; consumers deduplicate on event_id)"
+	summary = "requeued: PENDING again, the reconciler publishes each on its next run once older than " + reconcileAge + " (created_at is kept; consumers deduplicate on event_id)"
 	return printReplay(e.out, results, operator.ReplayRequeued, summary, err)
 }
 
@@ -315,7 +322,7 @@ func runRedrive(ctx context.Context, e *cmdEnv, args []string) error {
 		n++
 		fmt.Fprintf(e.out, "redriven\t%s\t%s\t%s\t%s\n", t.key.PK, t.key.SK, t.eventID, t.etype)
 	}
-	fmt.Fprintf(e.out, "%d of %d record(s) redriven: now PENDING, the reconciler publishes each on its next run once older than %s\n", n, len(targets), config.EnvReconcileAfterSeconds)
+	fmt.Fprintf(e.out, "%d of %d record(s) redriven: now PENDING, the reconciler publishes each on its next run once older than %s\n", n, len(targets), reconcileAge)
 	return errors.Join(errs...)
 }
 
@@ -431,3 +438,16 @@ func consumerRedrive(ctx context.Context, w io.Writer, q redriveAPI, dlq, queue 
 	fmt.Fprintf(w, "%d message(s) redriven from %s to %s; %d left on the DLQ\n", res.Moved, dlq, queue, len(res.Left))
 	return err
 }
+
+// reconcileAge names the knob of the reconciler's stale age where each
+// user sets it: the local stack's flag (short by default; devstack's
+// DevReconcileAfter and DevReconcileEvery, which a test checks against)
+// and the reconciler function's variable on AWS.
+var reconcileAge = "the reconciler's stale age (make dev: -reconcile-after, default " + localReconcileAfter +
+	", the next run within -reconcile-every, default " + localReconcileEvery + ", or the console's Reconcile now; on AWS: " +
+	config.EnvReconcileAfterSeconds + " of the reconciler function, default " + config.DefaultReconcileAfter.String() + ")"
+
+const (
+	localReconcileAfter = "10s"
+	localReconcileEvery = "5s"
+)

@@ -89,8 +89,8 @@ func init() {
 	commands = []command{
 		{"status", "pending records (per shard), oldest pending age, parked, published in the last -window, DLQ depths",
 			"outboxctl -endpoint http://127.0.0.1:4580 status -table dev-outbox -queue-prefix dev-", runStatus},
-		{"show", "an event (-event ID) or an aggregate's events (-aggregate ID): status, sequence, publish time, bus event id, parked reason, consumers applied",
-			"outboxctl -endpoint http://127.0.0.1:4580 show -table dev-outbox -aggregate ORDER_ID -dedup-table dev-dedup", runShow},
+		{"show", "an event (-event ID) or an aggregate's events (-aggregate ID): status, sequence, publish time, bus event id, parked reason, consumers applied (dedup markers) and the fulfilment consumer's idempotency record",
+			"outboxctl -endpoint http://127.0.0.1:4580 show -table dev-outbox -aggregate ORDER_ID -dedup-table dev-dedup -idempotency-table dev-idempotency", runShow},
 		{"replay", "send a published event (or an aggregate's events from -from-seq) again: made pending for the reconciler, or -direct through the relay's PutEvents",
 			"outboxctl -endpoint http://127.0.0.1:4580 replay -table dev-outbox -aggregate ORDER_ID -from-seq 2", runReplay},
 		{"parked", "list parked records: key, event id, type, parked at, reason",
@@ -187,7 +187,7 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 	}
 	for _, c := range commands {
 		if c.name == rest[0] {
-			return c.run(ctx, env, rest[1:])
+			return withHint(c.run(ctx, env, rest[1:]), env.target)
 		}
 	}
 	usage(errOut)

@@ -20,10 +20,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/ddb-outbox/ddb-outbox/internal/devstack"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/routing"
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/ddbtest"
 	"github.com/ddb-outbox/ddb-outbox/pkg/dedup"
+	"github.com/ddb-outbox/ddb-outbox/pkg/idempotency"
 	"github.com/ddb-outbox/ddb-outbox/pkg/localrt"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
 	"github.com/ddb-outbox/ddb-outbox/pkg/sqsconsumer"
@@ -478,7 +480,7 @@ func TestParkedAndRedrive(t *testing.T) {
 	mustContain(t, "status after redrive", out, "pending           4\n", "parked            0\n")
 	// Nothing left: -all says so.
 	out, err = w.ctl(t, "redrive", "-table", w.table, "-shards", strconv.Itoa(shards), "-all")
-	if err != nil || out != "0 of 0 record(s) redriven: now PENDING, the reconciler publishes each on its next run once older than RECONCILE_AFTER_SECONDS\n" {
+	if err != nil || out != "0 of 0 record(s) redriven: now PENDING, the reconciler publishes each on its next run once older than "+reconcileAge+"\n" {
 		t.Fatalf("redrive -all with nothing parked: err = %v, output %q", err, out)
 	}
 }
@@ -650,4 +652,46 @@ func TestReplayRequeuesForTheReconciler(t *testing.T) {
 	if err != nil || !strings.Contains(out, "skipped\t"+w.ids["o-1/1"]+"\tOrderPlaced\t1\tstatus PENDING") || !strings.Contains(out, "0 of 1 event(s) requeued") {
 		t.Fatalf("second replay: err = %v\n%s", err, out)
 	}
+}
+
+// TestReconcileAgeNamesTheLocalKnob: the redrive and replay summaries name
+// make dev's flag with its real default (devstack's constants) and the
+// reconciler's variable on AWS.
+func TestReconcileAgeNamesTheLocalKnob(t *testing.T) {
+	if localReconcileAfter != devstack.DevReconcileAfter.String() || localReconcileEvery != devstack.DevReconcileEvery.String() {
+		t.Errorf("outboxctl says make dev reconciles after %s every %s; devstack: %s every %s",
+			localReconcileAfter, localReconcileEvery, devstack.DevReconcileAfter, devstack.DevReconcileEvery)
+	}
+	mustContain(t, "reconcile age", reconcileAge, "-reconcile-after, default 10s", "RECONCILE_AFTER_SECONDS", "Reconcile now")
+}
+
+// TestShowIdempotencyRecord: show -idempotency-table names the fulfilment
+// consumer's pkg/idempotency record of each event (written here by the
+// real Store, as the consumer writes it), and "no idempotency record" for
+// an event it has none of.
+func TestShowIdempotencyRecord(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	idemTable := ddbtest.Name("ctl-idem")
+	if _, err := w.ddb.CreateTable(ctx, idempotency.CreateTableInput(idemTable)); err != nil {
+		t.Fatal(err)
+	}
+	if err := dynamodb.NewTableExistsWaiter(w.ddb).Wait(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(idemTable)}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	store, err := idempotency.NewStore(w.ddb, idempotency.Config{Table: idemTable, Namespace: routing.ConsumerFulfilment})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Do(ctx, w.ids["o-1/2"], "", func(context.Context) ([]byte, error) { return []byte(`{}`), nil }); err != nil {
+		t.Fatal(err)
+	}
+	out, err := w.ctl(t, "show", "-table", w.table, "-aggregate", "o-1", "-idempotency-table", idemTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	paid := out[strings.Index(out, "event_id       "+w.ids["o-1/2"]):]
+	mustContain(t, "paid event", paid[:strings.Index(paid, "\n\n")], "idempotency    fulfilment COMPLETED ", "(answers repeats until ")
+	placed := out[strings.Index(out, "event_id       "+w.ids["o-1/1"]):]
+	mustContain(t, "placed event", placed[:strings.Index(placed, "\n\n")], "idempotency    no idempotency record")
 }

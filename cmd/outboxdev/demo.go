@@ -93,10 +93,18 @@ func runDemoAttached(ctx context.Context, orders, conc int, seed uint64) error {
 		Progress: func(r *devstack.DriveReport) { fmt.Println("  driving:", r) },
 	})
 	fmt.Printf("driven in %s: %s\n", rep.Elapsed.Round(time.Millisecond), rep)
-	fmt.Println("waiting for the pipeline to settle ...")
+	fmt.Println(settleIntro(st))
 	wctx, cancel := context.WithTimeout(ctx, demoSettleTimeout)
 	defer cancel()
-	a, err := s.WaitSettled(wctx, time.Second)
+	start := time.Now()
+	var said time.Time
+	a, err := s.WaitSettledReporting(wctx, time.Second, func(a devstack.Audit) {
+		if time.Since(said) < 5*time.Second {
+			return
+		}
+		said = time.Now()
+		fmt.Println("  " + settleProgress(a, time.Since(start), st, time.Now()))
+	})
 	if err != nil {
 		return err
 	}
@@ -115,3 +123,28 @@ func runDemoAttached(ctx context.Context, orders, conc int, seed uint64) error {
 // than an ordered consumer's whole hold (app.retryDelay, 321 s), so a demo
 // never fails while an event is still legitimately held.
 const demoSettleTimeout = 6 * time.Minute
+
+// settleIntro says what demo -attach waits for, and where to watch it.
+func settleIntro(st devstack.State) string {
+	msg := "waiting for the pipeline to settle: every outbox record published (or parked) and applied by its consumers, two audits in a row alike (at most " + demoSettleTimeout.String() + ")"
+	if st.Console != "" {
+		msg += "; watch it in the console: " + st.Console
+	}
+	return msg
+}
+
+// settleProgress is one line of what the wait still waits for.
+func settleProgress(a devstack.Audit, waited time.Duration, st devstack.State, now time.Time) string {
+	msg := fmt.Sprintf("after %s: %d of %d outbox records pending, %d parked; %d event(s) not yet applied by every consumer",
+		waited.Round(time.Second), a.Pending, a.Events, a.Parked, a.Lost)
+	if a.Pending > 0 && st.ReconcileEvery > 0 {
+		msg += fmt.Sprintf("; the reconciler re-sends pending records older than %s (-reconcile-after) on its runs every %s (-reconcile-every)", st.ReconcileAfter, st.ReconcileEvery)
+		if next := st.NextReconcile(now); !next.IsZero() {
+			msg += fmt.Sprintf(", the next in %s", next.Sub(now).Round(time.Second))
+		}
+	}
+	if a.Lost > 0 {
+		msg += "; an ordered consumer holds an early event until its predecessor is applied (up to 321 s before it is dead-lettered)"
+	}
+	return msg
+}

@@ -8,10 +8,14 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/ddb-outbox/ddb-outbox/internal/devstack"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/order"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/routing"
+	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/localrt"
 )
 
@@ -20,8 +24,10 @@ func runDev(ctx context.Context, args []string) error {
 	addr := fs.String("addr", "127.0.0.1:8080", "API listen address (beyond loopback: a warning, the API authenticates nothing)")
 	allowHosts := fs.String("allow-host", "", "comma-separated extra names the API and the AWS endpoint accept in the Host header (always: localhost, loopback addresses, the listen host); any other Host gets 403 (DNS rebinding protection)")
 	endpoint := endpointFlag(fs)
-	every := fs.Duration("reconcile-every", 30*time.Second, "reconciler schedule")
-	after := fs.Duration("reconcile-after", 5*time.Minute, "age after which the reconciler re-sends a pending record")
+	every := fs.Duration("reconcile-every", devstack.DevReconcileEvery, "reconciler schedule (AWS: the stack's schedule, default 1 min)")
+	after := fs.Duration("reconcile-after", devstack.DevReconcileAfter, "age after which the reconciler re-sends a pending record: a replayed or redriven record is re-published by the first run after it is this old (AWS: RECONCILE_AFTER_SECONDS, at least "+config.MinReconcileAfter.String()+")")
+	consoleAddr := fs.String("console", "127.0.0.1:8090", "listen address of the local console (orders, each event's path, the consumers' effects, the outbox, the DLQs, operator actions); empty: none")
+	deadLetter := fs.String("dead-letter", "", "comma-separated CONSUMER:DETAIL_TYPE pairs the consumer refuses for good, so those messages land on its DLQ with reason "+devstack.ReasonLocalFault+" (e.g. ledger:OrderShipped): try outboxctl consumer-dlq/consumer-redrive or the console")
 	prefix := fs.String("prefix", "dev", "table name prefix")
 	data := fs.String("data", "", "keep Dynoxide's data in this file across restarts (default: in memory, lost at exit); not with -endpoint, whose server keeps the data")
 	verbose := fs.Bool("v", false, "show every component's logs and the relay's and reconciler's metric lines (default: one line per hop of each event)")
@@ -72,6 +78,10 @@ func runDev(ctx context.Context, args []string) error {
 			reject = append(reject, t)
 		}
 	}
+	deadLetters, err := parseDeadLetter(*deadLetter)
+	if err != nil {
+		return err
+	}
 	if *checkpoint == "" && (*data != "" || *endpoint != "") {
 		*checkpoint = filepath.Join(".outboxdev", *prefix+".checkpoints.json")
 	}
@@ -95,6 +105,7 @@ func runDev(ctx context.Context, args []string) error {
 		ReconcileEvery: *every, ReconcileAfter: *after, Metrics: metrics,
 		DataFile: *data, RuntimeStateFile: *stateFile, CheckpointFile: *checkpoint, HopLog: true, Logger: slog.New(handler),
 		AWSAddr: *awsAddr, RejectDetailTypes: reject, RejectCode: *rejectCode, Tracing: *tracing, AllowedHosts: allowed,
+		ConsoleAddr: *consoleAddr, DeadLetterTypes: deadLetters,
 	})
 	if err != nil {
 		return err
@@ -115,14 +126,14 @@ func runDev(ctx context.Context, args []string) error {
 ddb-outbox local stack is up.
   API        %s
   DynamoDB   %s   (tables %s-*; %s)
-
+%s
 Try:
   curl -s -X POST %s/orders -H 'Content-Type: application/json' -H 'Idempotency-Key: first-order' \
        -d '{"customer_id":"c-1","amount_minor":1999,"currency":"EUR"}'
 
 Drive it from another terminal: make demo ARGS=-attach
-`, s.URL, s.Endpoint, *prefix, storage, s.URL)
-	printOperatorHelp(s, *prefix, reject)
+`, s.URL, s.Endpoint, *prefix, storage, consoleLine(s), s.URL)
+	printOperatorHelp(s, *prefix, reject, *every)
 	switch {
 	case traceUI != "":
 		fmt.Printf("\nTraces (Jaeger, in memory): %s\n  one order's traces:  %s/?order=ORDER_ID\n  Jaeger search (JSON under /api/traces): %s\n",
@@ -138,7 +149,7 @@ Drive it from another terminal: make demo ARGS=-attach
 
 // printOperatorHelp prints the AWS endpoint, the queue URLs and the
 // outboxctl commands that run against this stack (nothing without -aws-addr).
-func printOperatorHelp(s *devstack.Stack, prefix string, reject []string) {
+func printOperatorHelp(s *devstack.Stack, prefix string, reject []string, every time.Duration) {
 	if s.AWSURL == "" {
 		return
 	}
@@ -153,14 +164,14 @@ func printOperatorHelp(s *devstack.Stack, prefix string, reject []string) {
 	fmt.Printf(`
 Operate it (or set AWS_ENDPOINT_URL=%s for an AWS SDK speaking the JSON protocols):
   %s status  -table %s -queue-prefix %s-
-  %s show    -table %s -aggregate ORDER_ID -dedup-table %s
+  %s show    -table %s -aggregate ORDER_ID -dedup-table %s -idempotency-table %s
   %s replay  -table %s -aggregate ORDER_ID -from-seq 2     (or -direct -bus %s: PutEvents now)
   %s parked  -table %s
   %s redrive -table %s -all
   %s consumer-dlq      -dlq %s-ledger-dlq
   %s consumer-redrive  -dlq %s-ledger-dlq -queue %s-ledger -sender %s
   %s consumer-buffered -dedup-table %s -consumer ledger
-`, s.AWSURL, ctl, s.Settings.OutboxTable, prefix, ctl, s.Settings.OutboxTable, s.Settings.DedupTable,
+`, s.AWSURL, ctl, s.Settings.OutboxTable, prefix, ctl, s.Settings.OutboxTable, s.Settings.DedupTable, s.Settings.IdempotencyTable,
 		ctl, s.Settings.OutboxTable, s.Settings.EventBus, ctl, s.Settings.OutboxTable, ctl, s.Settings.OutboxTable,
 		ctl, prefix, ctl, prefix, prefix, localrt.FunctionRoleID("ledger"), ctl, s.Settings.DedupTable)
 	fmt.Printf(`
@@ -171,9 +182,41 @@ Event history (archive %s of every published event; docs/ARCHIVE.md):
 `, s.ArchiveName, ctl, s.Settings.OutboxTable, ctl, s.ArchiveName, s.Settings.EventBus, s.Settings.OrdersTable, ctl)
 	if len(reject) > 0 {
 		fmt.Printf(`
-The bus rejects %s permanently: those events are parked. To fix the cause, stop, restart
-without -reject-type (keep the data with -data FILE), then redrive; the reconciler publishes
-redriven records older than -reconcile-after.
-`, strings.Join(reject, ", "))
+The bus rejects %s permanently: those events are parked. To fix the cause, press
+"Stop rejecting" in the console (or stop and restart without -reject-type, keeping the data
+with -data FILE), then redrive; the reconciler publishes redriven records once older than
+-reconcile-after (%s), within -reconcile-every (%s), or at once with "Reconcile now".
+`, strings.Join(reject, ", "), s.Settings.ReconcileAfter, every)
 	}
+}
+
+// consoleLine is the banner's console line ("" without a console).
+func consoleLine(s *devstack.Stack) string {
+	if s.ConsoleURL() == "" {
+		return ""
+	}
+	return fmt.Sprintf("  Console    %s   (each event's path, the consumers' effects, the DLQs; redrive, replay, reconcile now)\n", s.ConsoleURL())
+}
+
+// parseDeadLetter reads -dead-letter: CONSUMER:DETAIL_TYPE pairs.
+func parseDeadLetter(v string) (map[string][]string, error) {
+	out := map[string][]string{}
+	for _, p := range strings.Split(v, ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		cons, typ, ok := strings.Cut(p, ":")
+		cons, typ = strings.TrimSpace(cons), strings.TrimSpace(typ)
+		if !ok || cons == "" || typ == "" {
+			return nil, fmt.Errorf("-dead-letter %q: want CONSUMER:DETAIL_TYPE pairs, comma-separated (e.g. ledger:OrderShipped)", v)
+		}
+		if !slices.Contains(routing.Consumers(), cons) {
+			return nil, fmt.Errorf("-dead-letter %q: no consumer %q (the consumers: %s)", v, cons, strings.Join(routing.Consumers(), ", "))
+		}
+		if !slices.Contains(order.EventTypes, typ) {
+			return nil, fmt.Errorf("-dead-letter %q: no event type %q (the event types: %s)", v, typ, strings.Join(order.EventTypes, ", "))
+		}
+		out[cons] = append(out[cons], typ)
+	}
+	return out, nil
 }

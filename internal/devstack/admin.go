@@ -1,12 +1,16 @@
 package devstack
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"sort"
+	"sync/atomic"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/localrt"
 )
@@ -32,7 +36,42 @@ func (s *Stack) publishPath(opts Options) (localrt.PutEventsAPI, error) {
 		return nil, fmt.Errorf("devstack: %w", err)
 	}
 	s.log.Warn("the local bus rejects these detail types permanently: their outbox records will be parked", "detail_types", opts.RejectDetailTypes, "error_code", code)
-	return eb, nil
+	s.rejecting = &rejectSwitch{on: eb, off: s.Bus, types: opts.RejectDetailTypes}
+	s.rejecting.active.Store(true)
+	return s.rejecting, nil
+}
+
+// rejectSwitch is the publish path with Options.RejectDetailTypes: the
+// rejecting bus while active, the bus itself once StopRejecting lifts the
+// fault (the console's button), so parked records can be redriven without
+// a restart.
+type rejectSwitch struct {
+	on, off localrt.PutEventsAPI
+	types   []string
+	active  atomic.Bool
+}
+
+func (r *rejectSwitch) PutEvents(ctx context.Context, in *eventbridge.PutEventsInput, optFns ...func(*eventbridge.Options)) (*eventbridge.PutEventsOutput, error) {
+	if r.active.Load() {
+		return r.on.PutEvents(ctx, in, optFns...)
+	}
+	return r.off.PutEvents(ctx, in, optFns...)
+}
+
+// Rejecting returns the detail types the local bus refuses now
+// (Options.RejectDetailTypes until StopRejecting; nil without them).
+func (s *Stack) Rejecting() []string {
+	if s.rejecting == nil || !s.rejecting.active.Load() {
+		return nil
+	}
+	return s.rejecting.types
+}
+
+// StopRejecting lifts Options.RejectDetailTypes: from now on the bus
+// accepts those detail types (redrive the parked records to publish them).
+// It reports whether a rejection was active.
+func (s *Stack) StopRejecting() bool {
+	return s.rejecting != nil && s.rejecting.active.Swap(false)
 }
 
 // Queues returns every SQS queue of the stack by name (the last segment of

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/ddb-outbox/ddb-outbox/pkg/dynoxide"
 	"os"
 	"path/filepath"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/app"
+	"github.com/ddb-outbox/ddb-outbox/pkg/dynoxide"
 )
 
 // StateFile is where `outboxdev dev` records the running stack (API URL,
@@ -26,11 +26,31 @@ type State struct {
 	Endpoint string `json:"endpoint"`
 	Prefix   string `json:"prefix"`
 	PID      int    `json:"pid"`
+	// Console is the console's URL ("" without one); ReconcileEvery and
+	// ReconcileAfter the reconciler's schedule and stale age, for what
+	// demo -attach says it waits for.
+	Console        string        `json:"console,omitempty"`
+	ReconcileEvery time.Duration `json:"reconcile_every,omitempty"`
+	ReconcileAfter time.Duration `json:"reconcile_after,omitempty"`
+	// Started is when the stack's schedules started: the reconciler runs
+	// at Started + k × ReconcileEvery.
+	Started time.Time `json:"started,omitempty"`
+}
+
+// NextReconcile returns when the reconciler of the stack st describes
+// runs next after now (zero without ReconcileEvery or Started).
+func (st State) NextReconcile(now time.Time) time.Time {
+	if st.ReconcileEvery <= 0 || st.Started.IsZero() {
+		return time.Time{}
+	}
+	n := now.Sub(st.Started)/st.ReconcileEvery + 1
+	return st.Started.Add(n * st.ReconcileEvery)
 }
 
 // WriteState records s (its URL, endpoint and table prefix) in path.
 func WriteState(path string, s *Stack, prefix string) error {
-	b, err := json.MarshalIndent(State{URL: s.URL, Endpoint: s.Endpoint, Prefix: prefix, PID: os.Getpid()}, "", "  ")
+	b, err := json.MarshalIndent(State{URL: s.URL, Endpoint: s.Endpoint, Prefix: prefix, PID: os.Getpid(), Console: s.ConsoleURL(),
+		ReconcileEvery: s.reconcileEvery, ReconcileAfter: s.Settings.ReconcileAfter, Started: s.started}, "", "  ")
 	if err != nil {
 		return err
 	}
@@ -80,6 +100,12 @@ func Attach(st State) *Stack {
 // polling every interval: the way to wait for a stack whose pipeline runs in
 // another process. It returns the last audit, or ctx's error.
 func (s *Stack) WaitSettled(ctx context.Context, interval time.Duration) (Audit, error) {
+	return s.WaitSettledReporting(ctx, interval, nil)
+}
+
+// WaitSettledReporting is WaitSettled calling report (when not nil) with
+// each audit that does not settle yet: what the wait is for.
+func (s *Stack) WaitSettledReporting(ctx context.Context, interval time.Duration, report func(Audit)) (Audit, error) {
 	var last Audit
 	for {
 		a, err := s.Audit(ctx)
@@ -88,6 +114,9 @@ func (s *Stack) WaitSettled(ctx context.Context, interval time.Duration) (Audit,
 		}
 		if a.Pending == 0 && a.Lost == 0 && a.Summary() == last.Summary() {
 			return a, nil
+		}
+		if report != nil {
+			report(a)
 		}
 		last = a
 		select {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -55,6 +56,9 @@ func newConsumerPath(name string, h localrt.EventHandler, settings app.Settings,
 	})
 	if err != nil {
 		return nil, err
+	}
+	if types := opts.DeadLetterTypes[name]; len(types) > 0 {
+		h = deadLetterTypes(name, types, h)
 	}
 	if opts.HopLog {
 		h = hopConsumer(log.With("fn", name), name, h)
@@ -206,4 +210,16 @@ func (s *Stack) Buffered(ctx context.Context) (map[string][]dedup.BufferedEvent,
 		out[name] = b
 	}
 	return out, nil
+}
+
+// deadLetterTypes refuses events of types for good (Options.DeadLetterTypes):
+// sqsconsumer sends them to the consumer's DLQ at once with reason
+// ReasonLocalFault; other events go to next.
+func deadLetterTypes(consumer string, types []string, next localrt.EventHandler) localrt.EventHandler {
+	return func(ctx context.Context, ev events.EventBridgeEvent) error {
+		if slices.Contains(types, ev.DetailType) {
+			return sqsconsumer.Permanent(ReasonLocalFault, fmt.Errorf("%s refuses %s: the local stack's fault switch (outboxdev dev -dead-letter %s:%s)", consumer, ev.DetailType, consumer, ev.DetailType))
+		}
+		return next(ctx, ev)
+	}
 }

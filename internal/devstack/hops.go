@@ -7,9 +7,12 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/localrt"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
+	"github.com/ddb-outbox/ddb-outbox/pkg/outboxtrace"
 )
 
 // Hop logging (Options.HopLog): one INFO line per hop of each event, with
@@ -100,8 +103,28 @@ func hopConsumer(log *slog.Logger, consumer string, next localrt.EventHandler) l
 			OccurredAt  time.Time `json:"occurred_at"`
 		}
 		_ = json.Unmarshal(ev.Detail, &env)
-		log.Info("hop: "+consumer+" done (applied, or a duplicate absorbed)", "event_id", env.EventID, "event_type", env.EventType,
+		msg := "hop: " + consumer + " done (applied, or a duplicate absorbed)"
+		if o := spanOutcome(ctx); o != "" {
+			msg = "hop: " + consumer + " " + outcomeLabel(o)
+		}
+		log.Info(msg, "event_id", env.EventID, "event_type", env.EventType,
 			"aggregate_id", env.AggregateID, "sequence", env.Sequence, "ms_since_commit", sinceMillis(env.OccurredAt))
 		return nil
 	}
+}
+
+// spanOutcome returns the consumer outcome recorded on ctx's span
+// (outboxtrace.SetOutcome: applied, duplicate, held), "" when tracing is
+// off (the console's path recorder turns it on) or none was recorded.
+func spanOutcome(ctx context.Context) string {
+	ro, ok := trace.SpanFromContext(ctx).(interface{ Attributes() []attribute.KeyValue })
+	if !ok {
+		return ""
+	}
+	for _, kv := range ro.Attributes() {
+		if kv.Key == outboxtrace.AttrOutcome {
+			return kv.Value.AsString()
+		}
+	}
+	return ""
 }

@@ -180,7 +180,37 @@ type Options struct {
 	// reports true for after publishing them (see crashAfterPublish): the
 	// reconciler re-sends them and the consumers absorb the duplicate.
 	LoseAfterPublish func(outbox.Envelope) bool
+	// ConsoleAddr, when set, is the listen address of the local console
+	// (console.go): orders and each event's path with its hops' timings,
+	// the consumers' effects, the outbox and the DLQs, and the operator
+	// actions. Stack.ConsoleURL is its URL. Empty: no console (and no
+	// event-path recorder).
+	ConsoleAddr string
+	// DeadLetterTypes makes a consumer refuse events of the given detail
+	// types for good (sqsconsumer.Permanent, reason ReasonLocalFault), so
+	// they land on its DLQ at once: keys are consumer names
+	// (routing.Consumer*), values detail types. The consumer-DLQ flow,
+	// tried locally, as RejectDetailTypes does for parking.
+	DeadLetterTypes map[string][]string
 }
+
+// The reconciler's schedule and stale age of `make dev` (outboxdev dev
+// -reconcile-every, -reconcile-after): a replayed or redriven record is
+// re-published within seconds. On AWS the stale age must outlast the
+// stream event source mapping's retry window (config.MinReconcileAfter,
+// 2 min), or the reconciler races the relay on records it is still
+// delivering. The local mapping hands a record to the relay within
+// milliseconds of its commit; only a relay stuck for longer than
+// DevReconcileAfter lets the reconciler publish a record first, and then
+// the relay's publish is a duplicate the consumers absorb (their dedup
+// marker) and the ordered ones keep in sequence (their resequencer).
+const (
+	DevReconcileEvery = 5 * time.Second
+	DevReconcileAfter = 10 * time.Second
+)
+
+// ReasonLocalFault is the dead-letter reason of Options.DeadLetterTypes.
+const ReasonLocalFault = "local_fault"
 
 func (o *Options) setDefaults() {
 	if o.Prefix == "" {

@@ -77,7 +77,7 @@ func socketOwner(inode string) (string, string) {
 // the error Start would return later (naming the holder), so that a stack
 // whose ports are taken fails before it starts Dynoxide on a data file
 // another stack may be using. An empty addr or port 0 is always free.
-func checkFree(what, addr string) error {
+func checkFree(what, flag, addr string) error {
 	if addr == "" {
 		return nil
 	}
@@ -86,7 +86,7 @@ func checkFree(what, addr string) error {
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return fmt.Errorf("devstack: %s: listen on %s: %w%s", what, addr, err, portHolder(addr))
+		return fmt.Errorf("devstack: %s: listen on %s: %w%s; make dev takes another address with ARGS='%s HOST:PORT'", what, addr, err, portHolder(addr), flag)
 	}
 	return ln.Close()
 }

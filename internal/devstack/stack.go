@@ -83,10 +83,15 @@ type Stack struct {
 	Ledger     *ledger.Ledger
 	Notifier   *notifier.Notifier
 
-	log       *slog.Logger
-	server    *http.Server
-	awsServer *http.Server
-	runCtx    context.Context
+	log *slog.Logger
+	// reconcileEvery is Options.ReconcileEvery (for WriteState).
+	reconcileEvery time.Duration
+	started        time.Time // when the schedules started
+	rejecting      *rejectSwitch
+	console        *console
+	server         *http.Server
+	awsServer      *http.Server
+	runCtx         context.Context
 
 	pollMu      sync.Mutex
 	pollCfg     localrt.StreamPollerConfig
@@ -120,7 +125,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	}
 	opts.setDefaults()
 	log := opts.Logger
-	s := &Stack{log: log, Endpoint: opts.Endpoint}
+	s := &Stack{log: log, Endpoint: opts.Endpoint, reconcileEvery: opts.ReconcileEvery}
 	defer func() {
 		if err != nil {
 			s.Close()
@@ -128,16 +133,20 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	}()
 	// Ports first: a second stack must not start a Dynoxide on the data
 	// file of a running one before it finds its ports taken.
-	if err := checkFree("API", opts.APIAddr); err != nil {
-		return nil, err
-	}
-	if err := checkFree("AWS front", opts.AWSAddr); err != nil {
-		return nil, err
+	for _, p := range []struct{ what, flag, addr string }{{"API", "-addr", opts.APIAddr}, {"AWS front", "-aws-addr", opts.AWSAddr}, {"console", "-console", opts.ConsoleAddr}} {
+		if err := checkFree(p.what, p.flag, p.addr); err != nil {
+			return nil, err
+		}
 	}
 	if s.Endpoint == "" {
 		if opts.DataFile != "" {
 			if err := os.MkdirAll(filepath.Dir(opts.DataFile), 0o755); err != nil {
 				return nil, fmt.Errorf("devstack: data file directory: %w", err)
+			}
+		}
+		if c, lerr := dynoxide.Locate(dynoxide.Current()); lerr == nil {
+			if w := dynoxide.CheckVersion(ctx, c); w != "" {
+				log.Warn(w)
 			}
 		}
 		if s.dynox, err = dynoxide.StartWith(ctx, dynoxide.Options{DBPath: opts.DataFile}); err != nil {
@@ -351,6 +360,9 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	if err := s.startAWSFront(opts, published); err != nil {
 		return nil, err
 	}
+	if err := s.startConsole(opts); err != nil {
+		return nil, err
+	}
 	ln, err := net.Listen("tcp", opts.APIAddr)
 	if err != nil {
 		return nil, fmt.Errorf("devstack: listen on %s: %w%s", opts.APIAddr, err, portHolder(opts.APIAddr))
@@ -372,6 +384,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	if opts.CheckpointFile != "" {
 		s.goRun(func() { s.keepCheckpoints(runCtx, opts.CheckpointFile, streamARN) })
 	}
+	s.started = time.Now()
 	s.goRun(func() { _ = s.Scheduler.Run(runCtx) }) // returns nil when runCtx ends
 	for _, sw := range s.Sweeps {
 		s.goRun(func() { _ = sw.Run(runCtx) })
@@ -514,6 +527,7 @@ func (s *Stack) Close() {
 		if s.awsServer != nil {
 			_ = s.awsServer.Shutdown(ctx)
 		}
+		s.closeConsole(ctx)
 		if s.cancel != nil {
 			s.cancel()
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/dedup"
+	"github.com/ddb-outbox/ddb-outbox/pkg/idempotency"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
 )
 
@@ -52,8 +53,21 @@ type EventView struct {
 	// Applied holds, by consumer, when its dedup marker says it applied the
 	// event (filled by Applied; absent: not applied, or the marker expired).
 	Applied map[string]time.Time
+	// Idempotency holds, by consumer (idempotency namespace), the state of
+	// its pkg/idempotency record for the event (filled by Idempotent;
+	// absent: no record, or it expired).
+	Idempotency map[string]IdempotencyView
 
 	item map[string]types.AttributeValue
+}
+
+// IdempotencyView is one consumer's pkg/idempotency record of an event: a
+// consumer with an effect outside DynamoDB (the fulfilment consumer's
+// provider call) records its work there instead of a dedup marker.
+type IdempotencyView struct {
+	Status    string // idempotency.StatusCompleted or StatusInProgress
+	UpdatedAt time.Time
+	ExpiresAt time.Time
 }
 
 // viewOf reads an outbox item leniently: a record that would not decode as
@@ -177,6 +191,33 @@ func Applied(ctx context.Context, ddb DynamoDBAPI, dedupTable string, consumers 
 	return nil
 }
 
+// Idempotent fills each view's Idempotency from the idempotency records in
+// table of the consumers given as namespaces (GetItem of
+// idempotency.RecordKey(namespace, event_id), consistent).
+func Idempotent(ctx context.Context, ddb DynamoDBAPI, table string, namespaces []string, views []EventView) error {
+	for i := range views {
+		views[i].Idempotency = map[string]IdempotencyView{}
+		for _, ns := range namespaces {
+			out, err := ddb.GetItem(ctx, &dynamodb.GetItemInput{
+				TableName: aws.String(table), ConsistentRead: aws.Bool(true),
+				Key: map[string]types.AttributeValue{idempotency.AttrPK: &types.AttributeValueMemberS{Value: idempotency.RecordKey(ns, views[i].EventID)}},
+			})
+			if err != nil {
+				return fmt.Errorf("idempotency record of %s for %s in %s: %w", ns, views[i].EventID, table, err)
+			}
+			if out.Item == nil {
+				continue
+			}
+			iv := IdempotencyView{Status: attrS(out.Item, idempotency.AttrStatus), UpdatedAt: parseTime(attrS(out.Item, idempotency.AttrUpdatedAt))}
+			if sec, err := strconv.ParseInt(attrN(out.Item, idempotency.AttrExpiresAt), 10, 64); err == nil {
+				iv.ExpiresAt = time.Unix(sec, 0).UTC()
+			}
+			views[i].Idempotency[ns] = iv
+		}
+	}
+	return nil
+}
+
 // Write prints the view as "field value" lines, a blank line after.
 func (v EventView) Write(w io.Writer) {
 	line := func(k, val string) {
@@ -215,6 +256,21 @@ func (v EventView) Write(w io.Writer) {
 		}
 		slices.Sort(parts)
 		line("applied", strings.Join(parts, ", "))
+	}
+	if v.Idempotency != nil {
+		var parts []string
+		for c, r := range v.Idempotency {
+			p := c + " " + r.Status + " " + ts(r.UpdatedAt)
+			if !r.ExpiresAt.IsZero() {
+				p += " (answers repeats until " + ts(r.ExpiresAt) + ")"
+			}
+			parts = append(parts, p)
+		}
+		if len(parts) == 0 {
+			parts = append(parts, "no idempotency record")
+		}
+		slices.Sort(parts)
+		line("idempotency", strings.Join(parts, ", "))
 	}
 	fmt.Fprintln(w)
 }

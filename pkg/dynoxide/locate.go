@@ -1,6 +1,7 @@
 package dynoxide
 
 import (
+	"context"
 	"debug/elf"
 	"debug/macho"
 	"errors"
@@ -9,7 +10,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
+	"time"
 )
 
 // Where a binary was found (Candidate.Source), in the order Locate tries.
@@ -134,15 +137,59 @@ func Locate(h Host) (Candidate, error) {
 }
 
 func notInstalled(h Host, tried []string) error {
+	npmLine := ""
+	if pkg, ok := npmPlatforms[h.GOOS+"/"+h.GOARCH]; ok && pkg != npmPlatforms["linux/amd64"] {
+		npmLine = fmt.Sprintf("\n  npm install --no-save @dynoxide/%s@%s  (this platform's npm package, where the registry has it)", pkg, TestedVersions[0])
+	}
 	return fmt.Errorf(`%w for %s/%s.
 Tried: %s.
-Install Dynoxide one of these ways, then run again:
+Install Dynoxide %s (the version this project is tested with) one of these ways, then run again:
   brew install nubo-db/tap/dynoxide            (macOS, Linux)
-  cargo install dynoxide-rs                    (any platform with Rust)
+  cargo install dynoxide-rs --version %s      (any platform with Rust)
   a release binary, then export %s=/path/to/dynoxide
-  npm ci                                       (linux/amd64: the pinned @dynoxide/linux-x64)
+  npm ci                                       (linux/amd64: the pinned @dynoxide/linux-x64)%s
 or use another DynamoDB-compatible server with Streams, e.g. DynamoDB Local's container:
-  make dev ARGS='-endpoint http://localhost:8000'`, ErrNotInstalled, h.GOOS, h.GOARCH, strings.Join(tried, "; "), EnvBinary)
+  make dev ARGS='-endpoint http://localhost:8000'`, ErrNotInstalled, h.GOOS, h.GOARCH, strings.Join(tried, "; "),
+		strings.Join(TestedVersions, ", "), TestedVersions[0], EnvBinary, npmLine)
+}
+
+// TestedVersions are the Dynoxide versions this project's tests run
+// against, newest first: package.json pins the first for linux/amd64
+// (@dynoxide/linux-x64), and CheckVersion warns about any other.
+var TestedVersions = []string{"1.2.1"}
+
+// Version runs `path --version` (bounded by ctx and 10 s) and returns the
+// version it prints ("dynoxide 1.2.1" gives "1.2.1"). It returns an error
+// when the binary does not run or prints no version.
+func Version(ctx context.Context, path string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, path, "--version").Output()
+	if err != nil {
+		return "", fmt.Errorf("dynoxide: %s --version: %w", path, err)
+	}
+	f := strings.Fields(string(out))
+	if len(f) == 0 {
+		return "", fmt.Errorf("dynoxide: %s --version printed nothing", path)
+	}
+	return strings.TrimPrefix(f[len(f)-1], "v"), nil
+}
+
+// CheckVersion returns a warning when c's version is not one of
+// TestedVersions (or cannot be read): what was found, what is tested, and
+// how to install the tested one; "" when it is tested. Another version
+// usually works; a difference in its DynamoDB or Streams behaviour would
+// show as failing tests, and the warning says where to look.
+func CheckVersion(ctx context.Context, c Candidate) string {
+	v, err := Version(ctx, c.Path)
+	if err != nil {
+		return fmt.Sprintf("could not read the Dynoxide version of %s (%s): %v; this project is tested with %s", c.Path, c.Source, err, strings.Join(TestedVersions, ", "))
+	}
+	if slices.Contains(TestedVersions, v) {
+		return ""
+	}
+	return fmt.Sprintf("Dynoxide %s at %s (%s) is not a version this project is tested with (%s): if something behaves unexpectedly, install %s (brew upgrade dynoxide, cargo install dynoxide-rs --version %s, or %s=/path/to/dynoxide)",
+		v, c.Path, c.Source, strings.Join(TestedVersions, ", "), TestedVersions[0], TestedVersions[0], EnvBinary)
 }
 
 // ErrWrongPlatform means a file is not an executable for this platform.

@@ -1,6 +1,7 @@
 package dynoxide
 
 import (
+	"context"
 	"errors"
 	"os"
 	"os/exec"
@@ -57,7 +58,8 @@ func TestLocate(t *testing.T) {
 		{"macOS arm64 with an npm darwin package installed by hand", fakeHost("darwin", "arm64", nil, "", map[string]string{npmArm: "darwin/arm64"}),
 			Candidate{Path: npmArm, Source: SourceNPM}, nil},
 		{"macOS arm64 with only the pinned linux-x64 package", fakeHost("darwin", "arm64", nil, "", map[string]string{npmX64: "linux/amd64"}),
-			Candidate{}, []string{"darwin/arm64", "brew install nubo-db/tap/dynoxide", "cargo install dynoxide-rs", "-endpoint", EnvBinary}},
+			Candidate{}, []string{"darwin/arm64", "brew install nubo-db/tap/dynoxide", "cargo install dynoxide-rs", "-endpoint", EnvBinary,
+				"Install Dynoxide 1.2.1 (the version this project is tested with)", "npm install --no-save @dynoxide/darwin-arm64@1.2.1"}},
 		{"linux arm64 with nothing", fakeHost("linux", "arm64", nil, "", nil),
 			Candidate{}, []string{"linux/arm64", "no dynoxide on PATH", "DynamoDB Local"}},
 		{"a PATH binary for another platform is skipped for npm", fakeHost("linux", "amd64", nil, "/usr/bin/dynoxide", map[string]string{"/usr/bin/dynoxide": "darwin/arm64", npmX64: "linux/amd64"}),
@@ -124,5 +126,44 @@ func TestCheckRunnable(t *testing.T) {
 	}
 	if err := CheckRunnable(script, "darwin", "arm64"); err != nil {
 		t.Errorf("a wrapper script was refused: %v", err)
+	}
+}
+
+// TestCheckVersion runs a fake dynoxide printing a version: a tested one
+// gives no warning, another one a warning naming both, a binary that does
+// not run a warning that it could not be read.
+func TestCheckVersion(t *testing.T) {
+	dir := t.TempDir()
+	fake := func(name, out string) Candidate {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte("#!/bin/sh\necho '"+out+"'\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return Candidate{Path: p, Source: SourcePath}
+	}
+	ctx := context.Background()
+	if w := CheckVersion(ctx, fake("tested", "dynoxide "+TestedVersions[0])); w != "" {
+		t.Errorf("tested version: warning %q", w)
+	}
+	w := CheckVersion(ctx, fake("newer", "dynoxide 9.9.9"))
+	for _, want := range []string{"Dynoxide 9.9.9", "tested with (" + TestedVersions[0] + ")", "cargo install dynoxide-rs --version " + TestedVersions[0]} {
+		if !strings.Contains(w, want) {
+			t.Errorf("other version: warning %q lacks %q", w, want)
+		}
+	}
+	if w := CheckVersion(ctx, Candidate{Path: filepath.Join(dir, "missing")}); !strings.Contains(w, "could not read the Dynoxide version") {
+		t.Errorf("missing binary: warning %q", w)
+	}
+}
+
+// TestTestedVersionIsPinned: package.json pins the npm package at the first
+// tested version.
+func TestTestedVersionIsPinned(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "package.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `"@dynoxide/linux-x64": "` + TestedVersions[0] + `"`; !strings.Contains(string(b), want) {
+		t.Errorf("package.json does not pin %s", want)
 	}
 }
