@@ -15,60 +15,67 @@ import (
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
 )
 
-// barrierWriter passes TransactWriteItems through to DynamoDB; the first n
-// calls each wait, before they are sent, until all n have arrived (or the
-// timeout passes), so n concurrent Creates send their transactions at
-// once: only the idempotency Put's condition can then decide who owns the
-// key. Later calls (a retry) pass straight through.
-type barrierWriter struct {
-	next    outbox.TransactWriter
+// barrierReader passes GetItem through to DynamoDB; the first n reads of
+// the idempotency record at key each wait, after their answer, until all n
+// have read (or the timeout passes). So n concurrent Creates all see "no
+// record" before any of them writes: only the idempotency Put's condition
+// can then decide who owns the key. Later reads (the retry's replay) pass
+// straight through.
+type barrierReader struct {
+	next    order.Client
+	key     string
 	mu      sync.Mutex
 	waiting int
 	release chan struct{}
 	timeout time.Duration
 }
 
-func (b *barrierWriter) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, opts ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
-	b.mu.Lock()
-	if b.waiting > 0 {
-		b.waiting--
-		if b.waiting == 0 {
-			close(b.release)
-		}
-		b.mu.Unlock()
-		select {
-		case <-b.release:
-		case <-time.After(b.timeout):
-		case <-ctx.Done():
-		}
-	} else {
-		b.mu.Unlock()
+func (b *barrierReader) GetItem(ctx context.Context, in *dynamodb.GetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	out, err := b.next.GetItem(ctx, in, opts...)
+	if keyOf(in.Key) != b.key {
+		return out, err
 	}
-	return b.next.TransactWriteItems(ctx, in, opts...)
+	b.mu.Lock()
+	if b.waiting < 0 { // the barrier already opened
+		b.mu.Unlock()
+		return out, err
+	}
+	b.waiting--
+	if b.waiting == 0 {
+		b.waiting = -1
+		close(b.release)
+	}
+	b.mu.Unlock()
+	select {
+	case <-b.release:
+	case <-time.After(b.timeout):
+	case <-ctx.Done():
+	}
+	return out, err
 }
 
 // TestRepositoryConcurrentKeyReuseWithDifferentBodies: two Creates by one
 // actor with the same Idempotency-Key and different bodies (so different
-// request tokens: DynamoDB's own idempotency cannot merge them) send their
-// transactions at once (Create writes before it reads the key's record).
-// The idempotency record's Put condition
+// request tokens: DynamoDB's own idempotency cannot merge them) both read
+// "no record" before either writes. The idempotency record's Put condition
 // must let only one commit: one order is created, the other call gets
 // ErrIdempotencyKeyReused, and the orders table holds one order.
 func TestRepositoryConcurrentKeyReuseWithDifferentBodies(t *testing.T) {
 	t.Parallel()
 	f := newRepoFixture(t)
 	const actor, key = "arn:aws:iam::123456789012:user/alice", "race-key"
-	gate := &barrierWriter{
+	gate := &barrierReader{
 		next:    f.env.DDB,
+		key:     keyOf(order.IdempotencyKey(actor, key)),
 		waiting: 2,
 		release: make(chan struct{}),
 		timeout: 10 * time.Second,
 	}
-	w, err := outbox.NewWriter(gate, outbox.WriterConfig{Table: f.outbox})
+	w, err := outbox.NewWriter(f.env.DDB, outbox.WriterConfig{Table: f.outbox})
 	if err != nil {
 		t.Fatal(err)
 	}
-	repo, err := order.NewRepository(order.RepositoryConfig{Table: f.orders, Client: f.env.DDB, Writer: w, BaseBackoff: time.Millisecond})
+	repo, err := order.NewRepository(order.RepositoryConfig{Table: f.orders, Client: gate, Writer: w, BaseBackoff: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -279,13 +279,7 @@ func (r *Repository) Create(ctx context.Context, o *Order, events []outbox.Event
 				return Order{}, false, err
 			}
 		}
-		// The first attempt writes without reading the key's record: the
-		// idempotency put's condition detects a served request, and only
-		// then (or after a conflict or an ambiguous attempt) is the record
-		// read back. A first request, the common case, costs the
-		// transaction alone; a repeat costs a cancelled transaction and a
-		// read instead of a read.
-		if key != "" && attempt > 0 {
+		if key != "" {
 			first, found, err := r.replay(ctx, meta.Actor, key, meta.RequestHash)
 			if err != nil || found {
 				return first, false, err
