@@ -43,8 +43,8 @@ $(JAEGER): tools/jaeger/go.mod tools/jaeger/go.sum
 	@echo "building bin/jaeger (tools/jaeger module; the first build takes a few minutes)"
 	$(GO) build -C tools/jaeger -o ../../$(JAEGER) github.com/jaegertracing/jaeger/cmd/jaeger
 
-# Not part of `make test`: it needs Debian's chromium package (apt-get install
-# chromium), which CI does not install.
+# Not part of `make test`: it builds Jaeger first (minutes), and headless
+# Chromium shoots its page (Debian's chromium, which .ci/run installs).
 trace-screenshot: deps $(OUTBOXDEV) $(JAEGER) ## one order traced into Jaeger (re-send and duplicates forced), its trace page shot by headless Chromium into results/
 	exec $(OUTBOXDEV) trace-screenshot $(ARGS)
 # ------------------------------------------------------------------------------
