@@ -110,4 +110,15 @@ func TestBackfillAndReplays(t *testing.T) {
 	if _, err := w.ctl(t, "backfill", "-archive", "ctl-archive", "-rule", "nope", "-bus", "ctl-bus", "-settle", "-1s"); err == nil || !strings.Contains(err.Error(), "rule nope") {
 		t.Errorf("backfill to an unknown rule: %v", err)
 	}
+	if _, err := w.ctl(t, "backfill", "-archive", "ctl-archive", "-rule", notifierRule, "-settle", "-1s"); err == nil || !strings.Contains(err.Error(), "no -bus given") {
+		t.Errorf("backfill without -bus, the rule on the outbox's bus: %v, want it to name -bus", err)
+	}
+	future := time.Now().Add(365 * 24 * time.Hour).UTC().Format(time.RFC3339)
+	if _, err := w.ctl(t, "backfill", "-archive", "ctl-archive", "-rule", notifierRule, "-bus", "ctl-bus", "-to", future); err == nil || !strings.Contains(err.Error(), "is in the future") {
+		t.Errorf("backfill -to %s: %v, want refused before anything starts", future, err)
+	}
+	out, err = w.ctl(t, "replays")
+	if err != nil || strings.Contains(out, "2 replay(s)") {
+		t.Errorf("after the refused backfills: %q, %v; want still one replay", out, err)
+	}
 }

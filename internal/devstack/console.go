@@ -206,15 +206,29 @@ func (c *console) redrive(ctx context.Context, r *http.Request) (string, error) 
 		return "no parked record to redrive", nil
 	}
 	var errs []error
-	n := 0
+	n, gone := 0, 0
 	for _, k := range keys {
 		if err := relay.Redrive(ctx, s.DDB, s.Settings.OutboxTable, s.Settings.PendingShards, k, time.Now()); err != nil {
+			if errors.Is(err, relay.ErrNotParked) {
+				gone++ // redriven by another click or outboxctl, or no such record
+				continue
+			}
 			errs = append(errs, err)
 			continue
 		}
 		n++
 	}
+	if n == 0 {
+		msg := fmt.Sprintf("nothing redriven: %d of %d record(s) no longer parked (already redriven, or no such record)", gone, len(keys))
+		if gone == len(keys) && len(keys) == 1 {
+			return msg, fmt.Errorf("%w", relay.ErrNotParked)
+		}
+		return msg, errors.Join(errs...)
+	}
 	msg := fmt.Sprintf("%d of %d record(s) redriven: now PENDING; %s", n, len(keys), c.publishHint())
+	if gone > 0 {
+		msg += fmt.Sprintf(" (%d no longer parked: already redriven)", gone)
+	}
 	if rej := s.Rejecting(); len(rej) > 0 {
 		msg += fmt.Sprintf(". The bus still rejects %s: press Stop rejecting first, or the record is parked again", strings.Join(rej, ", "))
 	}

@@ -75,6 +75,21 @@ func TestConsoleDeadLetterSwitchAndActions(t *testing.T) {
 	if v, _ := dlq.Counts(); v != 1 {
 		t.Errorf("after the redrive with the switch on the DLQ holds %d messages, want the OrderShipped back", v)
 	}
+
+	// A redrive of a record that is not parked (another click won, or no
+	// such record) says nothing was redriven, never "now PENDING".
+	req, _ = http.NewRequestWithContext(ctx, http.MethodPost, s.ConsoleURL()+"/actions/redrive", strings.NewReader(url.Values{"pk": {"x"}, "sk": {"y"}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("X-Outbox-Console", "1")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnprocessableEntity || !strings.Contains(string(body), "nothing redriven") || strings.Contains(string(body), "PENDING") {
+		t.Errorf("redrive of a record that is not parked: %d %q, want 422 saying nothing was redriven", resp.StatusCode, body)
+	}
 }
 
 func get(t *testing.T, u string) string {

@@ -91,7 +91,9 @@ var nameUnsafe = regexp.MustCompile(`[^.\-_A-Za-z0-9]+`)
 // DescribeReplay. It returns the final progress, and an error wrapping
 // ErrReplayNotCompleted when the replay was cancelled or failed, or the
 // error of an EventBridge call (an unknown archive or rule:
-// ResourceNotFoundException). The consumer applies the events through
+// ResourceNotFoundException; without Bus the rule is looked up on the
+// default bus and the error says so), or an error before any call for a To
+// later than Now (a replay covers events already archived). The consumer applies the events through
 // its queue as any delivery: the dedup markers absorb those it already
 // applied (live traffic overlapping the range), and an ordered consumer's
 // resequencer puts the replay's arbitrary order right.
@@ -127,6 +129,9 @@ func Backfill(ctx context.Context, api ReplayAPI, o BackfillOptions, progress fu
 	} else {
 		r, err := api.DescribeRule(ctx, &eventbridge.DescribeRuleInput{Name: aws.String(o.Rule), EventBusName: nilIfEmpty(o.Bus)})
 		if err != nil {
+			if o.Bus == "" {
+				return ReplayProgress{}, fmt.Errorf("backfill: rule %s (no -bus given, so it was looked up on the account's default event bus; name the outbox's bus with -bus): %w", o.Rule, err)
+			}
 			return ReplayProgress{}, fmt.Errorf("backfill: rule %s: %w", o.Rule, err)
 		}
 		ruleARN = aws.ToString(r.Arn)
@@ -136,6 +141,9 @@ func Backfill(ctx context.Context, api ReplayAPI, o BackfillOptions, progress fu
 	}
 	if o.To.IsZero() {
 		o.To = o.Now()
+	} else if now := o.Now(); o.To.After(now) {
+		return ReplayProgress{}, fmt.Errorf("backfill: -to %s is in the future (now %s): a replay covers events already archived; leave -to unset to replay up to now",
+			o.To.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
 	}
 	o.From, o.To = o.From.UTC().Truncate(time.Second), o.To.UTC().Truncate(time.Second).Add(time.Second)
 	if !o.From.Before(o.To) {

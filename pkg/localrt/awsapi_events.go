@@ -36,7 +36,16 @@ func (e *epoch) time() *time.Time {
 	if e == nil {
 		return nil
 	}
-	whole, frac := math.Modf(float64(*e))
+	v := float64(*e)
+	// Outside the years 1..9999 (or not a number) the value stands for an
+	// instant the bus refuses, before int64 conversion can overflow.
+	switch {
+	case math.IsNaN(v) || v < -62135596800:
+		return aws.Time(time.Time{})
+	case v > 253402300799:
+		return aws.Time(time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC))
+	}
+	whole, frac := math.Modf(v)
 	return aws.Time(time.Unix(int64(whole), int64(frac*1e9)).UTC())
 }
 
@@ -44,7 +53,8 @@ func toEpoch(t *time.Time) *float64 {
 	if t == nil {
 		return nil
 	}
-	v := float64(t.UnixNano()) / 1e9
+	// Seconds and nanoseconds apart: UnixNano overflows outside 1678..2262.
+	v := float64(t.Unix()) + float64(t.Nanosecond())/1e9
 	return &v
 }
 

@@ -204,6 +204,9 @@ func (b *Bus) CreateArchive(ctx context.Context, in *eventbridge.CreateArchiveIn
 	if in == nil || aws.ToString(in.EventSourceArn) != b.ARN() {
 		return nil, apiErr("ResourceNotFoundException", "Event bus %s does not exist.", aws.ToString(in.EventSourceArn))
 	}
+	if err := validateDescription("CreateArchive", aws.ToString(in.Description)); err != nil {
+		return nil, err
+	}
 	cfg := ArchiveConfig{Name: aws.ToString(in.ArchiveName), RetentionDays: aws.ToInt32(in.RetentionDays), Description: aws.ToString(in.Description)}
 	if in.EventPattern != nil {
 		cfg.Pattern = aws.ToString(in.EventPattern)
@@ -281,6 +284,9 @@ func (b *Bus) DescribeArchive(ctx context.Context, in *eventbridge.DescribeArchi
 	if in != nil {
 		name = aws.ToString(in.ArchiveName)
 	}
+	if err := validateName("ArchiveName", name, MaxArchiveNameLength); err != nil {
+		return nil, err
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	a, ok := b.archives[name]
@@ -315,6 +321,9 @@ func (b *Bus) ListArchives(ctx context.Context, in *eventbridge.ListArchivesInpu
 	}
 	if in == nil {
 		in = &eventbridge.ListArchivesInput{}
+	}
+	if err := validateList(in.Limit, in.NamePrefix, MaxArchiveNameLength, string(in.State), stateStrings(ebtypes.ArchiveState("").Values())); err != nil {
+		return nil, err
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -373,7 +382,13 @@ func (b *Bus) DescribeRule(ctx context.Context, in *eventbridge.DescribeRuleInpu
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	if in == nil {
+		in = &eventbridge.DescribeRuleInput{}
+	}
 	name := aws.ToString(in.Name)
+	if err := validateName("Name", name, maxRuleNameLength); err != nil {
+		return nil, err
+	}
 	if bus := aws.ToString(in.EventBusName); bus != "" && !b.isThisBus(bus) || bus == "" && b.cfg.Name != DefaultBusName {
 		return nil, apiErr("ResourceNotFoundException", "Rule %s does not exist on EventBus %s.", name, bus)
 	}

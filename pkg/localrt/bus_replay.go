@@ -91,6 +91,12 @@ func (b *Bus) StartReplay(ctx context.Context, in *eventbridge.StartReplayInput,
 		return nil, apiErr("ValidationException", "ReplayName %q: 1 to %d characters of [.-_A-Za-z0-9]", name, MaxReplayNameLength)
 	case in.EventStartTime == nil || in.EventEndTime == nil:
 		return nil, apiErr("ValidationException", "EventStartTime and EventEndTime are required")
+	case validateReplayTime("EventStartTime", *in.EventStartTime) != nil:
+		return nil, validateReplayTime("EventStartTime", *in.EventStartTime)
+	case validateReplayTime("EventEndTime", *in.EventEndTime) != nil:
+		return nil, validateReplayTime("EventEndTime", *in.EventEndTime)
+	case validateDescription("StartReplay", aws.ToString(in.Description)) != nil:
+		return nil, validateDescription("StartReplay", aws.ToString(in.Description))
 	case !in.EventStartTime.Before(*in.EventEndTime):
 		return nil, apiErr("ValidationException", "EventStartTime (%s) must be before EventEndTime (%s)", in.EventStartTime.UTC().Format(time.RFC3339), in.EventEndTime.UTC().Format(time.RFC3339))
 	case in.Destination == nil || !b.isThisBus(aws.ToString(in.Destination.Arn)) || !strings.HasPrefix(aws.ToString(in.Destination.Arn), "arn:"):
@@ -164,7 +170,7 @@ func (b *Bus) runReplay(r *replay, archiveName string) {
 			b.mu.Unlock()
 			break
 		}
-		from = from.Add(next.Sub(from).Truncate(ReplayInterval))
+		from = intervalHolding(from, next)
 		to := from.Add(ReplayInterval)
 		if to.After(r.end) {
 			to = r.end
@@ -197,6 +203,19 @@ func (b *Bus) runReplay(r *replay, archiveName string) {
 	}
 	b.setReplay(r, func() { r.state, r.ended = ebtypes.ReplayStateCompleted, b.cfg.Now().UTC() })
 	b.log.Info("replay completed", "replay", r.name)
+}
+
+// intervalHolding returns the start of the ReplayInterval step, counted
+// from from, that holds t (t not before from). It counts in whole seconds
+// of Unix time, so a range longer than time.Duration's 292 years (an
+// EventStartTime far in the past) costs one step, not one per 292 years.
+func intervalHolding(from, t time.Time) time.Time {
+	secs := t.Unix() - from.Unix()
+	if t.Nanosecond() < from.Nanosecond() {
+		secs--
+	}
+	step := int64(ReplayInterval / time.Second)
+	return time.Unix(from.Unix()+secs/step*step, int64(from.Nanosecond())).In(from.Location())
 }
 
 // stopReplay ends a cancelled replay (CANCELLED) or one the closing bus
@@ -306,6 +325,9 @@ func (b *Bus) DescribeReplay(ctx context.Context, in *eventbridge.DescribeReplay
 	if in != nil {
 		name = aws.ToString(in.ReplayName)
 	}
+	if err := validateName("ReplayName", name, MaxReplayNameLength); err != nil {
+		return nil, err
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	r, ok := b.replays[name]
@@ -324,6 +346,9 @@ func (b *Bus) ListReplays(ctx context.Context, in *eventbridge.ListReplaysInput,
 	}
 	if in == nil {
 		in = &eventbridge.ListReplaysInput{}
+	}
+	if err := validateList(in.Limit, in.NamePrefix, MaxReplayNameLength, string(in.State), stateStrings(ebtypes.ReplayState("").Values())); err != nil {
+		return nil, err
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -359,6 +384,9 @@ func (b *Bus) CancelReplay(ctx context.Context, in *eventbridge.CancelReplayInpu
 	name := ""
 	if in != nil {
 		name = aws.ToString(in.ReplayName)
+	}
+	if err := validateName("ReplayName", name, MaxReplayNameLength); err != nil {
+		return nil, err
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -219,6 +220,11 @@ func TestBusReplayRefusesAsAWSDoes(t *testing.T) {
 		"unknown archive":    {func(in *eventbridge.StartReplayInput) { in.EventSourceArn = aws.String(b.archiveARN("nope")) }, "ResourceNotFoundException"},
 		"missing time":       {func(in *eventbridge.StartReplayInput) { in.EventStartTime = nil }, "ValidationException"},
 		"missing destintion": {func(in *eventbridge.StartReplayInput) { in.Destination = nil }, "ValidationException"},
+		"description of 513": {func(in *eventbridge.StartReplayInput) { in.Description = aws.String(strings.Repeat("d", 513)) }, "ValidationException"},
+		"start before 1970":  {func(in *eventbridge.StartReplayInput) { in.EventStartTime = aws.Time(time.Unix(-9e15, 0)) }, "ValidationException"},
+		"end after 9999": {func(in *eventbridge.StartReplayInput) {
+			in.EventEndTime = aws.Time(time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC))
+		}, "ValidationException"},
 	} {
 		in := good()
 		c.mut(in)
@@ -241,6 +247,89 @@ func TestBusReplayRefusesAsAWSDoes(t *testing.T) {
 	}
 	if _, err := b.CreateArchive(ctx, &eventbridge.CreateArchiveInput{ArchiveName: aws.String(testArchive), EventSourceArn: aws.String(b.ARN())}); apiCode(err) != "ResourceAlreadyExistsException" {
 		t.Errorf("archive name twice: %v", err)
+	}
+
+	// The API Reference's request limits (API_CreateArchive, API_ListArchives,
+	// API_ListReplays, API_DescribeArchive/Replay, API_CancelReplay,
+	// API_DescribeRule): each refused with ValidationException.
+	for name, call := range map[string]func() error{
+		"CreateArchive Description of 513": func() error {
+			_, err := b.CreateArchive(ctx, &eventbridge.CreateArchiveInput{ArchiveName: aws.String("other"), EventSourceArn: aws.String(b.ARN()), Description: aws.String(strings.Repeat("d", 513))})
+			return err
+		},
+		"ListArchives Limit 0": func() error {
+			_, err := b.ListArchives(ctx, &eventbridge.ListArchivesInput{Limit: aws.Int32(0)})
+			return err
+		},
+		"ListArchives Limit 101": func() error {
+			_, err := b.ListArchives(ctx, &eventbridge.ListArchivesInput{Limit: aws.Int32(101)})
+			return err
+		},
+		"ListArchives State BOGUS": func() error {
+			_, err := b.ListArchives(ctx, &eventbridge.ListArchivesInput{State: ebtypes.ArchiveState("BOGUS")})
+			return err
+		},
+		"ListArchives NamePrefix <script>": func() error {
+			_, err := b.ListArchives(ctx, &eventbridge.ListArchivesInput{NamePrefix: aws.String("<script>")})
+			return err
+		},
+		"ListReplays Limit 100000": func() error {
+			_, err := b.ListReplays(ctx, &eventbridge.ListReplaysInput{Limit: aws.Int32(100000)})
+			return err
+		},
+		"ListReplays State BOGUS": func() error {
+			_, err := b.ListReplays(ctx, &eventbridge.ListReplaysInput{State: ebtypes.ReplayState("BOGUS")})
+			return err
+		},
+		"ListReplays NamePrefix ../": func() error {
+			_, err := b.ListReplays(ctx, &eventbridge.ListReplaysInput{NamePrefix: aws.String("../")})
+			return err
+		},
+		"ListReplays NamePrefix empty": func() error {
+			_, err := b.ListReplays(ctx, &eventbridge.ListReplaysInput{NamePrefix: aws.String("")})
+			return err
+		},
+		"DescribeArchive empty name": func() error { _, err := b.DescribeArchive(ctx, &eventbridge.DescribeArchiveInput{}); return err },
+		"DescribeReplay empty name":  func() error { _, err := b.DescribeReplay(ctx, &eventbridge.DescribeReplayInput{}); return err },
+		"CancelReplay empty name":    func() error { _, err := b.CancelReplay(ctx, &eventbridge.CancelReplayInput{}); return err },
+		"DescribeRule empty name":    func() error { _, err := b.DescribeRule(ctx, &eventbridge.DescribeRuleInput{}); return err },
+	} {
+		if err := call(); apiCode(err) != "ValidationException" {
+			t.Errorf("%s: %v, want ValidationException", name, err)
+		}
+	}
+	for name, call := range map[string]func() error{
+		"ListArchives Limit 100, prefix, ENABLED": func() error {
+			_, err := b.ListArchives(ctx, &eventbridge.ListArchivesInput{Limit: aws.Int32(100), NamePrefix: aws.String(testArchive[:1]), State: ebtypes.ArchiveStateEnabled})
+			return err
+		},
+		"ListReplays Limit 1, COMPLETED": func() error {
+			_, err := b.ListReplays(ctx, &eventbridge.ListReplaysInput{Limit: aws.Int32(1), State: ebtypes.ReplayStateCompleted})
+			return err
+		},
+	} {
+		if err := call(); err != nil {
+			t.Errorf("%s: %v, want accepted", name, err)
+		}
+	}
+}
+
+// TestIntervalHoldingBeyond292Years: the replay's next interval is found in
+// one step however far the next event is (time.Duration ends at 292 years;
+// a walk in 292-year strides over an EventStartTime far in the past kept a
+// core busy).
+func TestIntervalHoldingBeyond292Years(t *testing.T) {
+	t.Parallel()
+	from := time.Unix(0, 500).UTC()
+	for _, at := range []time.Time{
+		from, from.Add(59 * time.Second), from.Add(time.Minute),
+		time.Date(2026, 12, 1, 20, 30, 15, 7, time.UTC),
+		time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC),
+	} {
+		got := intervalHolding(from, at)
+		if got.After(at) || !at.Before(got.Add(ReplayInterval)) || (got.Unix()-from.Unix())%60 != 0 || got.Nanosecond() != from.Nanosecond() {
+			t.Errorf("intervalHolding(%s, %s) = %s: want the minute step from %s that holds it", from, at, got, from)
+		}
 	}
 }
 
