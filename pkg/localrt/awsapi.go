@@ -1,6 +1,7 @@
 package localrt
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -265,11 +266,30 @@ type (
 	lengther interface{ Len() int }
 )
 
+// maxRequestBytes bounds a request body the front reads (4 MiB: above
+// PutEvents' 1 MiB request limit and SQS's 1 MiB message limit, so what
+// AWS accepts fits, and the service's own checks answer the rest).
+const maxRequestBytes = 4 << 20
+
+// readRequestBody reads r's body, or fails with a clear error when it is
+// longer than maxRequestBytes (never a silently cut body that then reads as
+// malformed JSON).
+func readRequestBody(r *http.Request) ([]byte, error) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxRequestBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(body) > maxRequestBytes {
+		return nil, fmt.Errorf("request body longer than %d bytes", maxRequestBytes)
+	}
+	return body, nil
+}
+
 // serveSQS answers one AmazonSQS.* operation.
 func (f *AWSFront) serveSQS(w http.ResponseWriter, r *http.Request, op string) {
 	ctx, cancel := context.WithTimeout(r.Context(), f.timeout)
 	defer cancel()
-	body, err := io.ReadAll(io.LimitReader(r.Body, 4<<20))
+	body, err := readRequestBody(r)
 	if err != nil {
 		writeSQSError(w, errMalformed(err))
 		return
@@ -471,7 +491,12 @@ func (f *AWSFront) servePutEvents(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), f.timeout)
 	defer cancel()
 	var in struct{ Entries []putEventsEntryJSON }
-	dec := json.NewDecoder(io.LimitReader(r.Body, 4<<20))
+	body, err := readRequestBody(r)
+	if err != nil {
+		writeAWSError(w, "1.1", http.StatusRequestEntityTooLarge, "ValidationException", "", err.Error())
+		return
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	if err := dec.Decode(&in); err != nil {
 		writeAWSError(w, "1.1", http.StatusBadRequest, "ValidationException", "", "malformed request body: "+err.Error())

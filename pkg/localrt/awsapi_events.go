@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"math"
 	"net/http"
 	"time"
@@ -78,8 +77,12 @@ type replayJSON struct {
 func (f *AWSFront) serveArchive(w http.ResponseWriter, r *http.Request, api ArchiveAPI, op string) bool {
 	ctx, cancel := context.WithTimeout(r.Context(), f.timeout)
 	defer cancel()
-	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
-	if err != nil || len(body) == 0 {
+	body, err := readRequestBody(r)
+	if err != nil {
+		writeAWSError(w, "1.1", http.StatusRequestEntityTooLarge, "ValidationException", "", err.Error())
+		return true
+	}
+	if len(body) == 0 {
 		body = []byte("{}")
 	}
 	var out any

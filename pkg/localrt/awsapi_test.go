@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"github.com/ddb-outbox/ddb-outbox/pkg/dynoxide"
+	"io"
+	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -282,6 +285,32 @@ func TestRejectDetailTypes(t *testing.T) {
 		}
 		if int(out.FailedEntryCount) != failed || int(bus.Stats().Accepted-before) != 3-failed {
 			t.Errorf("reject %v: FailedEntryCount %d, bus accepted %d; want %d failed", tc.types, out.FailedEntryCount, bus.Stats().Accepted-before, failed)
+		}
+	}
+}
+
+// TestAWSFrontRefusesOversizedBodies: a body over the front's bound is
+// refused by every service it serves with an error that says so (413),
+// never cut short and then reported as malformed JSON.
+func TestAWSFrontRefusesOversizedBodies(t *testing.T) {
+	f := newFrontFixture(t, "")
+	big := `{"Description":"` + strings.Repeat("x", maxRequestBytes) + `"}`
+	for _, target := range []string{"AWSEvents.PutEvents", "AWSEvents.ListReplays", "AmazonSQS.SendMessage"} {
+		req, _ := http.NewRequest(http.MethodPost, f.url+"/", strings.NewReader(big))
+		req.Header.Set("X-Amz-Target", target)
+		ct := "application/x-amz-json-1.1"
+		if strings.HasPrefix(target, "AmazonSQS.") {
+			ct = "application/x-amz-json-1.0"
+		}
+		req.Header.Set("Content-Type", ct)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode < 400 || !strings.Contains(string(b), "longer than") || strings.Contains(string(b), "unexpected end of JSON") {
+			t.Errorf("%s with a %d-byte body: %d %s; want a refusal naming the size", target, len(big), resp.StatusCode, b)
 		}
 	}
 }
