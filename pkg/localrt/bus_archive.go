@@ -106,6 +106,17 @@ func (b *Bus) addArchive(cfg ArchiveConfig) (*archive, error) {
 		}
 	}
 	if b.cfg.Store != nil {
+		// The archive's creation time is kept too: an archive the bus
+		// re-creates at each start (BusConfig.Archives) keeps the events
+		// of earlier runs, so it began when it was first created.
+		key := b.archiveCreatedKey(cfg.Name)
+		if v, ok := b.cfg.Store.Records(key)[key]; ok {
+			if t, err := time.Parse(time.RFC3339Nano, string(v)); err == nil {
+				a.created = t.UTC()
+			}
+		} else if err := b.cfg.Store.Put(key, []byte(a.created.Format(time.RFC3339Nano))); err != nil {
+			return nil, fmt.Errorf("localrt: bus %s: keep archive %s: %w", b.cfg.Name, cfg.Name, err)
+		}
 		for k, v := range b.cfg.Store.Records(b.archivePrefix(cfg.Name)) {
 			var e archivedEvent
 			if err := json.Unmarshal(v, &e); err != nil {
@@ -226,6 +237,10 @@ type storedArchiveDef struct {
 	RetentionDays int32  `json:"retention_days"`
 	Description   string `json:"description,omitempty"`
 }
+
+// archiveCreatedKey is the Store key of an archive's creation time (not
+// under archivePrefix, whose records are the archived events).
+func (b *Bus) archiveCreatedKey(name string) string { return "bus/" + b.ARN() + "/archive-created/" + name }
 
 func (b *Bus) archiveDefPrefix() string { return "bus/" + b.ARN() + "/archive-def/" }
 

@@ -353,10 +353,19 @@ func TestBusArchiveAndReplaysAcrossRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitReplay(t, b, "before")
+	created := map[string]time.Time{}
+	for _, name := range []string{testArchive, "made"} {
+		a, err := b.DescribeArchive(ctx, &eventbridge.DescribeArchiveInput{ArchiveName: aws.String(name)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		created[name] = aws.ToTime(a.CreationTime)
+	}
 	if err := b.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
 	_ = j.Close()
+	time.Sleep(10 * time.Millisecond) // a re-created archive would get a later time
 
 	j = openJournal(t, path)
 	defer j.Close()
@@ -365,6 +374,11 @@ func TestBusArchiveAndReplaysAcrossRestart(t *testing.T) {
 		a, err := b2.DescribeArchive(ctx, &eventbridge.DescribeArchiveInput{ArchiveName: aws.String(name)})
 		if err != nil || a.EventCount != 4 {
 			t.Fatalf("archive %s after restart: %v %+v", name, err, a)
+		}
+		// It still holds the events of before the restart, so it began
+		// then (backfill's gap check reads this time).
+		if got := aws.ToTime(a.CreationTime); !got.Equal(created[name]) {
+			t.Errorf("archive %s CreationTime after restart %s, want the first start's %s", name, got, created[name])
 		}
 	}
 	rs, err := b2.ListReplays(ctx, &eventbridge.ListReplaysInput{})
