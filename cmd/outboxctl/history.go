@@ -60,6 +60,12 @@ func runBackfill(ctx context.Context, e *cmdEnv, args []string) error {
 	}
 	defer done()
 	opts := operator.BackfillOptions{Archive: *archive, Rule: *rule, Bus: *bus, From: from.t, To: to.t, Settle: *settle, Name: *name, Poll: *poll}
+	// The rule first: a wrong name is the likelier mistake, and its error
+	// lists the bus's rules; the start-point check only matters once the
+	// replay can run.
+	if _, _, err := operator.ResolveRule(ctx, c.eb, *rule, *bus); err != nil {
+		return err
+	}
 	if *ordersTable != "" {
 		if err := printStartGap(ctx, e, c, opts, *ordersTable); err != nil {
 			return err

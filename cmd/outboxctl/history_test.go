@@ -107,8 +107,9 @@ func TestBackfillAndReplays(t *testing.T) {
 	if _, err := w.ctl(t, "backfill", "-archive", "nope", "-rule", notifierRule, "-bus", "ctl-bus", "-settle", "-1s"); err == nil || !strings.Contains(err.Error(), "ResourceNotFoundException") {
 		t.Errorf("backfill of an unknown archive: %v", err)
 	}
-	if _, err := w.ctl(t, "backfill", "-archive", "ctl-archive", "-rule", "nope", "-bus", "ctl-bus", "-settle", "-1s"); err == nil || !strings.Contains(err.Error(), "rule nope") {
-		t.Errorf("backfill to an unknown rule: %v", err)
+	if _, err := w.ctl(t, "backfill", "-archive", "ctl-archive", "-rule", "nope", "-bus", "ctl-bus", "-settle", "-1s"); err == nil || !strings.Contains(err.Error(), "rule nope") ||
+		!strings.Contains(err.Error(), "the bus's rules: ") || !strings.Contains(err.Error(), notifierRule) {
+		t.Errorf("backfill to an unknown rule: %v, want the error to list the bus's rules (%s among them)", err, notifierRule)
 	}
 	if _, err := w.ctl(t, "backfill", "-archive", "ctl-archive", "-rule", notifierRule, "-settle", "-1s"); err == nil || !strings.Contains(err.Error(), "no -bus given") {
 		t.Errorf("backfill without -bus, the rule on the outbox's bus: %v, want it to name -bus", err)

@@ -177,7 +177,8 @@ Operate it (or set AWS_ENDPOINT_URL=%s for an AWS SDK speaking the JSON protocol
 	fmt.Printf(`
 Event history (archive %s of every published event; docs/ARCHIVE.md):
   %s history  -table %s ORDER_ID
-  %s backfill -archive %s -rule RULE -bus %s -orders-table %s -settle 30s
+  %s backfill -archive %s -rule ledger-order-payments -bus %s -orders-table %s -settle 30s
+      (-rule: the consumer's rule; a name the bus does not have is answered with the list of its rules)
   %s replays
 `, s.ArchiveName, ctl, s.Settings.OutboxTable, ctl, s.ArchiveName, s.Settings.EventBus, s.Settings.OrdersTable, ctl)
 	if len(reject) > 0 {
@@ -185,7 +186,8 @@ Event history (archive %s of every published event; docs/ARCHIVE.md):
 The bus rejects %s permanently: those events are parked. To fix the cause, press
 "Stop rejecting" in the console (or stop and restart without -reject-type, keeping the data
 with -data FILE), then redrive; the reconciler publishes redriven records once older than
--reconcile-after (%s), within -reconcile-every (%s), or at once with "Reconcile now".
+-reconcile-after (%s, counted from the record's creation), within -reconcile-every (%s);
+"Reconcile now" runs the reconciler at once, for records already that old.
 `, strings.Join(reject, ", "), s.Settings.ReconcileAfter, every)
 	}
 }

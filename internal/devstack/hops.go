@@ -103,6 +103,12 @@ func hopConsumer(log *slog.Logger, consumer string, next localrt.EventHandler) l
 			OccurredAt  time.Time `json:"occurred_at"`
 		}
 		_ = json.Unmarshal(ev.Detail, &env)
+		if env.EventID == "" {
+			// Not an outbox event: the schedule's resequencer sweep tick
+			// (or another scheduled event); no hop of any event's path.
+			log.Debug("consumer handled a scheduled event", "consumer", consumer, "detail_type", ev.DetailType, "source", ev.Source)
+			return nil
+		}
 		msg := "hop: " + consumer + " done (applied, or a duplicate absorbed)"
 		if o := spanOutcome(ctx); o != "" {
 			msg = "hop: " + consumer + " " + outcomeLabel(o)

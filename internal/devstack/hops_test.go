@@ -35,7 +35,7 @@ func TestHopLogShowsEveryHop(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var buf lockedBuffer
-	s, err := devstack.Start(ctx, devstack.Options{Prefix: "hops", HopLog: true,
+	s, err := devstack.Start(ctx, devstack.Options{Prefix: "hops", HopLog: true, SweepEvery: 200 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))})
 	if err != nil {
 		t.Fatal(err)
@@ -48,6 +48,7 @@ func TestHopLogShowsEveryHop(t *testing.T) {
 	if rep.Acked == 0 {
 		t.Fatalf("no order acknowledged: %s", rep)
 	}
+	time.Sleep(time.Second) // resequencer sweep ticks reach the ordered consumers (SweepEvery)
 	out := buf.String()
 	for _, hop := range []string{`msg="hop: stream → relay"`, `msg="hop: relay done (published and marked, or parked)"`, `msg="hop: notifier done (applied, or a duplicate absorbed)"`} {
 		n := strings.Count(out, hop)
@@ -58,6 +59,10 @@ func TestHopLogShowsEveryHop(t *testing.T) {
 	for _, line := range strings.Split(out, "\n") {
 		if strings.Contains(line, `msg="hop:`) && !strings.Contains(line, "ms_since_commit=") {
 			t.Errorf("hop line without its latency: %s", line)
+		}
+		// A sweep tick is no event's hop.
+		if strings.Contains(line, `msg="hop:`) && strings.Contains(line, `event_id=""`) {
+			t.Errorf("hop line of no event: %s", line)
 		}
 	}
 }

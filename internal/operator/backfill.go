@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/aws/smithy-go"
 	"regexp"
 	"strings"
 	"time"
@@ -27,6 +28,36 @@ type ReplayAPI interface {
 	DescribeReplay(ctx context.Context, params *eventbridge.DescribeReplayInput, optFns ...func(*eventbridge.Options)) (*eventbridge.DescribeReplayOutput, error)
 	ListReplays(ctx context.Context, params *eventbridge.ListReplaysInput, optFns ...func(*eventbridge.Options)) (*eventbridge.ListReplaysOutput, error)
 	DescribeRule(ctx context.Context, params *eventbridge.DescribeRuleInput, optFns ...func(*eventbridge.Options)) (*eventbridge.DescribeRuleOutput, error)
+	ListRules(ctx context.Context, params *eventbridge.ListRulesInput, optFns ...func(*eventbridge.Options)) (*eventbridge.ListRulesOutput, error)
+}
+
+// ResolveRule returns the ARN and name of rule (a name on bus, the
+// account's default bus when bus is empty, or an ARN, returned as is).
+// When DescribeRule finds no such rule the error lists the rules the bus
+// has (ListRules, first page), so the operator can pick the consumer's.
+func ResolveRule(ctx context.Context, api ReplayAPI, rule, bus string) (arn, name string, err error) {
+	if strings.HasPrefix(rule, "arn:") {
+		return rule, rule[strings.LastIndex(rule, "/")+1:], nil
+	}
+	r, err := api.DescribeRule(ctx, &eventbridge.DescribeRuleInput{Name: aws.String(rule), EventBusName: nilIfEmpty(bus)})
+	if err == nil {
+		return aws.ToString(r.Arn), rule, nil
+	}
+	where := "-bus " + bus
+	if bus == "" {
+		where = "no -bus given, so it was looked up on the account's default event bus; name the outbox's bus with -bus"
+	}
+	var ae smithy.APIError
+	if errors.As(err, &ae) && ae.ErrorCode() == "ResourceNotFoundException" {
+		if l, lerr := api.ListRules(ctx, &eventbridge.ListRulesInput{EventBusName: nilIfEmpty(bus), Limit: aws.Int32(100)}); lerr == nil {
+			names := make([]string, 0, len(l.Rules))
+			for _, r := range l.Rules {
+				names = append(names, aws.ToString(r.Name))
+			}
+			return "", "", fmt.Errorf("backfill: rule %s (%s): %w; the bus's rules: %s", rule, where, err, strings.Join(names, ", "))
+		}
+	}
+	return "", "", fmt.Errorf("backfill: rule %s (%s): %w", rule, where, err)
 }
 
 // Backfill defaults.
@@ -123,18 +154,9 @@ func Backfill(ctx context.Context, api ReplayAPI, o BackfillOptions, progress fu
 	if err != nil {
 		return ReplayProgress{}, fmt.Errorf("backfill: archive %s: %w", archiveName, err)
 	}
-	ruleARN, ruleName := o.Rule, o.Rule
-	if strings.HasPrefix(o.Rule, "arn:") {
-		ruleName = o.Rule[strings.LastIndex(o.Rule, "/")+1:]
-	} else {
-		r, err := api.DescribeRule(ctx, &eventbridge.DescribeRuleInput{Name: aws.String(o.Rule), EventBusName: nilIfEmpty(o.Bus)})
-		if err != nil {
-			if o.Bus == "" {
-				return ReplayProgress{}, fmt.Errorf("backfill: rule %s (no -bus given, so it was looked up on the account's default event bus; name the outbox's bus with -bus): %w", o.Rule, err)
-			}
-			return ReplayProgress{}, fmt.Errorf("backfill: rule %s: %w", o.Rule, err)
-		}
-		ruleARN = aws.ToString(r.Arn)
+	ruleARN, ruleName, err := ResolveRule(ctx, api, o.Rule, o.Bus)
+	if err != nil {
+		return ReplayProgress{}, err
 	}
 	if o.From.IsZero() {
 		o.From = aws.ToTime(a.CreationTime).Add(-time.Minute) // an event's time may precede its arrival

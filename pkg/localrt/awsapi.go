@@ -40,7 +40,7 @@ import (
 //   - AWSEvents.PutEvents (awsJson1_1), and, when AWSFrontConfig.EventBridge
 //     implements ArchiveAPI (a *Bus does), CreateArchive, DescribeArchive,
 //     ListArchives, StartReplay, DescribeReplay, ListReplays, CancelReplay
-//     and DescribeRule (timestamps as epoch seconds, as awsJson1_1 carries
+//     DescribeRule and ListRules (timestamps as epoch seconds, as awsJson1_1 carries
 //     them);
 //   - DynamoDB_20120810.* and DynamoDBStreams_20120810.*: proxied unchanged
 //     to AWSFrontConfig.DynamoDB when set, so one endpoint serves every

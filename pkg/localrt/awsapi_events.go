@@ -14,7 +14,8 @@ import (
 	"github.com/aws/smithy-go"
 )
 
-// ArchiveAPI is the archive and replay part of the EventBridge API, with
+// ArchiveAPI is the archive and replay part of the EventBridge API (and the
+// rule lookups a replay needs: DescribeRule, ListRules), with
 // the SDK's exact signatures: *Bus and *eventbridge.Client implement it.
 // An AWSFront whose EventBridge implements it serves these operations too.
 type ArchiveAPI interface {
@@ -26,6 +27,7 @@ type ArchiveAPI interface {
 	ListReplays(ctx context.Context, params *eventbridge.ListReplaysInput, optFns ...func(*eventbridge.Options)) (*eventbridge.ListReplaysOutput, error)
 	CancelReplay(ctx context.Context, params *eventbridge.CancelReplayInput, optFns ...func(*eventbridge.Options)) (*eventbridge.CancelReplayOutput, error)
 	DescribeRule(ctx context.Context, params *eventbridge.DescribeRuleInput, optFns ...func(*eventbridge.Options)) (*eventbridge.DescribeRuleOutput, error)
+	ListRules(ctx context.Context, params *eventbridge.ListRulesInput, optFns ...func(*eventbridge.Options)) (*eventbridge.ListRulesOutput, error)
 }
 
 // epoch is an awsJson1_1 timestamp: epoch seconds, maybe fractional.
@@ -171,6 +173,18 @@ func (f *AWSFront) serveArchive(w http.ResponseWriter, r *http.Request, api Arch
 			var res *eventbridge.DescribeRuleOutput
 			if res, err = api.DescribeRule(ctx, &in); err == nil {
 				out = map[string]any{"Arn": res.Arn, "Name": res.Name, "EventBusName": res.EventBusName, "EventPattern": res.EventPattern, "State": res.State}
+			}
+		}
+	case "ListRules":
+		var in eventbridge.ListRulesInput
+		if err = decodeBody(body, &in); err == nil {
+			var res *eventbridge.ListRulesOutput
+			if res, err = api.ListRules(ctx, &in); err == nil {
+				rules := make([]map[string]any, 0, len(res.Rules))
+				for _, r := range res.Rules {
+					rules = append(rules, map[string]any{"Arn": r.Arn, "Name": r.Name, "EventBusName": r.EventBusName, "EventPattern": r.EventPattern, "State": r.State})
+				}
+				out = map[string]any{"Rules": rules}
 			}
 		}
 	default:

@@ -240,7 +240,9 @@ type storedArchiveDef struct {
 
 // archiveCreatedKey is the Store key of an archive's creation time (not
 // under archivePrefix, whose records are the archived events).
-func (b *Bus) archiveCreatedKey(name string) string { return "bus/" + b.ARN() + "/archive-created/" + name }
+func (b *Bus) archiveCreatedKey(name string) string {
+	return "bus/" + b.ARN() + "/archive-created/" + name
+}
 
 func (b *Bus) archiveDefPrefix() string { return "bus/" + b.ARN() + "/archive-def/" }
 

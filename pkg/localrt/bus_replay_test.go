@@ -293,6 +293,10 @@ func TestBusReplayRefusesAsAWSDoes(t *testing.T) {
 		"DescribeReplay empty name":  func() error { _, err := b.DescribeReplay(ctx, &eventbridge.DescribeReplayInput{}); return err },
 		"CancelReplay empty name":    func() error { _, err := b.CancelReplay(ctx, &eventbridge.CancelReplayInput{}); return err },
 		"DescribeRule empty name":    func() error { _, err := b.DescribeRule(ctx, &eventbridge.DescribeRuleInput{}); return err },
+		"ListRules Limit 0": func() error {
+			_, err := b.ListRules(ctx, &eventbridge.ListRulesInput{EventBusName: aws.String(b.ARN()), Limit: aws.Int32(0)})
+			return err
+		},
 	} {
 		if err := call(); apiCode(err) != "ValidationException" {
 			t.Errorf("%s: %v, want ValidationException", name, err)
@@ -310,6 +314,18 @@ func TestBusReplayRefusesAsAWSDoes(t *testing.T) {
 	} {
 		if err := call(); err != nil {
 			t.Errorf("%s: %v, want accepted", name, err)
+		}
+	}
+	rules, err := b.ListRules(ctx, &eventbridge.ListRulesInput{EventBusName: aws.String(b.ARN())})
+	if err != nil || len(rules.Rules) != len(b.rules) {
+		t.Fatalf("ListRules: %v %+v, want the bus's %d rules", err, rules, len(b.rules))
+	}
+	for i, r := range rules.Rules {
+		if d, err := b.DescribeRule(ctx, &eventbridge.DescribeRuleInput{Name: r.Name, EventBusName: aws.String(b.ARN())}); err != nil || aws.ToString(d.Arn) != aws.ToString(r.Arn) {
+			t.Errorf("ListRules[%d] %s: DescribeRule %v %+v", i, aws.ToString(r.Name), err, d)
+		}
+		if i > 0 && aws.ToString(rules.Rules[i-1].Name) >= aws.ToString(r.Name) {
+			t.Errorf("ListRules not by name: %s before %s", aws.ToString(rules.Rules[i-1].Name), aws.ToString(r.Name))
 		}
 	}
 }
