@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -397,12 +398,32 @@ func runConsumerRedrive(ctx context.Context, e *cmdEnv, args []string) error {
 
 func dlqLine(w io.Writer, verb string) func(sqsconsumer.DeadLetter) {
 	return func(d sqsconsumer.DeadLetter) {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", verb, d.MessageID, d.Reason, d.From(), d.Error)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", verb, d.MessageID, dlqEvent(d.Body), d.Reason, d.From(), d.Error)
 	}
 }
 
+// dlqEvent names the outbox event a DLQ message carries (its body is the
+// EventBridge event, its detail the envelope): "<type> <aggregate
+// type>/<id> #<sequence> <event id>", or "-" for a body that is not one.
+func dlqEvent(body string) string {
+	var ev struct {
+		Detail struct {
+			EventID       string `json:"event_id"`
+			EventType     string `json:"event_type"`
+			AggregateType string `json:"aggregate_type"`
+			AggregateID   string `json:"aggregate_id"`
+			Sequence      int64  `json:"sequence"`
+		} `json:"detail"`
+	}
+	if json.Unmarshal([]byte(body), &ev) != nil || ev.Detail.EventID == "" {
+		return "-"
+	}
+	d := ev.Detail
+	return fmt.Sprintf("%s %s/%s #%d %s", d.EventType, d.AggregateType, d.AggregateID, d.Sequence, d.EventID)
+}
+
 // consumerDLQ lists the DLQ at dlq through sqsconsumer.Peek, one line per
-// message (verb, message id, reason, where it came from: the queue whose
+// message (verb, message id, the event (dlqEvent), reason, where it came from: the queue whose
 // redrive policy moved it or the principal that sent it, error), then a
 // count.
 func consumerDLQ(ctx context.Context, w io.Writer, q sqsconsumer.QueueAPI, dlq string, limit int) error {

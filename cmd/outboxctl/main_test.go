@@ -130,7 +130,7 @@ func newWorld(t *testing.T) *world {
 	// The DLQ holds the ledger's two dead letters: one its queue's redrive
 	// policy moved (after maxReceiveCount 1), one the ledger function
 	// dead-lettered itself, as its role's session.
-	if _, err := w.queue.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(w.queue.URL()), MessageBody: aws.String(`{"detail":{"n":1}}`)}); err != nil {
+	if _, err := w.queue.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(w.queue.URL()), MessageBody: aws.String(`{"detail":{"event_id":"ev-1","event_type":"OrderPaid","aggregate_type":"Order","aggregate_id":"o-1","sequence":2}}`)}); err != nil {
 		t.Fatal(err)
 	}
 	for range 2 { // receive 1 = maxReceiveCount, visibility reset; the next receive moves it
@@ -514,11 +514,12 @@ func TestConsumerDLQAndRedrive(t *testing.T) {
 			t.Fatalf("consumer-dlq printed:\n%s\nwant two message lines and a count", out)
 		}
 		mustContain(t, "consumer-dlq", out,
-			"\t"+sqsconsumer.ReasonMaxReceiveCount+"\tqueue "+w.queue.ARN()+"\t",
+			"\tOrderPaid Order/o-1 #2 ev-1\t"+sqsconsumer.ReasonMaxReceiveCount+"\tqueue "+w.queue.ARN()+"\t",
+			"\t-\tforged_source\t",
 			"\tforged_source\tsender "+ledgerRole+":"+routing.ConsumerLedger+"\tsource is not the outbox")
 		for _, l := range lines[:2] {
-			if f := strings.Split(l, "\t"); len(f) != 5 || f[0] != "dead-lettered" || f[1] == "" {
-				t.Errorf("line %q: want verb, message id, reason, from, error", l)
+			if f := strings.Split(l, "\t"); len(f) != 6 || f[0] != "dead-lettered" || f[1] == "" || f[2] == "" {
+				t.Errorf("line %q: want verb, message id, event, reason, from, error", l)
 			}
 		}
 		if v, i := w.dlq.Counts(); v != 2 || i != 0 {

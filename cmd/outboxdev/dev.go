@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strings"
 	"time"
 
@@ -134,6 +135,17 @@ Try:
 Drive it from another terminal: make demo ARGS=-attach
 `, s.URL, s.Endpoint, *prefix, storage, consoleLine(s), s.URL)
 	printOperatorHelp(s, *prefix, reject, *every)
+	if len(deadLetters) > 0 {
+		var pairs []string
+		for c, types := range deadLetters {
+			for _, t := range types {
+				pairs = append(pairs, c+":"+t)
+			}
+		}
+		sort.Strings(pairs)
+		fmt.Printf("\nConsumers refuse these events for good (-dead-letter %s): they land on the consumer's DLQ with reason %s.\nSee them with consumer-dlq (above) or in the console; restart without -dead-letter (keeping the data with -data FILE) before consumer-redrive.\n",
+			strings.Join(pairs, ","), devstack.ReasonLocalFault)
+	}
 	switch {
 	case traceUI != "":
 		fmt.Printf("\nTraces (Jaeger, in memory): %s\n  one order's traces:  %s/?order=ORDER_ID\n  Jaeger search (JSON under /api/traces): %s\n",

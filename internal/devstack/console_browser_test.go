@@ -204,11 +204,21 @@ func waitRows(ctx context.Context, t *testing.T, id string, want map[string][]st
 // the action's result line to contain want.
 func click(ctx context.Context, t *testing.T, sel, want string) {
 	t.Helper()
-	err := chromedp.Do(ctx,
-		chromedp.Click(chromedp.CSS(sel)),
-		chromedp.WaitVisible(chromedp.CSS(`#confirm-yes`)),
-		chromedp.Click(chromedp.CSS(`#confirm-yes`)),
-	)
+	// The page re-renders as it polls: a node found by one DevTools call
+	// may be gone by the next (a click by node id then fails with "Could
+	// not find node"), so each click finds its button and clicks it in one
+	// script, retried until the button is there.
+	jsClick := func(s string) chromedp.Action[bool] {
+		return chromedp.Poll[bool](fmt.Sprintf(`(() => { const b = document.querySelector(%q); if (!b) return false; b.click(); return true })()`, s),
+			chromedp.WithPollingTimeout(30*time.Second))
+	}
+	_, err := chromedp.Run(ctx, jsClick(sel))
+	if err == nil {
+		err = chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`#confirm-yes`)))
+	}
+	if err == nil {
+		_, err = chromedp.Run(ctx, jsClick(`#confirm-yes`))
+	}
 	var result string
 	if err == nil {
 		_, err = chromedp.Run(ctx, chromedp.Poll[bool](fmt.Sprintf(`document.getElementById("result").innerText.includes(%q) || document.getElementById("result").className === "bad"`, want), chromedp.WithPollingTimeout(30*time.Second)))
