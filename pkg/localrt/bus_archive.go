@@ -294,14 +294,11 @@ func (b *Bus) restoreArchives() error {
 // ResourceNotFoundException for an unknown name. EventCount and SizeBytes
 // count the events kept now (AWS reconciles them within 24 hours).
 func (b *Bus) DescribeArchive(ctx context.Context, in *eventbridge.DescribeArchiveInput, _ ...func(*eventbridge.Options)) (*eventbridge.DescribeArchiveOutput, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
+	if in == nil {
+		in = &eventbridge.DescribeArchiveInput{}
 	}
-	name := ""
-	if in != nil {
-		name = aws.ToString(in.ArchiveName)
-	}
-	if err := validateName("ArchiveName", name, MaxArchiveNameLength); err != nil {
+	name, err := requestName(ctx, "ArchiveName", in.ArchiveName, MaxArchiveNameLength)
+	if err != nil {
 		return nil, err
 	}
 	b.mu.Lock()

@@ -315,25 +315,36 @@ func (b *Bus) describe(r *replay) *eventbridge.DescribeReplayOutput {
 	return out
 }
 
+// lockReplay validates a request's ReplayName, takes the bus's lock and
+// returns the replay with the function that releases the lock, or the
+// API error (the lock then released): ValidationException for a bad name,
+// ResourceNotFoundException for an unknown one.
+func (b *Bus) lockReplay(ctx context.Context, name *string) (*replay, func(), error) {
+	n, err := requestName(ctx, "ReplayName", name, MaxReplayNameLength)
+	if err != nil {
+		return nil, nil, err
+	}
+	b.mu.Lock()
+	r, ok := b.replays[n]
+	if !ok {
+		b.mu.Unlock()
+		return nil, nil, apiErr("ResourceNotFoundException", "Replay %s does not exist.", n)
+	}
+	return r, b.mu.Unlock, nil
+}
+
 // DescribeReplay answers a replay's state and progress (API_DescribeReplay):
 // ResourceNotFoundException for an unknown name.
 func (b *Bus) DescribeReplay(ctx context.Context, in *eventbridge.DescribeReplayInput, _ ...func(*eventbridge.Options)) (*eventbridge.DescribeReplayOutput, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	name := ""
+	var name *string
 	if in != nil {
-		name = aws.ToString(in.ReplayName)
+		name = in.ReplayName
 	}
-	if err := validateName("ReplayName", name, MaxReplayNameLength); err != nil {
+	r, unlock, err := b.lockReplay(ctx, name)
+	if err != nil {
 		return nil, err
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	r, ok := b.replays[name]
-	if !ok {
-		return nil, apiErr("ResourceNotFoundException", "Replay %s does not exist.", name)
-	}
+	defer unlock()
 	return b.describe(r), nil
 }
 
@@ -378,29 +389,22 @@ func (b *Bus) ListReplays(ctx context.Context, in *eventbridge.ListReplaysInput,
 // ResourceNotFoundException for an unknown name, IllegalStatusException
 // for a replay that already ended or is cancelling.
 func (b *Bus) CancelReplay(ctx context.Context, in *eventbridge.CancelReplayInput, _ ...func(*eventbridge.Options)) (*eventbridge.CancelReplayOutput, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	name := ""
+	var name *string
 	if in != nil {
-		name = aws.ToString(in.ReplayName)
+		name = in.ReplayName
 	}
-	if err := validateName("ReplayName", name, MaxReplayNameLength); err != nil {
+	r, unlock, err := b.lockReplay(ctx, name)
+	if err != nil {
 		return nil, err
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	r, ok := b.replays[name]
-	if !ok {
-		return nil, apiErr("ResourceNotFoundException", "Replay %s does not exist.", name)
-	}
+	defer unlock()
 	if r.state != ebtypes.ReplayStateStarting && r.state != ebtypes.ReplayStateRunning {
-		return nil, apiErr("IllegalStatusException", "Replay %s is %s and cannot be cancelled.", name, r.state)
+		return nil, apiErr("IllegalStatusException", "Replay %s is %s and cannot be cancelled.", r.name, r.state)
 	}
 	r.cancel = true
 	r.state = ebtypes.ReplayStateCancelling
 	b.keepReplayLocked(r)
-	return &eventbridge.CancelReplayOutput{ReplayArn: aws.String(b.replayARN(name)), State: r.state}, nil
+	return &eventbridge.CancelReplayOutput{ReplayArn: aws.String(b.replayARN(r.name)), State: r.state}, nil
 }
 
 // storedReplay is a replay as the Store keeps it.

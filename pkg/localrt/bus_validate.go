@@ -1,6 +1,7 @@
 package localrt
 
 import (
+	"context"
 	"regexp"
 	"slices"
 	"time"
@@ -62,6 +63,16 @@ func validateName(field, name string, maxLen int) error {
 		return apiErr("ValidationException", "%s %q: 1 to %d characters", field, name, maxLen)
 	}
 	return nil
+}
+
+// requestName is the name a Describe or Cancel request carries, checked
+// by validateName, after ctx's own error.
+func requestName(ctx context.Context, field string, name *string, maxLen int) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
+	n := aws.ToString(name)
+	return n, validateName(field, n, maxLen)
 }
 
 func validateReplayTime(field string, t time.Time) error {
