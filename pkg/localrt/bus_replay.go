@@ -91,12 +91,6 @@ func (b *Bus) StartReplay(ctx context.Context, in *eventbridge.StartReplayInput,
 		return nil, apiErr("ValidationException", "ReplayName %q: 1 to %d characters of [.-_A-Za-z0-9]", name, MaxReplayNameLength)
 	case in.EventStartTime == nil || in.EventEndTime == nil:
 		return nil, apiErr("ValidationException", "EventStartTime and EventEndTime are required")
-	case validateReplayTime("EventStartTime", *in.EventStartTime) != nil:
-		return nil, validateReplayTime("EventStartTime", *in.EventStartTime)
-	case validateReplayTime("EventEndTime", *in.EventEndTime) != nil:
-		return nil, validateReplayTime("EventEndTime", *in.EventEndTime)
-	case validateDescription("StartReplay", aws.ToString(in.Description)) != nil:
-		return nil, validateDescription("StartReplay", aws.ToString(in.Description))
 	case !in.EventStartTime.Before(*in.EventEndTime):
 		return nil, apiErr("ValidationException", "EventStartTime (%s) must be before EventEndTime (%s)", in.EventStartTime.UTC().Format(time.RFC3339), in.EventEndTime.UTC().Format(time.RFC3339))
 	case in.Destination == nil || !b.isThisBus(aws.ToString(in.Destination.Arn)) || !strings.HasPrefix(aws.ToString(in.Destination.Arn), "arn:"):
@@ -105,6 +99,12 @@ func (b *Bus) StartReplay(ctx context.Context, in *eventbridge.StartReplayInput,
 			dest = aws.ToString(in.Destination.Arn)
 		}
 		return nil, apiErr("ValidationException", "Destination.Arn %q: a replay goes to the event bus its archive belongs to, %s", dest, b.ARN())
+	}
+	for _, err := range []error{validateReplayTime("EventStartTime", *in.EventStartTime), validateReplayTime("EventEndTime", *in.EventEndTime),
+		validateDescription("StartReplay", aws.ToString(in.Description))} {
+		if err != nil {
+			return nil, err
+		}
 	}
 	src := aws.ToString(in.EventSourceArn)
 	b.mu.Lock()

@@ -25,15 +25,23 @@ func NewLedger(s Settings, ddb *dynamodb.Client, log *slog.Logger) (*ledger.Ledg
 	if err := require(config.EnvLedgerTable, s.LedgerTable, config.EnvDedupTable, s.DedupTable); err != nil {
 		return nil, err
 	}
-	return ledger.New(ddb, ledger.Config{
-		Table:           s.LedgerTable,
+	return ledger.New(ddb, orderedConsumerConfig(s, s.LedgerTable, log))
+}
+
+// orderedConsumerConfig is the dedup.ConsumerConfig the ledger and the
+// notifier share (both are ledger.Config and notifier.Config): the
+// consumer's table, the dedup table, the expected source and account, the
+// gap bound and the resequencer's metrics.
+func orderedConsumerConfig(s Settings, table string, log *slog.Logger) dedup.ConsumerConfig {
+	return dedup.ConsumerConfig{
+		Table:           table,
 		Dedup:           dedup.Config{Table: s.DedupTable, Retention: s.DedupRetention},
 		ExpectedSource:  s.Source,
 		ExpectedAccount: s.ExpectedAccount,
 		GapMaxReceives:  s.ConsumerGapMaxReceives,
 		Resequencer:     dedup.ResequencerConfig{Metrics: s.Metrics},
 		Logger:          log,
-	})
+	}
 }
 
 // NewNotifier returns the notifier consumer. It needs NotificationsTable
@@ -44,16 +52,9 @@ func NewNotifier(s Settings, ddb *dynamodb.Client, log *slog.Logger) (*notifier.
 	if err := require(config.EnvNotificationsTable, s.NotificationsTable, config.EnvDedupTable, s.DedupTable); err != nil {
 		return nil, err
 	}
-	return notifier.New(ddb, notifier.Config{
-		Table:           s.NotificationsTable,
-		Dedup:           dedup.Config{Table: s.DedupTable, Retention: s.DedupRetention},
-		ItemRetention:   s.NotificationRetention,
-		ExpectedSource:  s.Source,
-		ExpectedAccount: s.ExpectedAccount,
-		GapMaxReceives:  s.ConsumerGapMaxReceives,
-		Resequencer:     dedup.ResequencerConfig{Metrics: s.Metrics},
-		Logger:          log,
-	})
+	cfg := orderedConsumerConfig(s, s.NotificationsTable, log)
+	cfg.ItemRetention = s.NotificationRetention
+	return notifier.New(ddb, cfg)
 }
 
 // ConsumerQueues is what a consumer's handler calls on SQS: SendMessage to
