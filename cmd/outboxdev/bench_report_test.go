@@ -139,3 +139,22 @@ func TestLoadPointsLabelOrdersAndEvents(t *testing.T) {
 		}
 	}
 }
+
+// TestShapeFinding: the shape table's finding reads the 3- and 4-item
+// rates and the read rate it was given, and says so when one is missing.
+func TestShapeFinding(t *testing.T) {
+	shape := func(items int, rate float64) storeShape {
+		return storeShape{Items: items, Rate: bench.StoreRateResult{PerSecond: rate}}
+	}
+	shapes := []storeShape{shape(1, 1400), shape(2, 1200), shape(3, 1000), shape(4, 500),
+		{Read: true, Rate: bench.StoreRateResult{PerSecond: 4800}}}
+	got := shapeFinding(shapes)
+	for _, want := range []string{"4-item transaction takes 2.00× the time of a 3-item one", "and 2.40× a 2-item one's", "takes 0.25× a 2-item transaction's time"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("finding lacks %q:\n%s", want, got)
+		}
+	}
+	if got := shapeFinding(shapes[:3]); !strings.Contains(got, "failed to measure") {
+		t.Errorf("finding without the 4-item and read rates = %q, want the failure sentence", got)
+	}
+}

@@ -106,6 +106,52 @@ func StoreRate(ctx context.Context, ddb *dynamodb.Client, table string, txs, ite
 	}
 }
 
+// GetItemRate sends n strongly consistent GetItem calls of items an
+// earlier StoreRate wrote into table (keys "raw#<i>#0", i < written) from
+// conc goroutines, as fast as the server answers, and returns the rate of
+// successful reads (Items is 1: one item per call; Stream false).
+func GetItemRate(ctx context.Context, ddb *dynamodb.Client, table string, n, written, conc int) StoreRateResult {
+	var next, errs atomic.Int64
+	var mu sync.Mutex
+	lat := make([]time.Duration, 0, n)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := 0; w < conc; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				i := next.Add(1) - 1
+				if i >= int64(n) {
+					return
+				}
+				key := "raw#" + strconv.FormatInt(i%int64(max(written, 1)), 10) + "#0"
+				t := time.Now()
+				_, err := ddb.GetItem(ctx, &dynamodb.GetItemInput{
+					TableName:      aws.String(table),
+					Key:            map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: key}},
+					ConsistentRead: aws.Bool(true),
+				})
+				if err != nil {
+					errs.Add(1)
+					continue
+				}
+				d := time.Since(t)
+				mu.Lock()
+				lat = append(lat, d)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	el := time.Since(start)
+	ok := n - int(errs.Load())
+	return StoreRateResult{
+		Transactions: n, Items: 1, Concurrency: conc, Errors: errs.Load(),
+		Elapsed: el, PerSecond: float64(ok) / el.Seconds(), Latency: NewPercentiles(lat),
+	}
+}
+
 // WritePathResult compares the order command with a plain PutItem.
 type WritePathResult struct {
 	Samples int `json:"samples"`
