@@ -99,7 +99,7 @@ func (b *benchRun) storeShapes(ctx context.Context, ddb *dynamodb.Client, writte
 		progress("store cost by shape: %d %d-item TransactWriteItems, %d clients, table without stream", shapeCalls, items, b.f.storeConc)
 		r := bench.StoreRate(ctx, ddb, table, shapeCalls, items, b.f.storeConc, false)
 		progress("  %.0f transactions/s", r.PerSecond)
-		b.rep.StoreShapes = append(b.rep.StoreShapes, storeShape{Call: fmt.Sprintf("TransactWriteItems, %d new item(s)", items), Items: items, Rate: r})
+		b.rep.StoreShapes = append(b.rep.StoreShapes, storeShape{Call: fmt.Sprintf("TransactWriteItems, %d new %s", items, map[bool]string{true: "item", false: "items"}[items == 1]), Items: items, Rate: r})
 	}
 	progress("store cost by shape: %d GetItem (strongly consistent), %d clients", shapeCalls, b.f.storeConc)
 	r := bench.GetItemRate(ctx, ddb, "raw-nostream", shapeCalls, written, b.f.storeConc)
