@@ -60,6 +60,12 @@ func drainRedriveAndAudit(ctx context.Context, s *devstack.Stack, inj *faults.In
 		}
 		moved := 0
 		for name, p := range s.Consumers {
+			if p.DLQ.Len() == 0 {
+				// Nothing to move, visible or in flight: skip the
+				// redrive's closing long-poll receive (1 s per queue
+				// and round, a tenth of an epoch's audit).
+				continue
+			}
 			// Only what the consumer's queue moved or the consumer's
 			// role dead-lettered (the function runs as its role's
 			// session locally too, localrt.FunctionSenderID).
