@@ -72,6 +72,7 @@ func runBench(ctx context.Context, args []string) error {
 	traceOrders := fs.Int("trace-orders", 200, "with -trace-overhead: orders per arm and round")
 	traceRounds := fs.Int("trace-rounds", 4, "with -trace-overhead: rounds (each runs both arms, alternating which goes first)")
 	cloudOpts.register(fs) // issue 16: bench_cloud.go
+	registerRounds(fs)     // bench_rounds.go
 	_ = fs.Parse(args)
 	if *traceOverhead {
 		return runTraceOverhead(ctx, f.out, *traceOrders, *traceRounds)
@@ -102,7 +103,8 @@ func runBench(ctx context.Context, args []string) error {
 		{"lambda binaries", b.lambdas},
 		{"raw store rate before the pipeline", b.storeBefore}, // bench_cloud.go
 		{"pipeline", b.pipeline},
-		{"cloud latency", b.cloudLevel}, // bench_cloud.go
+		{"store ratio rounds", b.ratioRounds}, // bench_rounds.go
+		{"cloud latency", b.cloudLevel},       // bench_cloud.go
 		{"full batches", b.fullBatches},
 		{"ordering cost", b.orderingCost},
 		{"naive relay", b.naive},

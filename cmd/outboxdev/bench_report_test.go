@@ -158,3 +158,45 @@ func TestShapeFinding(t *testing.T) {
 		t.Errorf("finding without the 4-item and read rates = %q, want the failure sentence", got)
 	}
 }
+
+// With section b2's rounds, the store-ratio figure is their median (each
+// round against the raw rates right before and after it), the summary
+// lists every round beside the single figure, and a round whose audit
+// failed fails the run's audit.
+func TestBenchReportRatioRounds(t *testing.T) {
+	t.Parallel()
+	b := reportFixture()
+	b.rep.Store = bench.StoreRateResult{PerSecond: 500}
+	top := b.rep.Levels[len(b.rep.Levels)-1]
+	top.WritesPerSec, top.AuditOK = 450, true
+	for _, l := range b.rep.Levels {
+		l.AuditOK = true
+	}
+	b.rep.Rounds = &roundsReport{Rounds: []ratioRound{
+		{Ratio: 0.62, AuditOK: true}, {Ratio: 0.91, AuditOK: true}, {Ratio: 0.70, AuditOK: true},
+	}}
+	b.rep.Rounds.MedianRatio = median(b.rep.Rounds.Rounds, func(r ratioRound) float64 { return r.Ratio })
+	b.derive()
+	b.deriveCloud()
+	for _, want := range []string{
+		"pipeline_to_store_ratio=0.70 ",
+		"pipeline_to_store_ratio_rounds=0.62/0.91/0.70 pipeline_to_store_ratio_after_levels=0.90",
+		"pipeline_to_store_ratio=FAIL(0.70<0.80)",
+	} {
+		if !strings.Contains(b.rep.Summary, want) {
+			t.Errorf("summary %q lacks %q", b.rep.Summary, want)
+		}
+	}
+	if !b.rep.AuditOK {
+		t.Fatal("every level and round audited ok, but the run's audit failed")
+	}
+	b.rep.Rounds.Rounds[1].AuditOK = false
+	b.rep.Designs = nil
+	b.derive()
+	if b.rep.AuditOK {
+		t.Error("a round's failed audit did not fail the run's")
+	}
+	if got := median([]ratioRound{{Ratio: 0.9}, {Ratio: 0.5}}, func(r ratioRound) float64 { return r.Ratio }); got != 0.7 {
+		t.Errorf("median of two = %v, want 0.7", got)
+	}
+}
