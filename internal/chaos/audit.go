@@ -2,7 +2,10 @@ package chaos
 
 import (
 	"context"
+	"sync"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/ddb-outbox/ddb-outbox/internal/devstack"
 	"github.com/ddb-outbox/ddb-outbox/internal/faults"
@@ -58,29 +61,40 @@ func drainRedriveAndAudit(ctx context.Context, s *devstack.Stack, inj *faults.In
 				return devstack.Audit{}, c, err
 			}
 		}
-		moved := 0
+		// The consumers' DLQs are independent: redrive them at once, so
+		// their closing long-poll receives (1 s each) overlap.
+		var (
+			mu    sync.Mutex
+			moved int
+			g     errgroup.Group
+		)
 		for name, p := range s.Consumers {
 			if p.DLQ.Len() == 0 {
 				// Nothing to move, visible or in flight: skip the
-				// redrive's closing long-poll receive (1 s per queue
-				// and round, a tenth of an epoch's audit).
+				// redrive's closing long-poll receive.
 				continue
 			}
-			// Only what the consumer's queue moved or the consumer's
-			// role dead-lettered (the function runs as its role's
-			// session locally too, localrt.FunctionSenderID).
-			res, err := sqsconsumer.Redrive(ctx, p.DLQ, p.DLQ.URL(), p.Queue, p.Queue.URL(), sqsconsumer.RedriveOptions{
-				From: sqsconsumer.Provenance{SourceQueueARN: p.Queue.ARN(), SenderIDs: []string{localrt.FunctionRoleID(p.Name)}},
-				OnMessage: func(d sqsconsumer.DeadLetter) {
-					c.letters = append(c.letters, deadLetterSeen{consumer: name, letter: d})
-				},
+			g.Go(func() error {
+				// Only what the consumer's queue moved or the consumer's
+				// role dead-lettered (the function runs as its role's
+				// session locally too, localrt.FunctionSenderID).
+				res, err := sqsconsumer.Redrive(ctx, p.DLQ, p.DLQ.URL(), p.Queue, p.Queue.URL(), sqsconsumer.RedriveOptions{
+					From: sqsconsumer.Provenance{SourceQueueARN: p.Queue.ARN(), SenderIDs: []string{localrt.FunctionRoleID(p.Name)}},
+					OnMessage: func(d sqsconsumer.DeadLetter) {
+						mu.Lock()
+						c.letters = append(c.letters, deadLetterSeen{consumer: name, letter: d})
+						mu.Unlock()
+					},
+				})
+				mu.Lock()
+				c.redriven += res.Moved
+				moved += res.Moved
+				mu.Unlock()
+				return err
 			})
-			n := res.Moved
-			c.redriven += n
-			moved += n
-			if err != nil {
-				return devstack.Audit{}, c, err
-			}
+		}
+		if err := g.Wait(); err != nil {
+			return devstack.Audit{}, c, err
 		}
 		if moved == 0 {
 			break
