@@ -60,50 +60,23 @@ type StoreRateResult struct {
 // items of ~450 bytes) into table from conc goroutines, as fast as the
 // server answers, and returns the rate of successful transactions.
 func StoreRate(ctx context.Context, ddb *dynamodb.Client, table string, txs, items, conc int, withStream bool) StoreRateResult {
-	var next, errs atomic.Int64
-	var mu sync.Mutex
-	lat := make([]time.Duration, 0, txs)
-	start := time.Now()
-	var wg sync.WaitGroup
-	for w := 0; w < conc; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				i := next.Add(1) - 1
-				if i >= int64(txs) {
-					return
-				}
-				in := &dynamodb.TransactWriteItemsInput{}
-				for k := 0; k < items; k++ {
-					in.TransactItems = append(in.TransactItems, types.TransactWriteItem{Put: &types.Put{
-						TableName: aws.String(table),
-						Item: map[string]types.AttributeValue{
-							"pk":      &types.AttributeValueMemberS{Value: "raw#" + strconv.FormatInt(i, 10) + "#" + strconv.Itoa(k)},
-							"payload": &types.AttributeValueMemberS{Value: filler},
-						},
-						ConditionExpression: aws.String("attribute_not_exists(pk)"),
-					}})
-				}
-				t := time.Now()
-				if _, err := ddb.TransactWriteItems(ctx, in); err != nil {
-					errs.Add(1)
-					continue
-				}
-				d := time.Since(t)
-				mu.Lock()
-				lat = append(lat, d)
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	el := time.Since(start)
-	ok := txs - int(errs.Load())
-	return StoreRateResult{
-		Transactions: txs, Items: items, Concurrency: conc, Stream: withStream, Errors: errs.Load(),
-		Elapsed: el, PerSecond: float64(ok) / el.Seconds(), Latency: NewPercentiles(lat),
-	}
+	r := callRate(ctx, txs, conc, func(i int64) error {
+		in := &dynamodb.TransactWriteItemsInput{}
+		for k := 0; k < items; k++ {
+			in.TransactItems = append(in.TransactItems, types.TransactWriteItem{Put: &types.Put{
+				TableName: aws.String(table),
+				Item: map[string]types.AttributeValue{
+					"pk":      &types.AttributeValueMemberS{Value: "raw#" + strconv.FormatInt(i, 10) + "#" + strconv.Itoa(k)},
+					"payload": &types.AttributeValueMemberS{Value: filler},
+				},
+				ConditionExpression: aws.String("attribute_not_exists(pk)"),
+			}})
+		}
+		_, err := ddb.TransactWriteItems(ctx, in)
+		return err
+	})
+	r.Items, r.Stream = items, withStream
+	return r
 }
 
 // GetItemRate sends n strongly consistent GetItem calls of items an
@@ -111,6 +84,23 @@ func StoreRate(ctx context.Context, ddb *dynamodb.Client, table string, txs, ite
 // conc goroutines, as fast as the server answers, and returns the rate of
 // successful reads (Items is 1: one item per call; Stream false).
 func GetItemRate(ctx context.Context, ddb *dynamodb.Client, table string, n, written, conc int) StoreRateResult {
+	r := callRate(ctx, n, conc, func(i int64) error {
+		key := "raw#" + strconv.FormatInt(i%int64(max(written, 1)), 10) + "#0"
+		_, err := ddb.GetItem(ctx, &dynamodb.GetItemInput{
+			TableName:      aws.String(table),
+			Key:            map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: key}},
+			ConsistentRead: aws.Bool(true),
+		})
+		return err
+	})
+	r.Items = 1
+	return r
+}
+
+// callRate makes n calls (call(0) … call(n-1)) from conc goroutines, as
+// fast as they return, and returns the rate and latency of the successful
+// ones (Transactions is n; the caller sets Items and Stream).
+func callRate(ctx context.Context, n, conc int, call func(i int64) error) StoreRateResult {
 	var next, errs atomic.Int64
 	var mu sync.Mutex
 	lat := make([]time.Duration, 0, n)
@@ -125,14 +115,8 @@ func GetItemRate(ctx context.Context, ddb *dynamodb.Client, table string, n, wri
 				if i >= int64(n) {
 					return
 				}
-				key := "raw#" + strconv.FormatInt(i%int64(max(written, 1)), 10) + "#0"
 				t := time.Now()
-				_, err := ddb.GetItem(ctx, &dynamodb.GetItemInput{
-					TableName:      aws.String(table),
-					Key:            map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: key}},
-					ConsistentRead: aws.Bool(true),
-				})
-				if err != nil {
+				if err := call(i); err != nil {
 					errs.Add(1)
 					continue
 				}
@@ -147,7 +131,7 @@ func GetItemRate(ctx context.Context, ddb *dynamodb.Client, table string, n, wri
 	el := time.Since(start)
 	ok := n - int(errs.Load())
 	return StoreRateResult{
-		Transactions: n, Items: 1, Concurrency: conc, Errors: errs.Load(),
+		Transactions: n, Concurrency: conc, Errors: errs.Load(),
 		Elapsed: el, PerSecond: float64(ok) / el.Seconds(), Latency: NewPercentiles(lat),
 	}
 }
