@@ -78,44 +78,6 @@ func (b *benchRun) store(ctx context.Context) error {
 	return nil
 }
 
-// shapeCalls is the number of calls of each store-shape run.
-const shapeCalls = 1500
-
-// storeShapes measures what a call costs the store by its shape, on the
-// raw run's server and table without a stream (whose writes do not slow
-// down as the stream grows): TransactWriteItems of 1 to 4 new items and a
-// strongly consistent GetItem, each shapeCalls calls from the raw run's
-// clients. The pipeline's calls come in these shapes (an order 2 items, a
-// consumer 2 to 4, the reads before a command), so the table tells how
-// many calls per second a store-bound pipeline can drive. written is the
-// number of items the raw run without a stream wrote (GetItem reads them).
-func (b *benchRun) storeShapes(ctx context.Context, ddb *dynamodb.Client, written int) error {
-	b.rep.StoreShapes = nil
-	for items := 1; items <= 4; items++ {
-		table := fmt.Sprintf("raw-shape-%d", items)
-		if err := bench.CreatePlainTable(ctx, ddb, table, false); err != nil {
-			return err
-		}
-		progress("store cost by shape: %d %d-item TransactWriteItems, %d clients, table without stream", shapeCalls, items, b.f.storeConc)
-		r := bench.StoreRate(ctx, ddb, table, shapeCalls, items, b.f.storeConc, false)
-		progress("  %.0f transactions/s", r.PerSecond)
-		b.rep.StoreShapes = append(b.rep.StoreShapes, storeShape{Call: fmt.Sprintf("TransactWriteItems, %d new %s", items, map[bool]string{true: "item", false: "items"}[items == 1]), Items: items, Rate: r})
-	}
-	progress("store cost by shape: %d GetItem (strongly consistent), %d clients", shapeCalls, b.f.storeConc)
-	r := bench.GetItemRate(ctx, ddb, "raw-nostream", shapeCalls, written, b.f.storeConc)
-	progress("  %.0f reads/s", r.PerSecond)
-	b.rep.StoreShapes = append(b.rep.StoreShapes, storeShape{Call: "GetItem, strongly consistent", Read: true, Rate: r})
-	return nil
-}
-
-// storeShape is one row of the store-cost-by-shape table (section b).
-type storeShape struct {
-	Call  string                `json:"call"`
-	Items int                   `json:"items_written"` // 0 for a read
-	Read  bool                  `json:"read,omitempty"`
-	Rate  bench.StoreRateResult `json:"rate"`
-}
-
 func (b *benchRun) writePath(ctx context.Context) error {
 	dx, err := dynoxide.Start(ctx, nil)
 	if err != nil {

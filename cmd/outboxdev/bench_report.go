@@ -323,23 +323,7 @@ func (b *benchRun) markdown() string {
 		"highest level was %.2f cores against %.2f during the raw run: the share of the store's busy time the pipeline reached, reads and stream reads included.",
 		rawItemsPerTx, float64(top.WriteItems)/float64(max(top.WriteCalls, 1)), rawItemsPerTx*r.Store.PerSecond, top.ItemRatio,
 		cores(top.CPU.DynoxideSeconds, top.CPU.WallSeconds), cores(r.StoreCPU.DynoxideSeconds, r.StoreCPU.WallSeconds))
-	if len(r.StoreShapes) > 0 {
-		p("")
-		p("What a call costs this store by its shape (the raw run's server, a table without a stream, whose writes do not slow down as the stream grows; %d calls each, %d clients):", shapeCalls, r.StoreNoStream.Concurrency)
-		p("")
-		p("| call | calls/s | items written/s | time per call ÷ a 2-item transaction's |")
-		p("|---|---|---|---|")
-		two := shapeRate(r.StoreShapes, 2)
-		for _, sh := range r.StoreShapes {
-			rel := "n/a"
-			if sh.Rate.PerSecond > 0 && two > 0 {
-				rel = fmt.Sprintf("%.2f", two/sh.Rate.PerSecond)
-			}
-			p("| %s | %.0f | %.0f | %s |", sh.Call, sh.Rate.PerSecond, float64(sh.Items)*sh.Rate.PerSecond, rel)
-		}
-		p("")
-		p("%s", shapeFinding(r.StoreShapes))
-	}
+	w.WriteString(shapesMarkdown(r.StoreShapes, r.StoreNoStream.Concurrency))
 	if r.ProfileTop != "" {
 		p("")
 		p("CPU profile of the highest level (%s), `go tool pprof -top`:", r.ProfilePath)
@@ -572,37 +556,6 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(keys)
 	return keys
-}
-
-// shapeRate is the rate of the items-item transaction shape (0 when not
-// measured).
-func shapeRate(shapes []storeShape, items int) float64 {
-	for _, sh := range shapes {
-		if !sh.Read && sh.Items == items {
-			return sh.Rate.PerSecond
-		}
-	}
-	return 0
-}
-
-// shapeFinding says what the shape table means for the call ratio: the
-// step from 3 to 4 items, and what a read costs against a transaction.
-func shapeFinding(shapes []storeShape) string {
-	three, four, two := shapeRate(shapes, 3), shapeRate(shapes, 4), shapeRate(shapes, 2)
-	var read float64
-	for _, sh := range shapes {
-		if sh.Read {
-			read = sh.Rate.PerSecond
-		}
-	}
-	if three <= 0 || four <= 0 || two <= 0 || read <= 0 {
-		return "Some shapes failed to measure; see the JSON report."
-	}
-	return fmt.Sprintf("A store's cost follows what a call writes, not the call: here a 4-item transaction takes %.2f× the time of a 3-item one "+
-		"and %.2f× a 2-item one's, so a pipeline whose calls average more items than the raw run's drives fewer calls per second at the same "+
-		"store load, and `pipeline_to_store_ratio` (calls) stays below `pipeline_to_store_items_ratio` (items). A strongly consistent GetItem "+
-		"takes %.2f× a 2-item transaction's time: the reads before a command's transaction cost the store little.",
-		three/four, two/four, two/read)
 }
 
 // rawItemsPerTx is the items each transaction of the raw store run writes.
