@@ -62,10 +62,12 @@ func runBackfill(ctx context.Context, e *cmdEnv, args []string) error {
 	opts := operator.BackfillOptions{Archive: *archive, Rule: *rule, Bus: *bus, From: from.t, To: to.t, Settle: *settle, Name: *name, Poll: *poll}
 	// The rule first: a wrong name is the likelier mistake, and its error
 	// lists the bus's rules; the start-point check only matters once the
-	// replay can run.
-	if _, _, err := operator.ResolveRule(ctx, c.eb, *rule, *bus); err != nil {
+	// replay can run. Backfill gets the rule's ARN, which it takes as is.
+	ruleARN, _, err := operator.ResolveRule(ctx, c.eb, *rule, *bus)
+	if err != nil {
 		return err
 	}
+	opts.Rule = ruleARN
 	if *ordersTable != "" {
 		if err := printStartGap(ctx, e, c, opts, *ordersTable); err != nil {
 			return err
@@ -91,8 +93,7 @@ func runBackfill(ctx context.Context, e *cmdEnv, args []string) error {
 // printStartGap says whether orders began before the archive (their
 // first events are not in it).
 func printStartGap(ctx context.Context, e *cmdEnv, c clients, o operator.BackfillOptions, ordersTable string) error {
-	name := o.Archive
-	a, err := operator.ArchiveCreated(ctx, c.eb, name)
+	a, err := operator.ArchiveCreated(ctx, c.eb, o.Archive)
 	if err != nil {
 		return err
 	}

@@ -16,13 +16,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-
 	"github.com/ddb-outbox/ddb-outbox/internal/bench"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/ledger"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/routing"
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
-	"github.com/ddb-outbox/ddb-outbox/pkg/dynoxide"
 	"github.com/ddb-outbox/ddb-outbox/pkg/sqsconsumer"
 )
 
@@ -95,19 +92,14 @@ func (b *benchRun) storeBefore(ctx context.Context) error {
 		return nil
 	}
 	b.cloudRep()
-	dx, err := dynoxide.Start(ctx, nil)
+	n := 2 * b.f.orders
+	progress("raw store (before the pipeline levels): %d 2-item TransactWriteItems, %d clients, table WITH a stream", n, b.f.storeConc)
+	r, err := b.freshStoreRate(ctx, "raw-before", n)
 	if err != nil {
 		return err
 	}
-	defer dx.Stop()
-	ddb := dynamodb.NewFromConfig(dynoxide.AWSConfig(dx.Endpoint))
-	if err := bench.CreatePlainTable(ctx, ddb, "raw-before", true); err != nil {
-		return err
-	}
-	n := 2 * b.f.orders
-	progress("raw store (before the pipeline levels): %d 2-item TransactWriteItems, %d clients, table WITH a stream", n, b.f.storeConc)
-	b.rep.Cloud.StoreBefore = bench.StoreRate(ctx, ddb, "raw-before", n, 2, b.f.storeConc, true)
-	progress("  %.0f transactions/s", b.rep.Cloud.StoreBefore.PerSecond)
+	b.rep.Cloud.StoreBefore = r
+	progress("  %.0f transactions/s", r.PerSecond)
 	return nil
 }
 

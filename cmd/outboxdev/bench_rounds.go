@@ -63,19 +63,9 @@ func (b *benchRun) ratioRounds(ctx context.Context) error {
 	}
 	n := top.Audit.Events
 	raw := func(i int) (float64, error) {
-		dx, err := dynoxide.Start(ctx, nil)
-		if err != nil {
-			return 0, err
-		}
-		defer dx.Stop()
-		ddb := dynamodb.NewFromConfig(dynoxide.AWSConfig(dx.Endpoint))
-		table := fmt.Sprintf("raw-round-%d", i)
-		if err := bench.CreatePlainTable(ctx, ddb, table, true); err != nil {
-			return 0, err
-		}
-		r := bench.StoreRate(ctx, ddb, table, n, 2, b.f.storeConc, true)
+		r, err := b.freshStoreRate(ctx, fmt.Sprintf("raw-round-%d", i), n)
 		progress("  raw store %d: %.0f transactions/s", i, r.PerSecond)
-		return r.PerSecond, nil
+		return r.PerSecond, err
 	}
 	rr := &roundsReport{}
 	progress("store ratio rounds: %d closed loops of %d orders, each between raw runs of %d 2-item transactions with a stream (fresh servers)", ratioRoundsFlag, b.f.orders, n)
@@ -109,6 +99,22 @@ func (b *benchRun) ratioRounds(ctx context.Context) error {
 	rr.MedianItems = median(rr.Rounds, func(r ratioRound) float64 { return r.ItemRatio })
 	b.rep.Rounds = rr
 	return nil
+}
+
+// freshStoreRate is the raw store rate on a fresh Dynoxide: n 2-item
+// TransactWriteItems into a new table with a stream, from -store-concurrency
+// clients.
+func (b *benchRun) freshStoreRate(ctx context.Context, table string, n int) (bench.StoreRateResult, error) {
+	dx, err := dynoxide.Start(ctx, nil)
+	if err != nil {
+		return bench.StoreRateResult{}, err
+	}
+	defer dx.Stop()
+	ddb := dynamodb.NewFromConfig(dynoxide.AWSConfig(dx.Endpoint))
+	if err := bench.CreatePlainTable(ctx, ddb, table, true); err != nil {
+		return bench.StoreRateResult{}, err
+	}
+	return bench.StoreRate(ctx, ddb, table, n, 2, b.f.storeConc, true), nil
 }
 
 // median of f over rounds (the mean of the middle two for an even count).

@@ -309,39 +309,43 @@ func (c *console) fillPath(e *eventView) {
 // effects scans the ledger's entries and the notifications, by order id.
 func (c *console) effects(ctx context.Context, fail func(string, error)) (map[string][]ledger.Entry, map[string][]notifier.Notification) {
 	s := c.s
-	entries := map[string][]ledger.Entry{}
-	err := s.scan(ctx, s.Settings.LedgerTable, func(it map[string]types.AttributeValue) {
-		if !strings.HasPrefix(str(it[ledger.AttrPK]), ledger.EntryPrefix) {
-			return
-		}
-		var e ledger.Entry
-		if attributevalue.UnmarshalMap(it, &e) == nil {
-			entries[e.OrderID] = append(entries[e.OrderID], e)
-		}
-	})
+	entries, err := scanByOrder(ctx, s, s.Settings.LedgerTable, ledger.AttrPK, ledger.EntryPrefix,
+		func(e ledger.Entry) (string, int64) { return e.OrderID, e.Sequence })
 	if err != nil {
 		fail("ledger", err)
 	}
-	notes := map[string][]notifier.Notification{}
-	err = s.scan(ctx, s.Settings.NotificationsTable, func(it map[string]types.AttributeValue) {
-		if !strings.HasPrefix(str(it[notifier.AttrPK]), notifier.NotificationPrefix) {
-			return
-		}
-		var n notifier.Notification
-		if attributevalue.UnmarshalMap(it, &n) == nil {
-			notes[n.OrderID] = append(notes[n.OrderID], n)
-		}
-	})
+	notes, err := scanByOrder(ctx, s, s.Settings.NotificationsTable, notifier.AttrPK, notifier.NotificationPrefix,
+		func(n notifier.Notification) (string, int64) { return n.OrderID, n.Sequence })
 	if err != nil {
 		fail("notifications", err)
 	}
-	for _, es := range entries {
-		sort.Slice(es, func(i, j int) bool { return es[i].Sequence < es[j].Sequence })
-	}
-	for _, ns := range notes {
-		sort.Slice(ns, func(i, j int) bool { return ns[i].Sequence < ns[j].Sequence })
-	}
 	return entries, notes
+}
+
+// scanByOrder scans table for the items whose pkAttr starts with prefix,
+// decodes each as a T (skipping one that does not decode) and groups them
+// by the order id key returns, each group sorted by the sequence it
+// returns. On a scan error it returns what it read so far.
+func scanByOrder[T any](ctx context.Context, s *Stack, table, pkAttr, prefix string, key func(T) (orderID string, seq int64)) (map[string][]T, error) {
+	out := map[string][]T{}
+	err := s.scan(ctx, table, func(it map[string]types.AttributeValue) {
+		if !strings.HasPrefix(str(it[pkAttr]), prefix) {
+			return
+		}
+		var v T
+		if attributevalue.UnmarshalMap(it, &v) == nil {
+			id, _ := key(v)
+			out[id] = append(out[id], v)
+		}
+	})
+	for _, vs := range out {
+		sort.Slice(vs, func(i, j int) bool {
+			_, a := key(vs[i])
+			_, b := key(vs[j])
+			return a < b
+		})
+	}
+	return out, err
 }
 
 // dlqs lists each consumer DLQ's messages (sqsconsumer.Peek, as outboxctl

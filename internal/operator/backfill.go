@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/aws/smithy-go"
 	"regexp"
 	"strings"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	ebtypes "github.com/aws/aws-sdk-go-v2/service/eventbridge/types"
+	"github.com/aws/smithy-go"
 
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/order"
 )
@@ -146,10 +146,7 @@ func Backfill(ctx context.Context, api ReplayAPI, o BackfillOptions, progress fu
 			progress(p, msg)
 		}
 	}
-	archiveName := o.Archive
-	if i := strings.LastIndex(o.Archive, ":archive/"); i >= 0 {
-		archiveName = o.Archive[i+len(":archive/"):]
-	}
+	archiveName := archiveNameOf(o.Archive)
 	a, err := api.DescribeArchive(ctx, &eventbridge.DescribeArchiveInput{ArchiveName: aws.String(archiveName)})
 	if err != nil {
 		return ReplayProgress{}, fmt.Errorf("backfill: archive %s: %w", archiveName, err)
@@ -213,6 +210,15 @@ func Backfill(ctx context.Context, api ReplayAPI, o BackfillOptions, progress fu
 		case <-time.After(o.Poll):
 		}
 	}
+}
+
+// archiveNameOf returns an archive's name given its name or its ARN
+// ("arn:aws:events:<region>:<account>:archive/<name>").
+func archiveNameOf(archive string) string {
+	if i := strings.LastIndex(archive, ":archive/"); i >= 0 {
+		return archive[i+len(":archive/"):]
+	}
+	return archive
 }
 
 func nilIfEmpty(s string) *string {
@@ -328,10 +334,7 @@ func str(it map[string]types.AttributeValue, name string) string {
 // ArchiveCreated returns when an archive (by name or ARN) was created: the
 // earliest event time it can hold.
 func ArchiveCreated(ctx context.Context, api ReplayAPI, archive string) (time.Time, error) {
-	name := archive
-	if i := strings.LastIndex(archive, ":archive/"); i >= 0 {
-		name = archive[i+len(":archive/"):]
-	}
+	name := archiveNameOf(archive)
 	a, err := api.DescribeArchive(ctx, &eventbridge.DescribeArchiveInput{ArchiveName: aws.String(name)})
 	if err != nil {
 		return time.Time{}, fmt.Errorf("archive %s: %w", name, err)

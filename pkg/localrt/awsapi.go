@@ -285,6 +285,22 @@ func readRequestBody(r *http.Request) ([]byte, error) {
 	return body, nil
 }
 
+// writeEventsError answers an EventBridge operation's error as awsJson1_1
+// does: an API error with its code (400, or 500 for a server fault), any
+// other error as an InternalException (500).
+func writeEventsError(w http.ResponseWriter, err error) {
+	var ae smithy.APIError
+	if errors.As(err, &ae) {
+		status := http.StatusBadRequest
+		if ae.ErrorFault() == smithy.FaultServer {
+			status = http.StatusInternalServerError
+		}
+		writeAWSError(w, "1.1", status, ae.ErrorCode(), "", ae.ErrorMessage())
+		return
+	}
+	writeAWSError(w, "1.1", http.StatusInternalServerError, "InternalException", "", err.Error())
+}
+
 // serveSQS answers one AmazonSQS.* operation.
 func (f *AWSFront) serveSQS(w http.ResponseWriter, r *http.Request, op string) {
 	ctx, cancel := context.WithTimeout(r.Context(), f.timeout)
@@ -519,16 +535,7 @@ func (f *AWSFront) servePutEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	res, err := f.eb.PutEvents(ctx, params)
 	if err != nil {
-		var ae smithy.APIError
-		if errors.As(err, &ae) {
-			status := http.StatusBadRequest
-			if ae.ErrorFault() == smithy.FaultServer {
-				status = http.StatusInternalServerError
-			}
-			writeAWSError(w, "1.1", status, ae.ErrorCode(), "", ae.ErrorMessage())
-			return
-		}
-		writeAWSError(w, "1.1", http.StatusInternalServerError, "InternalException", "", err.Error())
+		writeEventsError(w, err)
 		return
 	}
 	type resultEntry struct {

@@ -3,7 +3,6 @@ package localrt
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"math"
 	"net/http"
 	"time"
@@ -191,16 +190,7 @@ func (f *AWSFront) serveArchive(w http.ResponseWriter, r *http.Request, api Arch
 		return false
 	}
 	if err != nil {
-		var ae smithy.APIError
-		if errors.As(err, &ae) {
-			status := http.StatusBadRequest
-			if ae.ErrorFault() == smithy.FaultServer {
-				status = http.StatusInternalServerError
-			}
-			writeAWSError(w, "1.1", status, ae.ErrorCode(), "", ae.ErrorMessage())
-			return true
-		}
-		writeAWSError(w, "1.1", http.StatusInternalServerError, "InternalException", "", err.Error())
+		writeEventsError(w, err)
 		return true
 	}
 	writeJSON(w, "1.1", out)

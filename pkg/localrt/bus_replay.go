@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -260,7 +261,7 @@ func (b *Bus) replayOne(r *replay, raw json.RawMessage) error {
 	b.mu.Lock()
 	var ds []delivery
 	for _, rule := range b.rules {
-		if len(r.filter) > 0 && !contains(r.filter, b.RuleARN(rule.rule.Name)) || !rule.pattern.Match(m) {
+		if len(r.filter) > 0 && !slices.Contains(r.filter, b.RuleARN(rule.rule.Name)) || !rule.pattern.Match(m) {
 			continue
 		}
 		t, ok := b.handlers[rule.rule.Target]
@@ -282,15 +283,6 @@ func (b *Bus) replayOne(r *replay, raw json.RawMessage) error {
 		go b.deliver(d)
 	}
 	return nil
-}
-
-func contains(xs []string, x string) bool {
-	for _, y := range xs {
-		if y == x {
-			return true
-		}
-	}
-	return false
 }
 
 // describe returns r as DescribeReplay answers it; the caller holds b.mu.
