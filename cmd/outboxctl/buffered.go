@@ -120,18 +120,23 @@ func runConsumerBaseline(ctx context.Context, e *cmdEnv, args []string) error {
 		return err
 	}
 	defer done()
-	set, kept := 0, 0
+	set, kept, lowered := 0, 0, 0
 	mark := func(id string, seq int64) error {
-		ok, err := dedup.SetBaseline(ctx, c.ddb, *table, *consumer, *aggType, id, seq, time.Now())
+		b, err := dedup.SetBaseline(ctx, c.ddb, *table, *consumer, *aggType, id, seq, time.Now())
 		if err != nil {
 			return err
 		}
 		state := "set"
-		if ok {
-			set++
-		} else {
+		switch {
+		case !b.Set:
 			kept++
-			state = "kept (the consumer has a starting point)"
+			state = fmt.Sprintf("kept (the consumer has a starting point: after sequence %d)", b.Last)
+		case b.Lowered:
+			set++
+			lowered++
+			state = fmt.Sprintf("set after sequence %d instead: the consumer already holds sequence %d, which it applies", b.Last, b.Last+1)
+		default:
+			set++
 		}
 		fmt.Fprintf(e.out, "%s %s\tafter sequence %d\t%s\n", *aggType, id, seq, state)
 		return nil
@@ -141,7 +146,7 @@ func runConsumerBaseline(ctx context.Context, e *cmdEnv, args []string) error {
 	} else {
 		err = scanOrderVersions(ctx, c.ddb, *orders, mark)
 	}
-	fmt.Fprintf(e.out, "%d starting point(s) set, %d kept for consumer %s; the consumer's next sweep applies what waits after them\n", set, kept, *consumer)
+	fmt.Fprintf(e.out, "%d starting point(s) set (%d below the requested one, to cover no event the consumer holds), %d kept for consumer %s; the consumer's next sweep applies what waits after them\n", set, lowered, kept, *consumer)
 	return err
 }
 

@@ -165,7 +165,11 @@ func (c Consumer) Resequence(h sqsconsumer.EventHandler) (*Resequencer, error) {
 	if c.Config.Ordering != Ordered || c.Config.Resequencer.Disabled {
 		return nil, nil
 	}
-	r, err := NewResequencer(c.Applier, h, c.Config.Resequencer, c.Config.Logger)
+	rc := c.Config.Resequencer
+	if rc.LastReceive == 0 {
+		rc.LastReceive = c.Config.GapMaxReceives
+	}
+	r, err := NewResequencer(c.Applier, h, rc, c.Config.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", c.Config.Dedup.Consumer, err)
 	}
@@ -213,6 +217,9 @@ func NewConsumer(name string, client TransactWriter, cfg ConsumerConfig, maxAtte
 	cfg.Dedup.Ordered = cfg.Ordering == Ordered
 	if cfg.GapMaxReceives == 0 {
 		cfg.GapMaxReceives = config.DefaultConsumerGapMaxReceives
+	}
+	if cfg.Resequencer.LastReceive == 0 {
+		cfg.Resequencer.LastReceive = cfg.GapMaxReceives
 	}
 	cfg.Resequencer.setDefaults()
 	if err := cfg.Resequencer.Validate(); err != nil {

@@ -240,39 +240,48 @@ func (a *Applier) Apply(ctx context.Context, env outbox.Envelope, effects []type
 // Ordered (Config.Ordered): the ordering gate (Gate) is the last action,
 // 1+len(effects), conditioned on the aggregate's last applied sequence
 // being env.Sequence-1 and on no successor waiting in the buffer: an event
-// that arrives in order costs one transaction, as unordered. When the gate
-// fails, the ordering item is read (ReadGate, strongly consistent) and
-// decides, after the marker's condition and before everything else:
-//   - env.Sequence <= last: OutcomeDuplicate (applied before, even if its
-//     marker has expired);
-//   - env.Sequence == last+1 while successors are buffered: the
-//     transaction is sent again without the buffer condition, removing the
-//     event from the buffer if it was there; after it commits, the
-//     Resequencer applies the successors (Resequencer.Handle);
-//   - env.Sequence == last+1 otherwise: the item moved after the
-//     transaction read it; the gate's failure counts as a conflict: the
-//     transaction is sent again (bounded by MaxAttempts) unless another
-//     reason repeating cannot fix (ValidationError,
-//     ItemCollectionSizeLimitExceeded, an effect's condition) is there,
-//     which is returned at once as a *outbox.TxError;
-//   - env.Sequence > last+1 (early): run by a Resequencer, the event is
-//     stored in the buffer (OutcomeBuffered; acknowledge it) in one
-//     transaction conditioned on the gate still being short of it — if the
-//     predecessor committed in between, the event is applied instead. A
-//     duplicate of a buffered event is OutcomeDuplicate; another event
-//     claiming a buffered sequence is a *sqsconsumer.PermanentError
+// that arrives in order costs one transaction, as unordered. When DynamoDB
+// cancels it, the cancellation reasons are read once, strongest first: the
+// marker's condition (applied before), then the gate's condition — which
+// decides even when an effect's condition failed with it (an effect that
+// depends on its predecessor's effect fails while the predecessor is still
+// committing; that is not the effect's answer) — then ValidationError or
+// ItemCollectionSizeLimitExceeded (permanent), then an effect's condition
+// that failed while the gate held (the effect's own answer, returned as a
+// *outbox.TxError: FailedEffect), then conflicts and throttling (sent
+// again). After the marker's or the gate's condition the ordering item is
+// read (ReadGate, strongly consistent) and the decision table
+// (docs/ORDERING.md "The decision table") gives the action:
+//   - applied (marker) and the gate past it: OutcomeDuplicate;
+//   - applied and next: the gate adopts it (last_sequence = sequence, not
+//     applied again): OutcomeDuplicate;
+//   - applied and ahead of the gate (a replay in another order): stored in
+//     the buffer as applied and adopted in turn (OutcomeDuplicate); without
+//     a Resequencer, a *GapError (held in its queue until its turn);
+//   - not applied and the gate past it: OutcomeDuplicate (applied before its
+//     marker expired, or before the consumer's starting point);
+//   - not applied, next, successors buffered: sent again without the buffer
+//     condition (its own buffer item deleted in the same transaction); the
+//     Resequencer applies the successors after it (Resequencer.Handle);
+//   - not applied, next, nothing buffered: the gate moved after the
+//     transaction read it (a race): sent again, bounded by MaxAttempts,
+//     unless ValidationError or ItemCollectionSizeLimitExceeded was there
+//     too (returned at once as a *outbox.TxError);
+//   - not applied and ahead (early): run by a Resequencer, stored in the
+//     buffer (OutcomeBuffered; acknowledge it) in one transaction
+//     conditioned on the gate still being short of it — if the predecessor
+//     committed in between, the event is applied instead. A duplicate of a
+//     buffered event is OutcomeDuplicate; another event claiming a
+//     buffered sequence is a *sqsconsumer.PermanentError
 //     (ReasonSequenceConflict). Without a Resequencer, or when the buffer
 //     cannot take it (ResequencerConfig.MaxDepth events of the aggregate
 //     wait already, or the event is over MaxBufferedEventBytes), it is
 //     (0, err) with a *GapError (ErrSequenceGap): nothing was written,
 //     deliver it again later (ConsumerConfig.Hold).
 //
-// A marker that shows a duplicate while the gate is one short of the
-// event makes the gate adopt it (an event applied while the consumer was
-// unordered, or replayed history: docs/ORDERING.md "Starting point"); a
-// duplicate whose next sequence waits in the buffer drains it. A failed
-// read (of the ordering item, also after a duplicate marker) is returned
-// as an error: redeliver.
+// Whenever the read shows the next sequence buffered (a crash left it), the
+// Resequencer drains it after the handler returns. A failed read is
+// returned as an error: redeliver.
 //
 // With tracing on, the outcome is recorded on ctx's span (the consumer's
 // per-message span, pkg/sqsconsumer): outboxtrace.OutcomeApplied,
@@ -282,115 +291,37 @@ func (a *Applier) ApplyEvent(ctx context.Context, env outbox.Envelope, effects [
 	if err := env.Validate(); err != nil {
 		return 0, err
 	}
-	rs := stateFrom(ctx)
-	mode, delBuffer := gateFast, false
-	if a.cfg.Ordered && rs != nil && rs.drain.matches(env) {
-		mode, delBuffer = gateBuffered, true
+	if a.cfg.Ordered {
+		return a.applyOrdered(ctx, env, effects)
 	}
-	in, gate, err := a.transaction(env, effects, mode, delBuffer)
+	in, _, err := a.transaction(env, effects, gateFast, false)
 	if err != nil {
 		return 0, err
 	}
-
 	var last error
-	backoff := 0
 	for attempt := 1; attempt <= a.cfg.MaxAttempts; attempt++ {
-		if backoff > 0 {
-			if err := sleep(ctx, a.backoff(backoff)); err != nil {
+		if attempt > 1 {
+			if err := sleep(ctx, a.backoff(attempt-1)); err != nil {
 				return 0, fmt.Errorf("dedup: event %s: %w (last: %v)", env.EventID, err, last)
 			}
 		}
 		err := a.call(ctx, in)
 		if err == nil {
-			if mode == gateBuffered {
-				rs.follow(env.AggregateType, env.AggregateID)
-			}
-			setOutcome(ctx, rs, OutcomeApplied)
+			setOutcome(ctx, nil, OutcomeApplied)
 			return OutcomeApplied, nil
 		}
 		err = outbox.TranslateTxError(err)
 		te, ok := outbox.AsTxError(err)
-		if !ok {
+		switch {
+		case !ok:
 			return 0, fmt.Errorf("dedup: apply event %s: %w", env.EventID, err)
-		}
-		if te.ConditionFailed(MarkerIndex) {
-			if a.cfg.Ordered {
-				if err := a.afterDuplicate(ctx, env, rs); err != nil {
-					return 0, fmt.Errorf("dedup: event %s was applied before, but its ordering state could not be checked (deliver it again): %w", env.EventID, err)
-				}
-			}
-			setOutcome(ctx, rs, OutcomeDuplicate)
+		case te.ConditionFailed(MarkerIndex):
+			setOutcome(ctx, nil, OutcomeDuplicate)
 			return OutcomeDuplicate, nil // already applied
-		}
-		if gate >= 0 && te.ConditionFailed(gate) {
-			outcome, st, err := a.judgeGate(ctx, env)
-			switch {
-			case err != nil:
-				return 0, fmt.Errorf("dedup: apply event %s: ordering gate failed: %w", env.EventID, err)
-			case outcome == gateDuplicate:
-				if st.IsBuffered(st.Last + 1) {
-					rs.follow(env.AggregateType, env.AggregateID)
-				}
-				setOutcome(ctx, rs, OutcomeDuplicate)
-				return OutcomeDuplicate, nil
-			case outcome == gateEarly:
-				if st.IsBuffered(st.Last + 1) {
-					// A crash left the next sequence buffered: drain it
-					// after this run (Resequencer.Handle).
-					rs.follow(env.AggregateType, env.AggregateID)
-				}
-				if rs == nil || rs.r == nil {
-					setOutcome(ctx, rs, outcomeHeld)
-					return 0, a.gapError(env, st.Last)
-				}
-				bo, err := a.buffer(ctx, env, rs, st)
-				switch {
-				case err != nil:
-					return 0, err
-				case bo == bufferStored:
-					rs.r.log.InfoContext(ctx, "dedup: early event buffered until its predecessor is applied",
-						"event_id", env.EventID, "aggregate_id", env.AggregateID, "sequence", env.Sequence, "last_sequence", st.Last)
-					setOutcome(ctx, rs, OutcomeBuffered)
-					return OutcomeBuffered, nil
-				case bo == bufferDuplicate:
-					setOutcome(ctx, rs, OutcomeDuplicate)
-					return OutcomeDuplicate, nil
-				case bo == bufferFull:
-					setOutcome(ctx, rs, outcomeHeld)
-					return 0, a.gapError(env, st.Last)
-				}
-				// bufferRejudge: the gate moved under the buffer write.
-				backoff = 0
-				continue
-			}
-			// gateNext.
-			if len(st.Buffered) > 0 && mode != gateBuffered {
-				// Successors wait: apply without the buffer condition,
-				// then drain them.
-				mode, delBuffer = gateBuffered, st.IsBuffered(env.Sequence)
-				if in, gate, err = a.transaction(env, effects, mode, delBuffer); err != nil {
-					return 0, err
-				}
-				backoff = 0
-				continue
-			}
-			// The gate's failure was a race, like a conflict. Another
-			// reason repeating cannot fix decides at once.
-			if te.Invalid() || te.CollectionFull() || effectConditionFailed(te, gate) {
-				return 0, fmt.Errorf("dedup: apply event %s: %w", env.EventID, te)
-			}
-			last = te
-			backoff++
-			continue
-		}
-		if !te.Retryable() {
+		case !te.Retryable():
 			return 0, fmt.Errorf("dedup: apply event %s: %w", env.EventID, te)
 		}
 		last = te
-		backoff++
-	}
-	if last == nil {
-		last = errors.New("the ordering gate kept moving")
 	}
 	return 0, fmt.Errorf("dedup: apply event %s: gave up after %d attempts: %w", env.EventID, a.cfg.MaxAttempts, last)
 }

@@ -240,29 +240,6 @@ func decodeGate(key string, item map[string]types.AttributeValue) (GateState, er
 	return st, nil
 }
 
-// gateOutcome is what a failed gate condition means, decided by reading
-// the ordering item.
-type gateOutcome int
-
-const (
-	gateDuplicate gateOutcome = iota // env.Sequence <= last: applied before
-	gateEarly                        // env.Sequence > last+1: buffer it, or a *GapError
-	gateNext                         // env.Sequence == last+1: retry (moved) or take gateBuffered
-)
-
-func (a *Applier) judgeGate(ctx context.Context, env outbox.Envelope) (gateOutcome, GateState, error) {
-	st, err := a.ReadGate(ctx, env.AggregateType, env.AggregateID)
-	switch {
-	case err != nil:
-		return 0, st, err
-	case env.Sequence <= st.Last:
-		return gateDuplicate, st, nil
-	case env.Sequence > st.Last+1:
-		return gateEarly, st, nil
-	}
-	return gateNext, st, nil
-}
-
 func (a *Applier) gapError(env outbox.Envelope, last int64) *GapError {
 	return &GapError{Consumer: a.cfg.Consumer, AggregateType: env.AggregateType, AggregateID: env.AggregateID,
 		Last: last, Sequence: env.Sequence, EventID: env.EventID}

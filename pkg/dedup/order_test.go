@@ -102,12 +102,16 @@ func TestOrderedApplyAgainstDynamoDB(t *testing.T) {
 }
 
 // TestOrderedApplyCancellationOutcomes: for the codes at the marker, one
-// effect and the gate, and the ordering item's state when the gate failed,
-// an ordered Apply (no Resequencer) gives: the marker's condition →
-// duplicate (and when the gate is one short, the gate adopts it); the gate's
-// condition → decided by the item (behind: duplicate; early: GapError;
-// moved: a conflict, unless another reason decides); otherwise as
-// unordered.
+// effect and the gate, and the ordering item's state when the marker or
+// the gate failed, an ordered Apply (no Resequencer) gives: the marker's
+// condition → the gate's decision (behind: duplicate; next: adopted, one
+// more transaction; ahead: a *GapError, held until its turn — never a
+// plain duplicate); the gate's condition → decided by the item (behind:
+// duplicate; early: GapError; moved: sent again, even when an effect's
+// condition failed with the gate — the predecessor was committing — unless
+// ValidationError or ItemCollectionSizeLimitExceeded is there);
+// otherwise as unordered, an effect's condition being its own answer only
+// while the gate held.
 func TestOrderedApplyCancellationOutcomes(t *testing.T) {
 	t.Parallel()
 	const attempts = 3
@@ -115,8 +119,8 @@ func TestOrderedApplyCancellationOutcomes(t *testing.T) {
 		for _, effect := range outbox.CancellationReasons {
 			for _, gate := range outbox.CancellationReasons {
 				states := []int64{-1}
-				if gate == outbox.ReasonConditionalCheckFailed {
-					states = []int64{2, 0, 1} // behind, early (no item), moved
+				if gate == outbox.ReasonConditionalCheckFailed || marker == outbox.ReasonConditionalCheckFailed {
+					states = []int64{2, 0, 1} // behind, ahead (no item), next
 				}
 				for _, last := range states {
 					t.Run(marker+","+effect+","+gate+"/"+strconv.FormatInt(last, 10), func(t *testing.T) {
@@ -127,32 +131,33 @@ func TestOrderedApplyCancellationOutcomes(t *testing.T) {
 								script = append(script, cancelled(marker, effect, gate))
 							}
 						}
-						tx := &fakeGetTx{fakeTx: fakeTx{script: script}, last: last}
+						tx := &fakeGetTx{fakeTx: fakeTx{script: script}, last: last, scriptMarkerOnly: true}
 						a := newApplier(t, tx, dedup.Config{Ordered: true, MaxAttempts: attempts, BaseBackoff: time.Nanosecond, MaxBackoff: time.Nanosecond})
-						applied, err := a.Apply(context.Background(), testEnvelope(t, 2), []types.TransactWriteItem{putEffect("side", "E#1", false)})
+						o, err := a.ApplyEvent(context.Background(), testEnvelope(t, 2), []types.TransactWriteItem{putEffect("side", "E#1", false)})
 						_, permanent := dedup.PermanentReason(err)
 						_, early := dedup.AsGapError(err)
 						calls := int(tx.calls.Load())
 						has := func(c string) bool { return marker == c || effect == c || gate == c }
-						moved := gate == outbox.ReasonConditionalCheckFailed && last == 1
 						switch {
 						case marker == outbox.ReasonNone && effect == outbox.ReasonNone && gate == outbox.ReasonNone:
-							if !applied || err != nil || calls != 1 {
-								t.Fatalf("committed: applied=%v err=%v calls=%d", applied, err, calls)
+							if o != dedup.OutcomeApplied || err != nil || calls != 1 {
+								t.Fatalf("committed: outcome=%v err=%v calls=%d", o, err, calls)
+							}
+						case marker == outbox.ReasonConditionalCheckFailed && last == 0:
+							if !early || calls != 1 {
+								t.Fatalf("applied, ahead of the gate (no resequencer): err=%v calls=%d; want a *GapError", err, calls)
 							}
 						case marker == outbox.ReasonConditionalCheckFailed:
-							// The gate one short of a duplicate adopts it
-							// (one more transaction).
-							want := 1
+							want := 1 // behind
 							if last == 1 {
-								want = 2
+								want = 2 // next: the gate adopts it
 							}
-							if applied || err != nil || calls != want {
-								t.Fatalf("duplicate (marker): applied=%v err=%v calls=%d, want %d", applied, err, calls, want)
+							if o != dedup.OutcomeDuplicate || err != nil || calls != want {
+								t.Fatalf("duplicate (marker): outcome=%v err=%v calls=%d, want %d", o, err, calls, want)
 							}
 						case gate == outbox.ReasonConditionalCheckFailed && last == 2:
-							if applied || err != nil || calls != 1 {
-								t.Fatalf("duplicate (gate): applied=%v err=%v calls=%d", applied, err, calls)
+							if o != dedup.OutcomeDuplicate || err != nil || calls != 1 {
+								t.Fatalf("duplicate (gate): outcome=%v err=%v calls=%d", o, err, calls)
 							}
 						case gate == outbox.ReasonConditionalCheckFailed && last == 0:
 							if !early || permanent || calls != 1 {
@@ -162,13 +167,13 @@ func TestOrderedApplyCancellationOutcomes(t *testing.T) {
 							if !permanent || calls != 1 {
 								t.Fatalf("permanent: err=%v calls=%d", err, calls)
 							}
-						case effect == outbox.ReasonConditionalCheckFailed:
+						case effect == outbox.ReasonConditionalCheckFailed && gate != outbox.ReasonConditionalCheckFailed:
 							if !dedup.EffectConditionFailed(err, 0) || calls != 1 {
-								t.Fatalf("effect condition: err=%v calls=%d", err, calls)
+								t.Fatalf("effect condition while the gate held: err=%v calls=%d", err, calls)
 							}
-						default: // conflicts, throttling, a moved gate
+						default: // conflicts, throttling, a moved gate (whatever the effect said)
 							if err == nil || permanent || early || calls != attempts {
-								t.Fatalf("retry (moved=%v): err=%v calls=%d", moved, err, calls)
+								t.Fatalf("retry: err=%v calls=%d", err, calls)
 							}
 						}
 					})
@@ -179,10 +184,21 @@ func TestOrderedApplyCancellationOutcomes(t *testing.T) {
 }
 
 // fakeGetTx is fakeTx plus the ordering item's GetItem: last_sequence last
-// (0: no item).
+// (0: no item). With scriptMarkerOnly, the script answers only the Apply
+// transactions (those carrying a marker Put); the gate's own writes (an
+// adoption) succeed.
 type fakeGetTx struct {
 	fakeTx
-	last int64
+	last             int64
+	scriptMarkerOnly bool
+}
+
+func (f *fakeGetTx) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, opts ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
+	if f.scriptMarkerOnly && (len(in.TransactItems) == 0 || in.TransactItems[0].Put == nil) {
+		f.calls.Add(1)
+		return &dynamodb.TransactWriteItemsOutput{}, nil
+	}
+	return f.fakeTx.TransactWriteItems(ctx, in, opts...)
 }
 
 func (f *fakeGetTx) GetItem(_ context.Context, in *dynamodb.GetItemInput, _ ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {

@@ -9,14 +9,17 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime/debug"
 	"strconv"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outboxtrace"
 	"github.com/ddb-outbox/ddb-outbox/pkg/sqsconsumer"
@@ -39,8 +42,11 @@ import (
 //	body          = the EventBridge event JSON as delivered (applied from it later)
 //	buffered_at   = when it was buffered (BufferedAtLayout, UTC; the index's sort key)
 //	buffer_shard  = "<consumer>#<00..BufferShards-1>" (the index's partition key)
-//	failed_reason, failed_error, failed_at: set when applying it failed for
-//	good and no DLQ could take it (ListBuffered shows them)
+//	applied       = true for an event stored after it was applied (it arrived
+//	                ahead of the gate with its marker present): adopted in turn
+//	drain_failures = how often applying it failed for now when its turn came
+//	failed_reason, failed_error, failed_at: why applying it failed (for good
+//	with no DLQ able to take it yet, or for now; ListBuffered shows them)
 //
 // The sparse global secondary index BufferIndex (buffer_shard, buffered_at)
 // holds only buffer items; the sweep and ListBuffered query it, so finding
@@ -60,6 +66,13 @@ const (
 	AttrFailedReason = "failed_reason" // S: why applying it failed for good
 	AttrFailedError  = "failed_error"  // S: the error text, at most 1,024 bytes
 	AttrFailedAt     = "failed_at"     // S: RFC 3339, UTC
+	// AttrApplied (BOOL true) marks an event stored after it was applied:
+	// it arrived ahead of the gate with its marker present; the gate
+	// adopts it in turn.
+	AttrApplied = "applied"
+	// AttrDrainFailures (N) counts the drains in which applying the event
+	// failed for now.
+	AttrDrainFailures = "drain_failures"
 )
 
 // BufferIndex is the dedup table's sparse global secondary index over
@@ -173,6 +186,22 @@ type ResequencerConfig struct {
 	// Metrics receives one EMF line per sweep tick (SweepReport.WriteEMF).
 	// Default os.Stdout (Lambda's log stream); io.Discard disables.
 	Metrics io.Writer
+	// DrainMaxFailures is how many drains may fail for now (the handler's
+	// error, a panic, a timeout) on a buffered event whose turn came
+	// before it is dead-lettered on its own (ReasonDrainFailed,
+	// ReasonDrainPanic, ReasonDrainTimeout); below it the draining
+	// delivery is retried. Default DefaultDrainMaxFailures (3); it must
+	// stay below the consumer queue's maxReceiveCount.
+	DrainMaxFailures int
+	// DrainTimeout bounds one buffered event's apply in a drain (default
+	// DefaultDrainTimeout, 10 s; never past the invocation's deadline).
+	DrainTimeout time.Duration
+	// LastReceive is the receive (SQS ApproximateReceiveCount) of the
+	// draining delivery from which a failing buffered event is
+	// dead-lettered at once instead of failing the delivery: the
+	// predecessor's message is never moved to the DLQ by its successor.
+	// Default ConsumerConfig.GapMaxReceives (the queue's maxReceiveCount).
+	LastReceive int
 }
 
 func (c *ResequencerConfig) setDefaults() {
@@ -185,6 +214,15 @@ func (c *ResequencerConfig) setDefaults() {
 	if c.Metrics == nil {
 		c.Metrics = os.Stdout
 	}
+	if c.DrainMaxFailures == 0 {
+		c.DrainMaxFailures = DefaultDrainMaxFailures
+	}
+	if c.DrainTimeout == 0 {
+		c.DrainTimeout = DefaultDrainTimeout
+	}
+	if c.LastReceive == 0 {
+		c.LastReceive = config.DefaultConsumerGapMaxReceives
+	}
 }
 
 // Validate reports an invalid setting (after defaults).
@@ -194,6 +232,12 @@ func (c ResequencerConfig) Validate() error {
 		return fmt.Errorf("dedup: Resequencer.MaxDepth %d is outside 1..%d", c.MaxDepth, MaxBufferMaxDepth)
 	case c.SweepMinAge < 0:
 		return fmt.Errorf("dedup: Resequencer.SweepMinAge %s is negative", c.SweepMinAge)
+	case c.DrainMaxFailures < 1:
+		return fmt.Errorf("dedup: Resequencer.DrainMaxFailures %d must be >= 1", c.DrainMaxFailures)
+	case c.DrainTimeout < 0:
+		return fmt.Errorf("dedup: Resequencer.DrainTimeout %s is negative", c.DrainTimeout)
+	case c.LastReceive < 1:
+		return fmt.Errorf("dedup: Resequencer.LastReceive %d must be >= 1", c.LastReceive)
 	}
 	return nil
 }
@@ -358,30 +402,37 @@ func (r *Resequencer) Handle(ctx context.Context, ev events.EventBridgeEvent) er
 
 // drain applies the aggregate's buffered events that are next, one
 // transaction each, until the next sequence is not buffered. It returns how
-// many it applied. Buffered events at or below the gate (left before a
-// starting point was set: SetBaseline) are removed with a warning.
+// many it applied or adopted. Buffered events the gate is already past are
+// settled first (settleBehind). A buffered event that cannot be applied is
+// dead-lettered on its own (applyBuffered) and ends the drain: its
+// successors wait for its redrive. The error is a read that failed, or a
+// buffered event that failed for now below its bounds: the caller's
+// delivery is retried, and its redelivery (or the next event of the
+// aggregate, or a sweep) drains again.
 func (r *Resequencer) drain(ctx context.Context, ref aggRef) (int, error) {
+	st, err := r.a.ReadGate(ctx, ref.typ, ref.id)
+	if err != nil {
+		return 0, err
+	}
+	if err := r.settleBehind(ctx, ref, st); err != nil {
+		return 0, err
+	}
 	n := 0
 	for {
-		if err := ctx.Err(); err != nil {
-			return n, err
-		}
-		st, err := r.a.ReadGate(ctx, ref.typ, ref.id)
-		if err != nil {
-			return n, err
-		}
-		if err := r.dropStale(ctx, ref, st); err != nil {
-			return n, err
-		}
 		next := st.Last + 1
 		if !st.IsBuffered(next) {
 			return n, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return n, err
 		}
 		item, err := r.getBuffered(ctx, ref, next)
 		if err != nil {
 			return n, err
 		}
-		if item == nil {
+		var done bool
+		switch {
+		case item == nil:
 			// The set names it but the item is gone: only a hand edit can do
 			// that (both change in one transaction). Unblock the set.
 			r.log.ErrorContext(ctx, "dedup: buffered sequence without its buffer item; removing it from the set",
@@ -389,68 +440,209 @@ func (r *Resequencer) drain(ctx context.Context, ref aggRef) (int, error) {
 			if err := r.unbuffer(ctx, ref, next, nil); err != nil {
 				return n, err
 			}
-			continue
-		}
-		var ev events.EventBridgeEvent
-		if err := json.Unmarshal([]byte(item.Body), &ev); err != nil {
-			p := &sqsconsumer.PermanentError{Reason: ReasonMalformedEvent, Err: fmt.Errorf("%w: buffered body of %s: %v", ErrMalformedEvent, item.Key, err)}
-			if err := r.deadLetterBuffered(ctx, ref, *item, p); err != nil {
+		case item.Applied:
+			moved, err := r.a.adopt(ctx, item.envelope(), true)
+			if err != nil {
+				return n, fmt.Errorf("dedup: adopt buffered applied event %s: %w", item.EventID, err)
+			}
+			if !moved {
+				n++
+				r.log.InfoContext(ctx, "dedup: applied event adopted by the gate in turn", "event_id", item.EventID,
+					"aggregate_id", ref.id, "sequence", next)
+			}
+		default:
+			if done, err = r.applyBuffered(ctx, ref, *item); err != nil {
 				return n, err
 			}
-			return n, nil
-		}
-		dst := &applyState{r: r, ev: &ev, drain: &drainTarget{seq: next, eventID: item.EventID}}
-		herr := r.applyBuffered(ctx, dst, ev, *item)
-		if herr == nil && dst.outcome == 0 {
-			herr = sqsconsumer.Permanent(ReasonNotApplied, fmt.Errorf("dedup: %s acknowledged buffered event %s (sequence %d of %s %s) without applying it",
-				r.a.cfg.Consumer, item.EventID, next, ref.typ, ref.id))
-		}
-		if herr != nil {
-			if p, ok := sqsconsumer.AsPermanent(herr); ok {
-				return n, r.deadLetterBuffered(ctx, ref, *item, p)
+			if !done {
+				return n, nil
 			}
-			return n, fmt.Errorf("dedup: apply buffered event %s (sequence %d): %w", item.EventID, next, herr)
-		}
-		if dst.outcome == OutcomeApplied {
 			n++
-			r.log.InfoContext(ctx, "dedup: buffered event applied after its predecessor",
-				"event_id", item.EventID, "aggregate_id", ref.id, "sequence", next, "waited_ms", time.Since(item.BufferedAt).Milliseconds())
+		}
+		if st, err = r.a.ReadGate(ctx, ref.typ, ref.id); err != nil {
+			return n, err
 		}
 	}
 }
 
-// applyBuffered runs the handler for a buffered event in its own span
-// (child of the run that drains it, when tracing is on), so its outcome
-// is recorded on it, not on the predecessor's span.
-func (r *Resequencer) applyBuffered(ctx context.Context, st *applyState, ev events.EventBridgeEvent, item BufferedEvent) error {
-	if !outboxtrace.Enabled() {
-		// a non-recording span: SetOutcome leaves the predecessor's alone
-		return r.h(withState(trace.ContextWithSpan(ctx, trace.SpanFromContext(context.Background())), st), ev)
+// Defaults of the drain's bounds (ResequencerConfig).
+const (
+	// DefaultDrainMaxFailures: a buffered event whose apply failed for now
+	// this many times when its turn came is dead-lettered on its own.
+	DefaultDrainMaxFailures = 3
+	// DefaultDrainTimeout bounds one buffered event's apply in a drain.
+	DefaultDrainTimeout = 10 * time.Second
+)
+
+// Dead-letter reasons of buffered events that failed when their turn came
+// (besides their handler's own permanent reasons).
+const (
+	// ReasonDrainFailed: the handler returned an error for the event in
+	// DrainMaxFailures drains (or on its predecessor's last receive).
+	ReasonDrainFailed = "resequencer_drain_failed"
+	// ReasonDrainPanic: the handler panicked on the event.
+	ReasonDrainPanic = "resequencer_drain_panic"
+	// ReasonDrainTimeout: the handler did not finish within DrainTimeout.
+	ReasonDrainTimeout = "resequencer_drain_timeout"
+	// ReasonBehindGate: the gate is past a buffered event that was never
+	// applied (a gate restored or set without its buffer, a hand edit): it
+	// is dead-lettered for an operator, never dropped.
+	ReasonBehindGate = "behind_gate"
+)
+
+// applyBuffered applies one buffered event whose turn came, through the
+// consumer's handler, isolated from the delivery that drains it: a panic
+// is recovered and a run longer than DrainTimeout abandoned. It returns
+// done = true when the event was applied (or found applied); done = false
+// with a nil error when it was dead-lettered on its own (its handler's
+// permanent reason; after DrainMaxFailures failures, or a failure on the
+// draining delivery's last receive, ReasonDrainFailed, ReasonDrainPanic or
+// ReasonDrainTimeout) or kept because that DLQ send failed; and an error
+// for a failure below those bounds (counted on the buffer item): the
+// draining delivery is retried.
+func (r *Resequencer) applyBuffered(ctx context.Context, ref aggRef, item BufferedEvent) (bool, error) {
+	var ev events.EventBridgeEvent
+	if err := json.Unmarshal([]byte(item.Body), &ev); err != nil {
+		p := &sqsconsumer.PermanentError{Reason: ReasonMalformedEvent, Err: fmt.Errorf("%w: buffered body of %s: %v", ErrMalformedEvent, item.Key, err)}
+		_, err := r.deadLetterBuffered(ctx, ref, item, p, shortOf(item.Sequence))
+		return false, err
 	}
-	ctx, span := outboxtrace.Tracer().Start(ctx, "resequencer apply "+item.EventType, trace.WithAttributes(
-		outboxtrace.AttrEventID.String(item.EventID), outboxtrace.AttrEventType.String(item.EventType),
-		outboxtrace.AttrAggregateID.String(item.AggregateID), outboxtrace.AttrSequence.Int64(item.Sequence),
-		outboxtrace.AttrConsumer.String(r.a.cfg.Consumer),
-		attribute.Int64("outbox.buffered_ms", time.Since(item.BufferedAt).Milliseconds())))
-	defer span.End()
-	err := r.h(withState(ctx, st), ev)
-	if err != nil {
-		span.RecordError(err)
+	outcome, herr, kind := r.run(ctx, ev, item)
+	if herr == nil && outcome == 0 {
+		herr = sqsconsumer.Permanent(ReasonNotApplied, fmt.Errorf("dedup: %s acknowledged buffered event %s (sequence %d of %s %s) without applying it",
+			r.a.cfg.Consumer, item.EventID, item.Sequence, ref.typ, ref.id))
 	}
-	return err
+	if herr == nil {
+		if outcome == OutcomeApplied {
+			r.log.InfoContext(ctx, "dedup: buffered event applied after its predecessor",
+				"event_id", item.EventID, "aggregate_id", ref.id, "sequence", item.Sequence, "waited_ms", time.Since(item.BufferedAt).Milliseconds())
+		}
+		return true, nil
+	}
+	p, permanent := sqsconsumer.AsPermanent(herr)
+	if !permanent {
+		failures, err := r.countFailure(ctx, item, herr)
+		if err != nil {
+			r.log.WarnContext(ctx, "dedup: buffered event's drain failure not counted", "event_id", item.EventID, "error", err)
+		}
+		lastReceive := false
+		if m, ok := sqsconsumer.MessageFromContext(ctx); ok {
+			lastReceive = sqsconsumer.ReceiveCount(m) >= r.cfg.LastReceive
+		}
+		if failures < r.cfg.DrainMaxFailures && !lastReceive {
+			r.log.WarnContext(ctx, "dedup: buffered event failed when its turn came; the drain is retried",
+				"event_id", item.EventID, "aggregate_id", ref.id, "sequence", item.Sequence, "failures", failures, "error", herr)
+			return false, fmt.Errorf("dedup: apply buffered event %s (sequence %d, failure %d of %d): %w", item.EventID, item.Sequence, failures, r.cfg.DrainMaxFailures, herr)
+		}
+		p = &sqsconsumer.PermanentError{Reason: kind, Err: fmt.Errorf("buffered event %s (sequence %d) failed in %d drains: %w", item.EventID, item.Sequence, failures, herr)}
+	}
+	_, err := r.deadLetterBuffered(ctx, ref, item, p, shortOf(item.Sequence))
+	return false, err
 }
 
-// dropStale removes buffered events at or below the gate: events before a
-// starting point set after they were buffered (SetBaseline). They are
-// logged, never applied.
-func (r *Resequencer) dropStale(ctx context.Context, ref aggRef, st GateState) error {
+// shortOf is the condition "the gate is still short of seq": a dead-lettered
+// event leaves the buffer only while nobody applied it meanwhile.
+func shortOf(seq int64) *expression.ConditionBuilder {
+	c := expression.Name(AttrLastSequence).LessThan(expression.Value(seq))
+	return &c
+}
+
+// run runs the consumer's handler for a buffered event in its own span
+// (child of the run that drains it, when tracing is on), with the drain
+// target set (its transaction deletes the buffer item), bounded by
+// DrainTimeout and with panics recovered. It returns the outcome the
+// handler's Apply recorded, the handler's error, and the reason a failure
+// would be dead-lettered with (ReasonDrainFailed, ReasonDrainPanic,
+// ReasonDrainTimeout).
+func (r *Resequencer) run(ctx context.Context, ev events.EventBridgeEvent, item BufferedEvent) (Outcome, error, string) {
+	rctx, cancel := context.WithTimeout(ctx, r.cfg.DrainTimeout)
+	defer cancel()
+	st := &applyState{r: r, ev: &ev, drain: &drainTarget{seq: item.Sequence, eventID: item.EventID}}
+	if outboxtrace.Enabled() {
+		var span trace.Span
+		rctx, span = outboxtrace.Tracer().Start(rctx, "resequencer apply "+item.EventType, trace.WithAttributes(
+			outboxtrace.AttrEventID.String(item.EventID), outboxtrace.AttrEventType.String(item.EventType),
+			outboxtrace.AttrAggregateID.String(item.AggregateID), outboxtrace.AttrSequence.Int64(item.Sequence),
+			outboxtrace.AttrConsumer.String(r.a.cfg.Consumer),
+			attribute.Int64("outbox.buffered_ms", time.Since(item.BufferedAt).Milliseconds())))
+		defer span.End()
+		defer func() {
+			if st.outcome == 0 {
+				span.RecordError(errors.New("buffered event not applied"))
+			}
+		}()
+	} else {
+		// a non-recording span: SetOutcome leaves the predecessor's alone
+		rctx = trace.ContextWithSpan(rctx, trace.SpanFromContext(context.Background()))
+	}
+	type result struct {
+		err   error
+		panic any
+		stack []byte
+	}
+	done := make(chan result, 1)
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				done <- result{panic: p, stack: debug.Stack()}
+			}
+		}()
+		done <- result{err: r.h(withState(rctx, st), ev)}
+	}()
+	select {
+	case res := <-done:
+		switch {
+		case res.panic != nil:
+			r.log.ErrorContext(ctx, "dedup: handler panicked on a buffered event", "event_id", item.EventID,
+				"sequence", item.Sequence, "panic", fmt.Sprint(res.panic), "stack", string(res.stack))
+			return 0, fmt.Errorf("dedup: handler panicked on buffered event %s: %v", item.EventID, res.panic), ReasonDrainPanic
+		case res.err != nil && errors.Is(rctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil:
+			return st.outcome, fmt.Errorf("dedup: buffered event %s took longer than %s: %w", item.EventID, r.cfg.DrainTimeout, res.err), ReasonDrainTimeout
+		}
+		return st.outcome, res.err, ReasonDrainFailed
+	case <-rctx.Done():
+		// The handler ignores its context: abandon it. Should it still
+		// commit, its transaction is the event's one apply (marker), and a
+		// dead-lettered copy is a duplicate.
+		if ctx.Err() != nil {
+			return 0, fmt.Errorf("dedup: buffered event %s: the drain ran out of time: %w", item.EventID, ctx.Err()), ReasonDrainFailed
+		}
+		return 0, fmt.Errorf("dedup: buffered event %s took longer than %s", item.EventID, r.cfg.DrainTimeout), ReasonDrainTimeout
+	}
+}
+
+// settleBehind takes out of the buffer the events the gate is already past
+// (only a starting point set by an older version, a restored gate or a hand
+// edit leaves them): an event that was applied (stored as applied, or its
+// marker exists) is removed; one that never was is dead-lettered with
+// ReasonBehindGate and removed only once the DLQ has it. Nothing is
+// dropped unapplied.
+func (r *Resequencer) settleBehind(ctx context.Context, ref aggRef, st GateState) error {
 	for _, seq := range st.Buffered {
 		if seq > st.Last {
 			break
 		}
-		r.log.WarnContext(ctx, "dedup: buffered event is at or before the consumer's starting point; removed unapplied",
-			"aggregate_type", ref.typ, "aggregate_id", ref.id, "sequence", seq, "last_sequence", st.Last)
-		if err := r.unbuffer(ctx, ref, seq, nil); err != nil {
+		item, err := r.getBuffered(ctx, ref, seq)
+		if err != nil {
+			return err
+		}
+		applied := item == nil || item.Applied
+		if !applied {
+			if applied, err = r.a.markerExists(ctx, item.EventID); err != nil {
+				return err
+			}
+		}
+		if applied {
+			r.log.InfoContext(ctx, "dedup: buffered event the gate is past was applied; removed from the buffer",
+				"aggregate_type", ref.typ, "aggregate_id", ref.id, "sequence", seq, "last_sequence", st.Last)
+			if err := r.unbuffer(ctx, ref, seq, nil); err != nil {
+				return err
+			}
+			continue
+		}
+		p := &sqsconsumer.PermanentError{Reason: ReasonBehindGate, Err: fmt.Errorf("buffered event %s (sequence %d of %s %s) was never applied, but the gate is at %d",
+			item.EventID, seq, ref.typ, ref.id, st.Last)}
+		if _, err := r.deadLetterBuffered(ctx, ref, *item, p, nil); err != nil {
 			return err
 		}
 	}

@@ -618,18 +618,24 @@ func TestResequencerGapWaitsDurably(t *testing.T) {
 	}
 }
 
-// TestStartingPointBaseline: a consumer added to a running system sees
-// events 3, 5 and 7 of an aggregate it never saw; they wait. An operator
-// declares its starting point after sequence 4 (SetBaseline, what
-// outboxctl consumer-baseline writes): the sweep removes 3 (before the
-// start, never applied) and applies 5; 6's arrival applies 6 and 7. A
-// baseline never moves an existing starting point.
+// TestStartingPointBaseline: a consumer added to a running system holds
+// events 5 and 7 of an aggregate it never saw (they arrived live); an
+// operator declares its starting point after sequence 4 (SetBaseline, what
+// outboxctl consumer-baseline writes): the sweep applies 5; 6's arrival
+// applies 6 and 7. A baseline never moves an existing starting point.
+//
+// And the case (#31): a starting point read from the orders table
+// (version 4) for an aggregate whose events 3 (the payment) and 4 (the
+// refund) the consumer already holds starts below them (after 2), so both
+// are applied, in order: a starting point never removes what the consumer
+// received. Before the fix the payment was removed unapplied and the
+// refund applied alone.
 func TestStartingPointBaseline(t *testing.T) {
 	f := newSeqFixture(t)
 	c := f.consumer(t, nil, dedup.ResequencerConfig{SweepMinAge: time.Nanosecond})
 	ctx := context.Background()
 	evs := history(t, "late", 7)
-	for _, i := range []int{2, 4, 6} {
+	for _, i := range []int{4, 6} {
 		if err := c.r.Handle(ctx, evs[i]); err != nil {
 			t.Fatal(err)
 		}
@@ -637,12 +643,12 @@ func TestStartingPointBaseline(t *testing.T) {
 	if got := f.applied(t, "late"); len(got) != 0 {
 		t.Fatalf("applied %v without a starting point", got)
 	}
-	set, err := dedup.SetBaseline(ctx, f.env.DDB, f.dd, "seq", "Order", "late", 4, time.Now())
-	if err != nil || !set {
-		t.Fatalf("SetBaseline = %v, %v", set, err)
+	b, err := dedup.SetBaseline(ctx, f.env.DDB, f.dd, "seq", "Order", "late", 4, time.Now())
+	if err != nil || !b.Set || b.Lowered || b.Last != 4 {
+		t.Fatalf("SetBaseline = %+v, %v; want set after 4", b, err)
 	}
-	if set, err := dedup.SetBaseline(ctx, f.env.DDB, f.dd, "seq", "Order", "late", 2, time.Now()); err != nil || set {
-		t.Fatalf("second SetBaseline = %v, %v; want false (a starting point exists)", set, err)
+	if b, err := dedup.SetBaseline(ctx, f.env.DDB, f.dd, "seq", "Order", "late", 2, time.Now()); err != nil || b.Set || b.Last != 4 {
+		t.Fatalf("second SetBaseline = %+v, %v; want not set (the starting point after 4 exists)", b, err)
 	}
 	if rep, err := c.r.Sweep(ctx); err != nil || rep.Drained != 1 || rep.Buffered != 1 {
 		t.Fatalf("Sweep = %+v, %v; want 5 drained, 7 waiting", rep, err)
@@ -655,6 +661,23 @@ func TestStartingPointBaseline(t *testing.T) {
 	}
 	if _, err := dedup.SetBaseline(ctx, f.env.DDB, f.dd, "seq", "Order", "x", -1, time.Now()); err == nil {
 		t.Fatal("a negative baseline was accepted")
+	}
+
+	held := history(t, "held", 4)
+	for _, i := range []int{3, 2} { // the refund, then the payment: both early, both held
+		if err := c.r.Handle(ctx, held[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err = dedup.SetBaseline(ctx, f.env.DDB, f.dd, "seq", "Order", "held", 4, time.Now())
+	if err != nil || !b.Set || !b.Lowered || b.Last != 2 {
+		t.Fatalf("SetBaseline over held events = %+v, %v; want set after 2 (below the held 3 and 4)", b, err)
+	}
+	if rep, err := c.r.Sweep(ctx); err != nil || rep.Drained != 2 || rep.Buffered != 0 {
+		t.Fatalf("Sweep = %+v, %v; want 3 and 4 applied", rep, err)
+	}
+	if got := f.applied(t, "held"); !slices.Equal(got, []int64{3, 4}) {
+		t.Fatalf("applied %v, want [3 4]: the payment, then the refund", got)
 	}
 }
 

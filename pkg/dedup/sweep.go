@@ -137,44 +137,99 @@ func (r *Resequencer) Sweep(ctx context.Context) (SweepReport, error) {
 	return rep, nil
 }
 
+// BaselineClient is the DynamoDB subset SetBaseline calls, with the SDK's
+// exact signatures; *dynamodb.Client satisfies it.
+type BaselineClient interface {
+	TransactWriter
+	ItemGetter
+}
+
+// Baseline is what SetBaseline did for one aggregate.
+type Baseline struct {
+	// Set is false when the consumer already had a starting point for the
+	// aggregate: nothing was written, Last is the existing one.
+	Set bool
+	// Last is the aggregate's starting point: the events after it are
+	// applied, in order. Set, it is the requested one or, when events of
+	// the aggregate already wait in the buffer at or below it, one below
+	// the first of them (Lowered).
+	Last int64
+	// Lowered reports that the starting point was set below the requested
+	// one so that it covers no event the consumer already holds.
+	Lowered bool
+}
+
 // SetBaseline declares consumer's starting point for one aggregate: its
 // ordering item gets last_sequence = last, so the consumer applies the
 // aggregate's events after last, in order, and treats those up to last as
-// applied before it (duplicates). It only sets a starting point where none
-// exists (no last_sequence): it returns false, nil when the consumer
-// already has one for the aggregate. Events of the aggregate already
-// waiting in the buffer are drained (last+1 onward) or removed (at or
-// below last) by the consumer's next Sweep or next event of the aggregate.
-// It returns an error when last < 0 or the write fails.
-func SetBaseline(ctx context.Context, client TransactWriter, table, consumer, aggregateType, aggregateID string, last int64, now time.Time) (bool, error) {
+// belonging to the time before it (duplicates).
+//
+// A starting point never removes what the consumer received: when events
+// of the aggregate already wait in the buffer at or below last (they
+// arrived after the consumer's rule existed, so they are the consumer's to
+// apply), the starting point is set one below the first of them instead
+// (Baseline.Lowered) and they are applied in order by the consumer's next
+// sweep or next event of the aggregate. The write is conditioned on no
+// starting point existing and on the buffered set the decision was made
+// from (its size: an event buffered meanwhile makes it read again).
+//
+// It only sets a starting point where none exists: Baseline.Set is false
+// when the consumer already has one. It returns an error when last < 0, a
+// read or the write fails, or the buffered set kept changing for
+// DefaultMaxAttempts reads.
+func SetBaseline(ctx context.Context, client BaselineClient, table, consumer, aggregateType, aggregateID string, last int64, now time.Time) (Baseline, error) {
 	if last < 0 {
-		return false, fmt.Errorf("dedup: baseline %d of %s %s is negative", last, aggregateType, aggregateID)
+		return Baseline{}, fmt.Errorf("dedup: baseline %d of %s %s is negative", last, aggregateType, aggregateID)
 	}
-	seq := expression.Name(AttrLastSequence)
-	e, err := expression.NewBuilder().WithCondition(expression.AttributeNotExists(seq)).WithUpdate(expression.
-		Set(seq, expression.Value(last)).
-		Set(expression.Name(AttrLastEventID), expression.Value("baseline")).
-		Set(expression.Name(AttrConsumer), expression.Value(consumer)).
-		Set(expression.Name(AttrAggregateType), expression.Value(aggregateType)).
-		Set(expression.Name(AttrAggregateID), expression.Value(aggregateID)).
-		Set(expression.Name(AttrAppliedAt), expression.Value(now.UTC().Format(time.RFC3339Nano)))).Build()
-	if err != nil {
-		return false, fmt.Errorf("dedup: build baseline: %w", err)
+	key := map[string]types.AttributeValue{AttrPK: &types.AttributeValueMemberS{Value: SequenceKey(consumer, aggregateType, aggregateID)}}
+	for range DefaultMaxAttempts {
+		cctx, cancel := context.WithTimeout(ctx, DefaultCallTimeout)
+		out, err := client.GetItem(cctx, &dynamodb.GetItemInput{TableName: aws.String(table), Key: key, ConsistentRead: aws.Bool(true)})
+		cancel()
+		if err != nil {
+			return Baseline{}, fmt.Errorf("dedup: read the starting point of %s %s for %s: %w", aggregateType, aggregateID, consumer, err)
+		}
+		st, err := decodeGate(SequenceKey(consumer, aggregateType, aggregateID), out.Item)
+		if err != nil {
+			return Baseline{}, err
+		}
+		if _, exists := out.Item[AttrLastSequence]; exists {
+			return Baseline{Last: st.Last}, nil
+		}
+		b := Baseline{Set: true, Last: last}
+		if len(st.Buffered) > 0 && st.Buffered[0]-1 < last {
+			b.Last, b.Lowered = st.Buffered[0]-1, true
+		}
+		seq, buffered := expression.Name(AttrLastSequence), expression.Name(AttrBuffered)
+		unchanged := expression.AttributeNotExists(buffered)
+		if len(st.Buffered) > 0 {
+			unchanged = expression.Size(buffered).Equal(expression.Value(len(st.Buffered)))
+		}
+		e, err := expression.NewBuilder().WithCondition(expression.AttributeNotExists(seq).And(unchanged)).WithUpdate(expression.
+			Set(seq, expression.Value(b.Last)).
+			Set(expression.Name(AttrLastEventID), expression.Value("baseline")).
+			Set(expression.Name(AttrConsumer), expression.Value(consumer)).
+			Set(expression.Name(AttrAggregateType), expression.Value(aggregateType)).
+			Set(expression.Name(AttrAggregateID), expression.Value(aggregateID)).
+			Set(expression.Name(AttrAppliedAt), expression.Value(now.UTC().Format(time.RFC3339Nano)))).Build()
+		if err != nil {
+			return Baseline{}, fmt.Errorf("dedup: build baseline: %w", err)
+		}
+		cctx, cancel = context.WithTimeout(ctx, DefaultCallTimeout)
+		_, err = client.TransactWriteItems(cctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{{Update: &types.Update{
+			TableName: aws.String(table), Key: key,
+			UpdateExpression: e.Update(), ConditionExpression: e.Condition(), ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(),
+		}}}})
+		cancel()
+		switch {
+		case err == nil:
+			return b, nil
+		case !isConditionFailure(err):
+			return Baseline{}, fmt.Errorf("dedup: set baseline of %s %s for %s: %w", aggregateType, aggregateID, consumer, err)
+		}
+		// A starting point appeared, or the buffer changed: read again.
 	}
-	cctx, cancel := context.WithTimeout(ctx, DefaultCallTimeout)
-	defer cancel()
-	_, err = client.TransactWriteItems(cctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{{Update: &types.Update{
-		TableName:        aws.String(table),
-		Key:              map[string]types.AttributeValue{AttrPK: &types.AttributeValueMemberS{Value: SequenceKey(consumer, aggregateType, aggregateID)}},
-		UpdateExpression: e.Update(), ConditionExpression: e.Condition(), ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(),
-	}}}})
-	if err == nil {
-		return true, nil
-	}
-	if isConditionFailure(err) {
-		return false, nil
-	}
-	return false, fmt.Errorf("dedup: set baseline of %s %s for %s: %w", aggregateType, aggregateID, consumer, err)
+	return Baseline{}, fmt.Errorf("dedup: set baseline of %s %s for %s: the ordering item kept changing", aggregateType, aggregateID, consumer)
 }
 
 // tick runs one sweep for a sweep tick: logged, metrics written.

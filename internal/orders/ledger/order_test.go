@@ -437,8 +437,8 @@ func TestLedgerStartingPointJoinsLate(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustBalance(t, f.ledger, "EUR", 0)
-	if set, err := dedup.SetBaseline(ctx, f.env.DDB, f.dedup, "ledger", order.AggregateType, "o-late", 2, time.Now()); err != nil || !set {
-		t.Fatalf("SetBaseline = %v, %v", set, err)
+	if b, err := dedup.SetBaseline(ctx, f.env.DDB, f.dedup, "ledger", order.AggregateType, "o-late", 2, time.Now()); err != nil || !b.Set || b.Lowered {
+		t.Fatalf("SetBaseline = %+v, %v", b, err)
 	}
 	if rep, err := f.ledger.Sweep(ctx); err != nil || rep.Drained != 1 || rep.Buffered != 0 {
 		t.Fatalf("Sweep = %+v, %v", rep, err)

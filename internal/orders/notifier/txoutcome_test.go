@@ -108,42 +108,27 @@ func TestNotifierCancellationOutcomes(t *testing.T) {
 }
 
 // orderedNotifierRules is the outcome precedence of an ordered notifier
-// delivery: the marker, then the ordering gate (decided by reading the
-// ordering item: an early event goes to the resequencer's buffer), then
-// notifierRules — except that a notification found recorded (its marker
-// expired) is recorded as seen, a second transaction of marker and gate,
-// so the order's sequence advances: a duplicate only if that commits. A
-// moved gate counts as a conflict: the re-run without the view fails on it
-// too, so "view is newer" retries.
+// delivery: the marker and the ordering gate first (txoutcome.Ordered: the
+// gate's decision by the ordering item's state), then notifierRules —
+// except that a notification found recorded (its marker expired) is
+// recorded as seen, a second transaction of marker and gate, so the
+// order's sequence advances: a duplicate only if that commits.
 func orderedNotifierRules(state string) []txoutcome.Rule {
-	gate := txoutcome.Is(txoutcome.RoleGate, outbox.ReasonConditionalCheckFailed)
 	noteExists := txoutcome.Is(roleNotification, outbox.ReasonConditionalCheckFailed)
-	rules := []txoutcome.Rule{
-		txoutcome.R("committed", txoutcome.AllNone, txoutcome.Applied),
-		txoutcome.R("marker exists", txoutcome.Is(txoutcome.RoleMarker, outbox.ReasonConditionalCheckFailed), txoutcome.Duplicate),
-	}
 	// The re-run without the view keeps the gate: it commits only if the
 	// gate's code is None.
 	viewNewer := txoutcome.R("view is newer; re-run (with the gate) commits", func(c map[string]string) bool {
 		return c[roleView] == outbox.ReasonConditionalCheckFailed && c[txoutcome.RoleMarker] == outbox.ReasonNone &&
 			c[roleNotification] == outbox.ReasonNone && c[txoutcome.RoleGate] == outbox.ReasonNone
 	}, txoutcome.Applied)
-	seen := []txoutcome.Rule{
+	rest := []txoutcome.Rule{
 		txoutcome.R("notification exists (marker expired); recorded as seen", func(c map[string]string) bool {
 			return noteExists(c) && c[txoutcome.RoleMarker] == outbox.ReasonNone && c[txoutcome.RoleGate] == outbox.ReasonNone
 		}, txoutcome.Duplicate),
 		txoutcome.R("notification exists; recording it as seen fails for now", noteExists, txoutcome.Retry),
+		notifierRules[3], notifierRules[4], viewNewer, notifierRules[6],
 	}
-	rest := append(append(seen, notifierRules[3], notifierRules[4]), viewNewer, notifierRules[6])
-	switch state {
-	case txoutcome.GateBehind:
-		rules = append(rules, txoutcome.R("gate: sequence <= last", gate, txoutcome.Duplicate))
-	case txoutcome.GateEarly:
-		rules = append(rules, txoutcome.R("gate: sequence > last+1: buffered", gate, txoutcome.Buffered))
-	case txoutcome.GateMoved:
-		return append(append(rules, rest[:4]...), txoutcome.R("gate moved: a conflict", gate, txoutcome.Retry))
-	}
-	return append(rules, rest...)
+	return txoutcome.Ordered(state, rest)
 }
 
 // TestNotifierOrderedCancellationOutcomes: the ordered notifier's
@@ -156,11 +141,7 @@ func TestNotifierOrderedCancellationOutcomes(t *testing.T) {
 	t.Parallel()
 	roles := []string{txoutcome.RoleMarker, roleNotification, roleView, txoutcome.RoleGate}
 	for _, c := range txoutcome.Combos(roles...) {
-		states := []string{""}
-		if c[txoutcome.RoleGate] == outbox.ReasonConditionalCheckFailed {
-			states = []string{txoutcome.GateBehind, txoutcome.GateEarly, txoutcome.GateMoved}
-		}
-		for _, state := range states {
+		for _, state := range txoutcome.States(c) {
 			var parts []string
 			for _, r := range roles {
 				parts = append(parts, r+"="+c[r])

@@ -51,9 +51,10 @@ type Client struct {
 
 	mu sync.Mutex
 	// Calls counts TransactWriteItems calls; Commits the committed ones
-	// with an effect (or any, with NoEffects); Buffered the committed
-	// buffer writes; Seen the committed ones without the consumer's effect
-	// (marker and gate only: an event recorded as seen).
+	// with an effect (or, with NoEffects, with a marker); Buffered the
+	// committed buffer writes; Seen the committed ones without the
+	// consumer's effect (marker and gate only: an event recorded as seen;
+	// or the gate alone: an applied event adopted).
 	Calls, Commits, Buffered, Seen int
 }
 
@@ -92,13 +93,15 @@ func (c *Client) TransactWriteItems(_ context.Context, in *dynamodb.TransactWrit
 	defer c.mu.Unlock()
 	c.Calls++
 	reasons := make([]types.CancellationReason, len(in.TransactItems))
-	cancel, effect := false, false
+	cancel, effect, marker := false, false, false
 	for _, it := range in.TransactItems {
 		switch r := c.Role(it); {
 		case r == RoleBuffer:
 			c.Buffered++
 			return &dynamodb.TransactWriteItemsOutput{}, nil
-		case r != RoleMarker && r != RoleGate:
+		case r == RoleMarker:
+			marker = it.Put != nil
+		case r != RoleGate:
 			effect = true
 		}
 	}
@@ -113,7 +116,7 @@ func (c *Client) TransactWriteItems(_ context.Context, in *dynamodb.TransactWrit
 	if cancel {
 		return nil, &types.TransactionCanceledException{Message: aws.String("Transaction cancelled"), CancellationReasons: reasons}
 	}
-	if effect || c.NoEffects {
+	if effect || (c.NoEffects && marker) {
 		c.Commits++
 	} else {
 		c.Seen++
@@ -235,4 +238,52 @@ var GateLast = map[string]int64{GateBehind: 2, GateEarly: 0, GateMoved: 1}
 // R returns the Rule name → want, when when holds.
 func R(name string, when func(map[string]string) bool, want Outcome) Rule {
 	return Rule{Name: name, When: when, Want: want}
+}
+
+// States returns the ordering item states a combination of codes is judged
+// in: when the marker's or the gate's condition failed, an ordered Apply
+// reads the ordering item and decides by it (GateBehind, GateEarly,
+// GateMoved); otherwise it reads nothing ("").
+func States(codes map[string]string) []string {
+	if codes[RoleMarker] == outbox.ReasonConditionalCheckFailed || codes[RoleGate] == outbox.ReasonConditionalCheckFailed {
+		return []string{GateBehind, GateEarly, GateMoved}
+	}
+	return []string{""}
+}
+
+// Ordered returns the outcome precedence of an ordered consumer's delivery
+// when the ordering item is in state: the marker's and the gate's
+// conditions decide first, by the item (pkg/dedup's decision table,
+// docs/ORDERING.md), then the consumer's own rules (rest). The gate's
+// failure decides whatever the effects' conditions said: an effect's
+// condition is the consumer's answer only while the gate held.
+func Ordered(state string, rest []Rule) []Rule {
+	marker := Is(RoleMarker, outbox.ReasonConditionalCheckFailed)
+	gate := Is(RoleGate, outbox.ReasonConditionalCheckFailed)
+	and := func(a, b func(map[string]string) bool) func(map[string]string) bool {
+		return func(c map[string]string) bool { return a(c) && b(c) }
+	}
+	rules := []Rule{R("committed", AllNone, Applied)}
+	switch state {
+	case GateBehind:
+		rules = append(rules,
+			R("applied (marker), the gate past it", marker, Duplicate),
+			R("gate: sequence <= last", gate, Duplicate))
+	case GateEarly:
+		rules = append(rules,
+			R("applied (marker), ahead of the gate: kept as applied, adopted in turn", marker, Buffered),
+			R("gate: sequence > last+1: buffered", gate, Buffered))
+	case GateMoved:
+		// Applied and next: the gate adopts it, a transaction of the gate
+		// alone (it carries the gate's code).
+		rules = append(rules,
+			R("applied (marker), next: the gate adopts it", and(marker, Is(RoleGate, outbox.ReasonNone)), Duplicate),
+			R("applied (marker), next: the adoption is invalid", and(marker, Is(RoleGate, outbox.ReasonValidation)), Permanent(dedup.ReasonTransactionInvalid)),
+			R("applied (marker), next: the adoption's item collection is full", and(marker, Is(RoleGate, outbox.ReasonItemCollectionSize)), Permanent(dedup.ReasonItemCollectionFull)),
+			R("applied (marker), next: the adoption fails for now", marker, Retry),
+			R("gate moved, ValidationError: sent again cannot help", and(gate, Has(outbox.ReasonValidation)), Permanent(dedup.ReasonTransactionInvalid)),
+			R("gate moved, item collection full", and(gate, Has(outbox.ReasonItemCollectionSize)), Permanent(dedup.ReasonItemCollectionFull)),
+			R("gate moved (the predecessor committed meanwhile): sent again, whatever the effects said", gate, Retry))
+	}
+	return append(rules, rest...)
 }
