@@ -305,6 +305,9 @@ func TestResequencerConcurrentDeliveries(t *testing.T) {
 type hookClient struct {
 	*dynamodb.Client
 	beforeGateRead func(key string)
+	// hookFirst runs beforeGateRead before the read instead of after it
+	// (the read then sees what the hook committed).
+	hookFirst bool
 	// crashAfter, when it names an event id, makes the commit of the
 	// transaction carrying that event's marker report an error (the
 	// invocation died after the commit), once.
@@ -313,6 +316,10 @@ type hookClient struct {
 
 func (h *hookClient) GetItem(ctx context.Context, in *dynamodb.GetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
 	if pk, ok := in.Key[dedup.AttrPK].(*types.AttributeValueMemberS); ok && strings.Contains(pk.Value, dedup.SequenceInfix) && h.beforeGateRead != nil {
+		if h.hookFirst {
+			h.beforeGateRead(pk.Value)
+			return h.Client.GetItem(ctx, in, opts...)
+		}
 		out, err := h.Client.GetItem(ctx, in, opts...) // read first: the hook commits after it
 		h.beforeGateRead(pk.Value)
 		return out, err
