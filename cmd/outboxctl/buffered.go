@@ -16,27 +16,40 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/order"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/routing"
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/dedup"
 )
 
-// dedupFlags registers -dedup-table (default DEDUP_TABLE_NAME) and
-// -consumer.
+// dedupFlags registers -consumer and -consumer-table: the table holding
+// the consumer's dedup state (its own table, beside its effects: the
+// ledger's LEDGER_TABLE_NAME, the notifier's NOTIFICATIONS_TABLE_NAME;
+// default: that variable for those two).
 func dedupFlags(fs *flag.FlagSet) (table, consumer *string) {
-	table = fs.String("dedup-table", os.Getenv(config.EnvDedupTable), "consumers' dedup table (default $"+config.EnvDedupTable+")")
+	table = fs.String("consumer-table", "", "the consumer's own table, holding its dedup markers, ordering gates and buffer (default for ledger $"+
+		config.EnvLedgerTable+", for notifier $"+config.EnvNotificationsTable+")")
 	consumer = fs.String("consumer", "", "the ordered consumer (e.g. ledger, notifier)")
 	return table, consumer
 }
 
-func needDedup(name, table, consumer string) error {
-	switch {
-	case table == "":
-		return usageErr("%s: -dedup-table is required (or $%s)", name, config.EnvDedupTable)
-	case consumer == "":
-		return usageErr("%s: -consumer is required", name)
+// needDedup checks -consumer and -consumer-table (defaulted from the
+// environment for the example's consumers) and returns the table.
+func needDedup(name, table, consumer string) (string, error) {
+	if consumer == "" {
+		return "", usageErr("%s: -consumer is required", name)
 	}
-	return nil
+	if table == "" {
+		table = os.Getenv(consumerTableEnv[consumer])
+	}
+	if table == "" {
+		return "", usageErr("%s: -consumer-table is required: the consumer's own table, where its dedup state lives", name)
+	}
+	return table, nil
 }
+
+// consumerTableEnv names the variable holding each example consumer's
+// table.
+var consumerTableEnv = map[string]string{routing.ConsumerLedger: config.EnvLedgerTable, routing.ConsumerNotifier: config.EnvNotificationsTable}
 
 // runConsumerBuffered lists what waits in an ordered consumer's resequencer
 // buffer, with the range each aggregate waits for.
@@ -46,7 +59,8 @@ func runConsumerBuffered(ctx context.Context, e *cmdEnv, args []string) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if err := needDedup("consumer-buffered", *table, *consumer); err != nil {
+	t, err := needDedup("consumer-buffered", *table, *consumer)
+	if err != nil {
 		return err
 	}
 	ctx, c, done, err := e.open(ctx)
@@ -54,7 +68,7 @@ func runConsumerBuffered(ctx context.Context, e *cmdEnv, args []string) error {
 		return err
 	}
 	defer done()
-	return consumerBuffered(ctx, e.out, c.ddb, *table, *consumer, time.Now())
+	return consumerBuffered(ctx, e.out, c.ddb, t, *consumer, time.Now())
 }
 
 // consumerBuffered prints one line per buffered event — aggregate,
@@ -106,9 +120,11 @@ func runConsumerBaseline(ctx context.Context, e *cmdEnv, args []string) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if err := needDedup("consumer-baseline", *table, *consumer); err != nil {
+	t, err := needDedup("consumer-baseline", *table, *consumer)
+	if err != nil {
 		return err
 	}
+	*table = t
 	if (*aggID == "") == (*orders == "") {
 		return usageErr("consumer-baseline: give -aggregate ID -last N, or -from-orders-table T")
 	}

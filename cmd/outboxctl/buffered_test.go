@@ -56,7 +56,7 @@ func TestConsumerBufferedAndBaseline(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	out, err := w.ctl(t, "consumer-buffered", "-dedup-table", w.dedupTable, "-consumer", "ledger")
+	out, err := w.ctl(t, "consumer-buffered", "-consumer-table", w.dedupTable, "-consumer", "ledger")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,15 +65,15 @@ func TestConsumerBufferedAndBaseline(t *testing.T) {
 			t.Errorf("consumer-buffered output lacks %q:\n%s", want, out)
 		}
 	}
-	out, err = w.ctl(t, "consumer-baseline", "-dedup-table", w.dedupTable, "-consumer", "ledger", "-aggregate", "o-9", "-last", "2")
+	out, err = w.ctl(t, "consumer-baseline", "-consumer-table", w.dedupTable, "-consumer", "ledger", "-aggregate", "o-9", "-last", "2")
 	if err != nil || !strings.Contains(out, "Order o-9\tafter sequence 2\tset") {
 		t.Fatalf("consumer-baseline: %v\n%s", err, out)
 	}
-	out, err = w.ctl(t, "consumer-baseline", "-dedup-table", w.dedupTable, "-consumer", "ledger", "-aggregate", "o-9", "-last", "1")
+	out, err = w.ctl(t, "consumer-baseline", "-consumer-table", w.dedupTable, "-consumer", "ledger", "-aggregate", "o-9", "-last", "1")
 	if err != nil || !strings.Contains(out, "kept") || !strings.Contains(out, "0 starting point(s) set (0 below the requested one, to cover no event the consumer holds), 1 kept") {
 		t.Fatalf("second consumer-baseline: %v\n%s", err, out)
 	}
-	if out, _ = w.ctl(t, "consumer-buffered", "-dedup-table", w.dedupTable, "-consumer", "ledger"); !strings.Contains(out, "sequence 3\tnext (applied by the next sweep)") {
+	if out, _ = w.ctl(t, "consumer-buffered", "-consumer-table", w.dedupTable, "-consumer", "ledger"); !strings.Contains(out, "sequence 3\tnext (applied by the next sweep)") {
 		t.Fatalf("after the baseline:\n%s", out)
 	}
 
@@ -88,14 +88,15 @@ func TestConsumerBufferedAndBaseline(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	out, err = w.ctl(t, "consumer-baseline", "-dedup-table", w.dedupTable, "-consumer", "notifier", "-from-orders-table", orders)
+	out, err = w.ctl(t, "consumer-baseline", "-consumer-table", w.dedupTable, "-consumer", "notifier", "-from-orders-table", orders)
 	if err != nil || !strings.Contains(out, "Order o-7\tafter sequence 4\tset") || !strings.Contains(out, "2 starting point(s) set (0 below the requested one, to cover no event the consumer holds), 0 kept for consumer notifier") {
 		t.Fatalf("consumer-baseline -from-orders-table: %v\n%s", err, out)
 	}
 	for _, args := range [][]string{
-		{"consumer-buffered", "-dedup-table", w.dedupTable},
-		{"consumer-baseline", "-dedup-table", w.dedupTable, "-consumer", "ledger"},
-		{"consumer-baseline", "-dedup-table", w.dedupTable, "-consumer", "ledger", "-aggregate", "o-1"},
+		{"consumer-buffered", "-consumer-table", w.dedupTable},
+		{"consumer-buffered", "-consumer", "wallet"}, // no table, none known for it
+		{"consumer-baseline", "-consumer-table", w.dedupTable, "-consumer", "ledger"},
+		{"consumer-baseline", "-consumer-table", w.dedupTable, "-consumer", "ledger", "-aggregate", "o-1"},
 	} {
 		if _, err := w.ctl(t, args...); !errors.Is(err, errUsage) {
 			t.Errorf("%v: err = %v, want a usage error", args, err)

@@ -127,12 +127,40 @@ func (s selection) find(ctx context.Context, name string, c clients, table strin
 	return nil, usageErr("%s: -event ID or -aggregate ID is required", name)
 }
 
+// defaultConsumerTables is -consumer-tables from the environment: the
+// example consumers' tables where their variables are set.
+func defaultConsumerTables() string {
+	var pairs []string
+	for _, c := range []string{routing.ConsumerLedger, routing.ConsumerNotifier} {
+		if t := os.Getenv(consumerTableEnv[c]); t != "" {
+			pairs = append(pairs, c+"="+t)
+		}
+	}
+	return strings.Join(pairs, ",")
+}
+
+// parseConsumerTables reads CONSUMER=TABLE pairs, comma-separated.
+func parseConsumerTables(v string) ([]operator.ConsumerState, error) {
+	var out []operator.ConsumerState
+	for _, p := range strings.Split(v, ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		name, table, ok := strings.Cut(p, "=")
+		if !ok || name == "" || table == "" {
+			return nil, fmt.Errorf("%q is not CONSUMER=TABLE", p)
+		}
+		out = append(out, operator.ConsumerState{Consumer: name, Table: table})
+	}
+	return out, nil
+}
+
 func runShow(ctx context.Context, e *cmdEnv, args []string) error {
 	fs := e.newFlags("show")
 	table := tableFlag(fs)
 	sel := selectFlags(fs)
-	dedupTable := fs.String("dedup-table", os.Getenv(config.EnvDedupTable), "consumers' dedup table: show which consumers applied each event (default $"+config.EnvDedupTable+")")
-	consumers := fs.String("consumers", routing.ConsumerLedger+","+routing.ConsumerNotifier, "with -dedup-table: the consumers to look up, comma-separated")
+	consumerTables := fs.String("consumer-tables", defaultConsumerTables(), "show which consumers applied each event: CONSUMER=TABLE pairs, comma-separated, each consumer's own table (its dedup markers live beside its effects; default from $"+
+		config.EnvLedgerTable+" and $"+config.EnvNotificationsTable+")")
 	idemTable := fs.String("idempotency-table", os.Getenv(config.EnvIdempotencyTable), "idempotency table: show the idempotency record of each event of the consumers with effects outside DynamoDB (default $"+config.EnvIdempotencyTable+")")
 	idemConsumers := fs.String("idempotent-consumers", routing.ConsumerFulfilment, "with -idempotency-table: those consumers (their idempotency namespaces), comma-separated")
 	if err := parse(fs, args); err != nil {
@@ -144,6 +172,10 @@ func runShow(ctx context.Context, e *cmdEnv, args []string) error {
 	if *sel.event == "" && *sel.aggregate == "" {
 		return usageErr("show: -event ID or -aggregate ID is required")
 	}
+	states, err := parseConsumerTables(*consumerTables)
+	if err != nil {
+		return usageErr("show: -consumer-tables: %v", err)
+	}
 	ctx, c, done, err := e.open(ctx)
 	if err != nil {
 		return err
@@ -153,8 +185,8 @@ func runShow(ctx context.Context, e *cmdEnv, args []string) error {
 	if err != nil {
 		return err
 	}
-	if *dedupTable != "" {
-		if err := operator.Applied(ctx, c.ddb, *dedupTable, strings.Split(*consumers, ","), views); err != nil {
+	if len(states) > 0 {
+		if err := operator.Applied(ctx, c.ddb, states, views); err != nil {
 			return err
 		}
 	}

@@ -2,14 +2,14 @@
 // AWS or the local stack (make dev), what an outbox operator asks:
 //
 //	outboxctl [-endpoint URL] [-region R] [-timeout 5m] status  -table T [-window 15m] [-queue-prefix P | -parked-queue URL -failure-queue URL -dlq URL...]
-//	outboxctl [-endpoint URL] show    -table T (-event ID | -aggregate ID [-from-seq N]) [-dedup-table D]
+//	outboxctl [-endpoint URL] show    -table T (-event ID | -aggregate ID [-from-seq N]) [-consumer-tables C=T,…]
 //	outboxctl [-endpoint URL] replay  -table T (-event ID | -aggregate ID [-from-seq N]) [-direct -bus BUS]
 //	outboxctl [-endpoint URL] parked  -table T [-limit 100]
 //	outboxctl [-endpoint URL] redrive -table T [-shards 16] (-pk PK -sk SK | -event ID | -all)
 //	outboxctl [-endpoint URL] consumer-dlq      -dlq DLQ [-limit 100]
 //	outboxctl [-endpoint URL] consumer-redrive  -dlq DLQ -queue QUEUE [-sender ROLE_ID]... [-max 0]
-//	outboxctl [-endpoint URL] consumer-buffered -dedup-table D -consumer C
-//	outboxctl [-endpoint URL] consumer-baseline -dedup-table D -consumer C (-aggregate ID -last N | -from-orders-table T)
+//	outboxctl [-endpoint URL] consumer-buffered -consumer C [-consumer-table T]
+//	outboxctl [-endpoint URL] consumer-baseline -consumer C [-consumer-table T] (-aggregate ID -last N | -from-orders-table T)
 //	outboxctl [-endpoint URL] backfill -archive A -rule R [-bus B] [-from T] [-to T] [-settle 10m] [-orders-table T]
 //	outboxctl [-endpoint URL] replays  [-prefix P]
 //	outboxctl [-endpoint URL] history  -table T AGGREGATE_ID
@@ -90,7 +90,7 @@ func init() {
 		{"status", "pending records (per shard), oldest pending age, parked, published in the last -window, DLQ depths",
 			"outboxctl -endpoint http://127.0.0.1:4580 status -table dev-outbox -queue-prefix dev-", runStatus},
 		{"show", "an event (-event ID) or an aggregate's events (-aggregate ID): status, sequence, publish time, bus event id, parked reason, consumers applied (dedup markers) and the fulfilment consumer's idempotency record",
-			"outboxctl -endpoint http://127.0.0.1:4580 show -table dev-outbox -aggregate ORDER_ID -dedup-table dev-dedup -idempotency-table dev-idempotency", runShow},
+			"outboxctl -endpoint http://127.0.0.1:4580 show -table dev-outbox -aggregate ORDER_ID -consumer-tables ledger=dev-ledger,notifier=dev-notifications -idempotency-table dev-idempotency", runShow},
 		{"replay", "send a published event (or an aggregate's events from -from-seq) again: made pending for the reconciler, or -direct through the relay's PutEvents",
 			"outboxctl -endpoint http://127.0.0.1:4580 replay -table dev-outbox -aggregate ORDER_ID -from-seq 2", runReplay},
 		{"parked", "list parked records: key, event id, type, parked at, reason",
@@ -102,9 +102,9 @@ func init() {
 		{"consumer-redrive", "move the consumer's own messages on its DLQ back to its queue (moved by its redrive policy, or sent by its role: -sender); list any other with its sender and leave it",
 			"outboxctl -endpoint http://127.0.0.1:4580 consumer-redrive -dlq dev-ledger-dlq -queue dev-ledger", runConsumerRedrive},
 		{"consumer-buffered", "list the events an ordered consumer's resequencer holds for a missing predecessor: aggregate, sequence, the range it waits for, age",
-			"outboxctl -endpoint http://127.0.0.1:4580 consumer-buffered -dedup-table dev-dedup -consumer ledger", runConsumerBuffered},
+			"outboxctl -endpoint http://127.0.0.1:4580 consumer-buffered -consumer ledger -consumer-table dev-ledger", runConsumerBuffered},
 		{"consumer-baseline", "declare an ordered consumer's starting point: -aggregate ID -last N, or every order at its version (-from-orders-table)",
-			"outboxctl -endpoint http://127.0.0.1:4580 consumer-baseline -dedup-table dev-dedup -consumer ledger -from-orders-table dev-orders", runConsumerBaseline},
+			"outboxctl -endpoint http://127.0.0.1:4580 consumer-baseline -consumer ledger -consumer-table dev-ledger -from-orders-table dev-orders", runConsumerBaseline},
 		{"backfill", "replay the archive's events of a time range to one consumer's rule only (a new or rebuilt consumer), reporting progress until the replay ends; -orders-table says which orders began before the archive",
 			"outboxctl -endpoint http://127.0.0.1:4580 backfill -archive dev-archive -rule ledger-order-payments -bus dev-bus -settle 30s", runBackfill},
 		{"replays", "list the bus's replays: name, state, progress, last event replayed, range",

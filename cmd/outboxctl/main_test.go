@@ -339,7 +339,7 @@ func TestShow(t *testing.T) {
 		want  []string
 		count int
 	}{
-		{"by event id", []string{"-event", w.ids["o-1/1"], "-dedup-table", w.dedupTable},
+		{"by event id", []string{"-event", w.ids["o-1/1"], "-consumer-tables", "ledger=" + w.dedupTable + ",notifier=" + w.dedupTable},
 			[]string{"event_id       " + w.ids["o-1/1"], "status         PUBLISHED", "sequence       1", "bus_event_id   b-1", "published_at", "applied        ledger "}, 1},
 		{"parked event", []string{"-event", w.ids["o-1/3"]},
 			[]string{"status         PARKED", "parked_reason  MalformedDetail: Detail is malformed.", "parked_at"}, 1},
@@ -347,7 +347,7 @@ func TestShow(t *testing.T) {
 			[]string{"event_type     OrderPlaced", "event_type     OrderPaid", "event_type     OrderShipped"}, 3},
 		{"by aggregate from a sequence", []string{"-aggregate", "o-1", "-from-seq", "2"},
 			[]string{"event_type     OrderPaid", "event_type     OrderShipped"}, 2},
-		{"pending event", []string{"-aggregate", "o-2", "-from-seq", "1", "-dedup-table", w.dedupTable},
+		{"pending event", []string{"-aggregate", "o-2", "-from-seq", "1", "-consumer-tables", "ledger=" + w.dedupTable + ",notifier=" + w.dedupTable},
 			[]string{"status         PENDING", "pending_shard  p0", "applied        no consumer marker"}, 2},
 	}
 	for _, tc := range tests {

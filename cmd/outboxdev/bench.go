@@ -333,7 +333,7 @@ func (b *benchRun) runLevel(ctx context.Context, label string, rate float64, ord
 		return nil, err
 	}
 	defer s.Close()
-	split.OutboxTable, split.DedupTable = s.Settings.OutboxTable, s.Settings.DedupTable
+	split.OutboxTable, split.ConsumerTables = s.Settings.OutboxTable, []string{s.Settings.LedgerTable, s.Settings.NotificationsTable}
 	all.Reset()
 	relayC.Reset()
 

@@ -88,15 +88,15 @@ func (b *benchRun) writePath(ctx context.Context) error {
 	// notifier's transactions (OrderPlaced → notifier) running alongside.
 	const prefix = "wp"
 	timer := bench.NewOpTimer()
-	timer.Key = bench.TransactKey(prefix+"-outbox", prefix+"-dedup")
+	timer.Key = bench.TransactKey(prefix+"-outbox", prefix+"-ledger", prefix+"-notifications")
 	s, err := devstack.Start(ctx, devstack.Options{Endpoint: dx.Endpoint, Prefix: prefix, Logger: b.log, PollInterval: b.f.poll,
 		AWSConfig: func(c *aws.Config) { c.APIOptions = append(c.APIOptions, timer.Register) }})
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	if s.Settings.OutboxTable != prefix+"-outbox" || s.Settings.DedupTable != prefix+"-dedup" {
-		return fmt.Errorf("write path: unexpected table names %s, %s", s.Settings.OutboxTable, s.Settings.DedupTable)
+	if s.Settings.OutboxTable != prefix+"-outbox" || s.Settings.LedgerTable != prefix+"-ledger" || s.Settings.NotificationsTable != prefix+"-notifications" {
+		return fmt.Errorf("write path: unexpected table names %s, %s, %s", s.Settings.OutboxTable, s.Settings.LedgerTable, s.Settings.NotificationsTable)
 	}
 	if err := bench.CreatePlainTable(ctx, s.DDB, "wp-plain", false); err != nil {
 		return err

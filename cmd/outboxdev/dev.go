@@ -176,16 +176,16 @@ func printOperatorHelp(s *devstack.Stack, prefix string, reject []string, every 
 	fmt.Printf(`
 Operate it (or set AWS_ENDPOINT_URL=%s for an AWS SDK speaking the JSON protocols):
   %s status  -table %s -queue-prefix %s-
-  %s show    -table %s -aggregate ORDER_ID -dedup-table %s -idempotency-table %s
+  %s show    -table %s -aggregate ORDER_ID -consumer-tables ledger=%s,notifier=%s -idempotency-table %s
   %s replay  -table %s -aggregate ORDER_ID -from-seq 2     (or -direct -bus %s: PutEvents now)
   %s parked  -table %s
   %s redrive -table %s -all
   %s consumer-dlq      -dlq %s-ledger-dlq
   %s consumer-redrive  -dlq %s-ledger-dlq -queue %s-ledger -sender %s
-  %s consumer-buffered -dedup-table %s -consumer ledger
-`, s.AWSURL, ctl, s.Settings.OutboxTable, prefix, ctl, s.Settings.OutboxTable, s.Settings.DedupTable, s.Settings.IdempotencyTable,
+  %s consumer-buffered -consumer ledger -consumer-table %s
+`, s.AWSURL, ctl, s.Settings.OutboxTable, prefix, ctl, s.Settings.OutboxTable, s.Settings.LedgerTable, s.Settings.NotificationsTable, s.Settings.IdempotencyTable,
 		ctl, s.Settings.OutboxTable, s.Settings.EventBus, ctl, s.Settings.OutboxTable, ctl, s.Settings.OutboxTable,
-		ctl, prefix, ctl, prefix, prefix, localrt.FunctionRoleID("ledger"), ctl, s.Settings.DedupTable)
+		ctl, prefix, ctl, prefix, prefix, localrt.FunctionRoleID("ledger"), ctl, s.Settings.LedgerTable)
 	fmt.Printf(`
 Event history (archive %s of every published event; docs/ARCHIVE.md):
   %s history  -table %s ORDER_ID

@@ -26,6 +26,7 @@ import (
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/notifier"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/routing"
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
+	"github.com/ddb-outbox/ddb-outbox/pkg/dedup"
 )
 
 // Consumer delivery settings, from pkg/config so that the stack and the local
@@ -99,8 +100,10 @@ type consumerTable struct {
 type consumerSpec struct {
 	table       consumerTable
 	description string
-	// dedup: the consumer keeps pkg/dedup markers in the shared
-	// DedupTable (config.EnvDedupTable; ledger, notifier).
+	// dedup: the consumer keeps its pkg/dedup state (markers, ordering
+	// gates, buffer) in its own table beside its effects (ledger,
+	// notifier): the table gets the state index and TTL on
+	// dedup.TTLAttribute, and no other consumer's role may write it.
 	dedup bool
 	// extra creates the consumer's other resources and env vars and
 	// returns the ARNs of the resources its grants name besides its table,
@@ -152,10 +155,16 @@ func (s *OrdersStack) addConsumer(name, source string) error {
 	st, props, removal := s.Stack, s.props, s.props.removalPolicy()
 	cid := idOf(name)
 	ttl := ""
-	if name == routing.ConsumerNotifier {
-		ttl = props.NotificationsTTLAttribute
+	switch {
+	case name == routing.ConsumerNotifier:
+		ttl = props.NotificationsTTLAttribute // = dedup.TTLAttribute (Validate)
+	case spec.dedup:
+		ttl = dedup.TTLAttribute // the dedup markers expire; the consumer's own items carry no such attribute
 	}
 	table := s.newTable(spec.table.id, spec.table.pk, ttl)
+	if spec.dedup {
+		addStateIndex(table)
+	}
 	dlq := deadletter.New(st, cid+"ConsumerDLQ", "events consumer "+name+" failed "+
 		fmt.Sprint(config.DefaultConsumerMaxReceiveCount)+" times or could never apply", removal, s.EncryptionKey)
 	enc := awssqs.QueueEncryption_SQS_MANAGED
@@ -200,9 +209,7 @@ func (s *OrdersStack) addConsumer(name, source string) error {
 		app.ResourceConsumerQueue: queue.QueueArn(),
 	}
 	if spec.dedup {
-		fn.AddEnvironment(jsii.String(config.EnvDedupTable), s.DedupTable.TableName(), nil)
-		arns[app.ResourceDedupTable] = s.DedupTable.TableArn()
-		arns[app.ResourceDedupBufferIndex] = s.bufferIndexArn()
+		arns[app.ResourceConsumerStateIndex] = stateIndexArn(table)
 	}
 	fn.AddEnvironment(jsii.String(spec.table.env), table.TableName(), nil)
 	fn.AddEnvironment(jsii.String(config.EnvEventSource), jsii.String(source), nil)

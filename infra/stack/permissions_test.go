@@ -44,8 +44,6 @@ func checkRoles(t *testing.T, def *synthesized, perms func(app.FunctionPermissio
 		app.ResourceOutboxTable:            table,
 		app.ResourcePendingIndex:           map[string]any{"Fn::Join": []any{"", []any{table, "/index/" + outbox.PendingIndexName}}},
 		app.ResourceOutboxStream:           getAtt(def.id(ob.Table), "StreamArn"),
-		app.ResourceDedupTable:             getAtt(def.id(s.DedupTable), "Arn"),
-		app.ResourceDedupBufferIndex:       map[string]any{"Fn::Join": []any{"", []any{getAtt(def.id(s.DedupTable), "Arn"), "/index/" + dedup.BufferIndex}}},
 		app.ResourceEventBus:               getAtt(def.id(s.Bus), "Arn"),
 		app.ResourceParkedQueue:            getAtt(def.id(ob.ParkedQueue.Queue), "Arn"),
 		app.ResourceStreamFailureQueue:     getAtt(def.id(ob.StreamFailureQueue.Queue), "Arn"),
@@ -61,6 +59,8 @@ func checkRoles(t *testing.T, def *synthesized, perms func(app.FunctionPermissio
 			table:                     getAtt(def.id(c.Table), "Arn"),
 			app.ResourceConsumerQueue: getAtt(def.id(c.Queue), "Arn"),
 			app.ResourceConsumerDLQ:   getAtt(def.id(c.DLQ.Queue), "Arn"),
+			// its dedup state's buffer index, in its own table
+			app.ResourceConsumerStateIndex: map[string]any{"Fn::Join": []any{"", []any{getAtt(def.id(c.Table), "Arn"), "/index/" + dedup.BufferIndex}}},
 		}
 	}
 	fulfilment := consumer(routing.ConsumerFulfilment, app.ResourceShipmentsTable)

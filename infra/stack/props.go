@@ -18,6 +18,7 @@ import (
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/app"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/notifier"
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
+	"github.com/ddb-outbox/ddb-outbox/pkg/dedup"
 )
 
 // functionNames are the functions of the stack (app.Permissions order).
@@ -256,7 +257,9 @@ type OrdersStackProps struct {
 	// NotificationsTTLAttribute is the TTL attribute of the notifications
 	// table: DynamoDB deletes a notification whose attribute (epoch
 	// seconds) is in the past. Default notifier.TTLAttribute, which the
-	// notifier writes when NotificationRetention is positive.
+	// notifier writes when NotificationRetention is positive; it must be
+	// dedup.TTLAttribute (the same name), which the notifier's dedup
+	// markers in that table expire by.
 	NotificationsTTLAttribute string
 	// NotificationRetention is how long a notification (customer data) is
 	// kept, whole seconds (the notifier's NOTIFICATION_RETENTION_SECONDS).
@@ -475,6 +478,12 @@ func (p OrdersStackProps) Validate() error {
 	}
 	if p.ThrottleRate < 1 || p.ThrottleBurst < 1 {
 		errs = append(errs, fmt.Errorf("ThrottleRate %d and ThrottleBurst %d must be positive", p.ThrottleRate, p.ThrottleBurst))
+	}
+	if p.NotificationsTTLAttribute != dedup.TTLAttribute {
+		// the notifications table also holds the notifier's dedup markers,
+		// which the notifier writes with dedup.TTLAttribute
+		errs = append(errs, fmt.Errorf("NotificationsTTLAttribute %q must be %q: the notifications table also holds the notifier's dedup markers, which expire by it",
+			p.NotificationsTTLAttribute, dedup.TTLAttribute))
 	}
 	if p.AuthMode == AuthNone && p.StackName == DefaultStackName {
 		errs = append(errs, fmt.Errorf("AuthMode %s needs an explicit stack name other than %q (an open API must not replace the default stack)", AuthNone, DefaultStackName))

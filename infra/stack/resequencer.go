@@ -41,10 +41,11 @@ type Resequencer struct {
 	AgeAlarm awscloudwatch.Alarm
 }
 
-// addBufferIndex adds the resequencer's sparse buffer index to the dedup
-// table: the shape of dedup.CreateTableInput's BufferIndex.
-func (s *OrdersStack) addBufferIndex() {
-	s.DedupTable.AddGlobalSecondaryIndex(&awsdynamodb.GlobalSecondaryIndexProps{
+// addStateIndex adds the resequencer's sparse buffer index to a consumer's
+// own table, which holds its dedup state beside its effects: the shape of
+// dedup.WithStateIndex.
+func addStateIndex(table awsdynamodb.Table) {
+	table.AddGlobalSecondaryIndex(&awsdynamodb.GlobalSecondaryIndexProps{
 		IndexName:        jsii.String(dedup.BufferIndex),
 		PartitionKey:     &awsdynamodb.Attribute{Name: jsii.String(dedup.AttrBufferShard), Type: awsdynamodb.AttributeType_STRING},
 		SortKey:          &awsdynamodb.Attribute{Name: jsii.String(dedup.AttrBufferedAt), Type: awsdynamodb.AttributeType_STRING},
@@ -53,9 +54,9 @@ func (s *OrdersStack) addBufferIndex() {
 	})
 }
 
-// bufferIndexArn is the ARN of the dedup table's buffer index (a token).
-func (s *OrdersStack) bufferIndexArn() *string {
-	return awscdk.Fn_Join(jsii.String(""), &[]*string{s.DedupTable.TableArn(), jsii.String("/index/" + dedup.BufferIndex)})
+// stateIndexArn is the ARN of a consumer table's buffer index (a token).
+func stateIndexArn(table awsdynamodb.Table) *string {
+	return awscdk.Fn_Join(jsii.String(""), &[]*string{table.TableArn(), jsii.String("/index/" + dedup.BufferIndex)})
 }
 
 // ordered reports whether consumer name is an ordered consumer (a routing

@@ -51,7 +51,6 @@ import (
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/order"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/routing"
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
-	"github.com/ddb-outbox/ddb-outbox/pkg/dedup"
 )
 
 // OrdersStack is the synthesized application stack and its main parts.
@@ -71,10 +70,10 @@ type OrdersStack struct {
 	APIFunction awslambda.Function
 	// Bus is the custom event bus the outbox publishes to.
 	Bus awsevents.EventBus
-	// OrdersTable holds the order aggregates; DedupTable the consumers'
-	// dedup markers.
+	// OrdersTable holds the order aggregates. Each consumer keeps its
+	// dedup markers, ordering gates and buffer in its own table
+	// (Consumer.Table), beside its effects.
 	OrdersTable awsdynamodb.Table
-	DedupTable  awsdynamodb.Table
 	// Consumers by name (routing.Consumers(): ledger, notifier,
 	// fulfilment).
 	Consumers map[string]*Consumer
@@ -195,8 +194,6 @@ func NewOrdersStack(scope constructs.Construct, id string, props OrdersStackProp
 	s.addReplayPolicy(props.ReplayRoleArns)
 
 	s.OrdersTable = s.newTable("OrdersTable", order.AttrPK, order.TTLAttribute)
-	s.DedupTable = s.newTable("DedupTable", dedup.AttrPK, dedup.TTLAttribute)
-	s.addBufferIndex()
 	reserve(ob.Relay, props.ReservedConcurrency[outboxcdk.RelayFunction])
 
 	s.APIFunction, err = gofunc.New(st, idOf(APIFunction), gofunc.Props{
@@ -338,7 +335,6 @@ func (s *OrdersStack) addOutputs() {
 	out("EventBusName", s.Bus.EventBusName(), "EventBridge bus receiving order events")
 	out("OrdersTableName", s.OrdersTable.TableName(), "Orders table")
 	out("OutboxTableName", s.Outbox.Table.TableName(), "Outbox table")
-	out("DedupTableName", s.DedupTable.TableName(), "Consumers' dedup marker table")
 	out("LedgerTableName", s.Consumers[routing.ConsumerLedger].Table.TableName(), "Ledger consumer table")
 	out("NotificationsTableName", s.Consumers[routing.ConsumerNotifier].Table.TableName(), "Notifier consumer table")
 	out("ShipmentsTableName", s.Consumers[routing.ConsumerFulfilment].Table.TableName(), "Fulfilment consumer's shipments table (pk = order id)")

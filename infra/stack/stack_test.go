@@ -226,8 +226,9 @@ func TestApplicationTables(t *testing.T) {
 	}{
 		{"outbox", def.id(s.Outbox.Table), outbox.TTLAttribute, outbox.CreateTableInput("t")},
 		{"orders", def.id(s.OrdersTable), "expires_at", order.CreateTableInput("t")},
-		{"dedup", def.id(s.DedupTable), "expires_at", dedup.CreateTableInput("t")},
-		{"ledger", def.id(s.Consumers[routing.ConsumerLedger].Table), "", ledger.CreateTableInput("t")},
+		// the ledger's dedup markers expire by expires_at; its entries and
+		// balances carry no such attribute
+		{"ledger", def.id(s.Consumers[routing.ConsumerLedger].Table), dedup.TTLAttribute, ledger.CreateTableInput("t")},
 		{"notifications", def.id(s.Consumers[routing.ConsumerNotifier].Table), notifier.TTLAttribute, notifier.CreateTableInput("t")},
 		{"shipments", def.id(s.Consumers[routing.ConsumerFulfilment].Table), "", fulfilment.CreateTableInput("t")},
 		{"idempotency", def.id(s.IdempotencyTable), idempotency.TTLAttribute, idempotency.CreateTableInput("t")},
@@ -527,11 +528,9 @@ func TestEnvironmentVariables(t *testing.T) {
 			config.EnvReconcileAfterSeconds:  strconv.Itoa(int(config.DefaultReconcileAfter / time.Second)),
 			config.EnvReconcileBudgetSeconds: strconv.Itoa(int(config.DefaultReconcileBudget / time.Second)),
 		})},
-		"ledger": {def.id(s.Consumers[routing.ConsumerLedger].Function), merge(consumer(routing.ConsumerLedger, config.EnvLedgerTable), map[string]any{
-			config.EnvDedupTable: ref(def.id(s.DedupTable)),
-		})},
+		// their dedup state lives in their own table: no DEDUP_TABLE_NAME
+		"ledger": {def.id(s.Consumers[routing.ConsumerLedger].Function), consumer(routing.ConsumerLedger, config.EnvLedgerTable)},
 		"notifier": {def.id(s.Consumers[routing.ConsumerNotifier].Function), merge(consumer(routing.ConsumerNotifier, config.EnvNotificationsTable), map[string]any{
-			config.EnvDedupTable:                   ref(def.id(s.DedupTable)),
 			config.EnvNotificationRetentionSeconds: strconv.Itoa(int(config.DefaultNotificationRetention / time.Second)),
 		})},
 		// no dedup table: its idempotency records live in their own table
@@ -825,7 +824,7 @@ func TestAlarms(t *testing.T) {
 
 func TestOutputs(t *testing.T) {
 	outs, _ := def.json["Outputs"].(map[string]any)
-	for _, k := range []string{"ApiUrl", "EventBusName", "OrdersTableName", "OutboxTableName", "DedupTableName", "LedgerTableName", "NotificationsTableName",
+	for _, k := range []string{"ApiUrl", "EventBusName", "OrdersTableName", "OutboxTableName", "LedgerTableName", "NotificationsTableName",
 		"LedgerQueueUrl", "LedgerDlqUrl", "NotifierQueueUrl", "NotifierDlqUrl",
 		"ShipmentsTableName", "IdempotencyTableName", "FulfilmentQueueUrl", "FulfilmentDlqUrl", "ProviderSecretArn"} {
 		if _, ok := outs[k]; !ok {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -108,15 +109,16 @@ type SplitRow struct {
 }
 
 // TransactSplit counts TransactWriteItems calls and their consumed
-// capacity by class: "consumer" when a transaction writes the dedup table
-// (a consumer's side effect + dedup marker), "api" when it writes the
-// outbox table (an order command), "other" otherwise. It lets one SDK
+// capacity by class: "consumer" when a transaction writes a consumer's own
+// table (its side effect + dedup marker), "api" when it writes the outbox
+// table (an order command), "other" otherwise. It lets one SDK
 // client shared by the API and the consumers be costed apart. Register it
 // after callcount.RequestConsumedCapacity. Safe for concurrent use.
 type TransactSplit struct {
-	OutboxTable, DedupTable string
-	mu                      sync.Mutex
-	rows                    map[string]*SplitRow
+	OutboxTable    string
+	ConsumerTables []string
+	mu             sync.Mutex
+	rows           map[string]*SplitRow
 }
 
 // Register adds the middleware to an SDK operation stack.
@@ -128,7 +130,7 @@ func (s *TransactSplit) Register(stack *middleware.Stack) error {
 			if !ok || err != nil {
 				return out, md, err
 			}
-			class := transactClass(tx, s.OutboxTable, s.DedupTable)
+			class := transactClass(tx, s.OutboxTable, s.ConsumerTables)
 			var cu float64
 			if o, ok := out.Result.(*dynamodb.TransactWriteItemsOutput); ok {
 				for _, c := range o.ConsumedCapacity {
@@ -151,9 +153,9 @@ func (s *TransactSplit) Register(stack *middleware.Stack) error {
 		}), middleware.After)
 }
 
-// transactClass is "consumer" when tx writes dedupTable, "api" when it
-// writes outboxTable (and not dedupTable), "other" otherwise.
-func transactClass(tx *dynamodb.TransactWriteItemsInput, outboxTable, dedupTable string) string {
+// transactClass is "consumer" when tx writes one of consumerTables, "api"
+// when it writes outboxTable (and none of those), "other" otherwise.
+func transactClass(tx *dynamodb.TransactWriteItemsInput, outboxTable string, consumerTables []string) string {
 	class := "other"
 	for _, it := range tx.TransactItems {
 		var t *string
@@ -167,10 +169,10 @@ func transactClass(tx *dynamodb.TransactWriteItemsInput, outboxTable, dedupTable
 		case it.ConditionCheck != nil:
 			t = it.ConditionCheck.TableName
 		}
-		switch aws.ToString(t) {
-		case dedupTable:
+		switch name := aws.ToString(t); {
+		case slices.Contains(consumerTables, name):
 			class = "consumer"
-		case outboxTable:
+		case name == outboxTable:
 			if class == "other" {
 				class = "api"
 			}

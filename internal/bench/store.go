@@ -191,12 +191,12 @@ type OpTimer struct {
 
 // TransactKey is an OpTimer.Key that records TransactWriteItems calls by
 // the class TransactSplit gives them ("TransactWriteItems/api" for those
-// writing outboxTable, ".../consumer" for those writing dedupTable,
-// ".../other"), and every other operation under its name.
-func TransactKey(outboxTable, dedupTable string) func(op string, params any) string {
+// writing outboxTable, ".../consumer" for those writing one of
+// consumerTables, ".../other"), and every other operation under its name.
+func TransactKey(outboxTable string, consumerTables ...string) func(op string, params any) string {
 	return func(op string, params any) string {
 		if tx, ok := params.(*dynamodb.TransactWriteItemsInput); ok {
-			return op + "/" + transactClass(tx, outboxTable, dedupTable)
+			return op + "/" + transactClass(tx, outboxTable, consumerTables)
 		}
 		return op
 	}

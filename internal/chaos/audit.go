@@ -180,7 +180,7 @@ const maxSweepRounds = 6
 // gateLast reads the last sequence consumer applied for e's aggregate
 // (retried: the audit's reads meet injected faults too).
 func gateLast(ctx context.Context, s *devstack.Stack, consumer string, e dedup.BufferedEvent) (int64, error) {
-	a, err := dedup.NewApplier(s.DDB, dedup.Config{Table: s.Settings.DedupTable, Consumer: consumer, Ordered: true})
+	a, err := dedup.NewApplier(s.DDB, dedup.Config{Table: s.StateTables[consumer], Consumer: consumer, Ordered: true})
 	if err != nil {
 		return 0, err
 	}

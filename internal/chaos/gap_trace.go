@@ -151,12 +151,12 @@ func traceGaps(letters []deadLetterSeen, parked map[string][]int64, last lastApp
 }
 
 // stackLastApplied reads an ordered consumer's ordering item from the
-// stack's dedup table (dedup.SequenceKey), without injected faults.
+// consumer's own table (dedup.SequenceKey), without injected faults.
 func stackLastApplied(ctx context.Context, s *devstack.Stack) lastApplied {
 	ddb := dynamodb.NewFromConfig(dynoxide.AWSConfig(s.Endpoint))
 	return func(consumer, aggregateType, aggregateID string) (int64, error) {
 		out, err := ddb.GetItem(ctx, &dynamodb.GetItemInput{
-			TableName:      aws.String(s.Settings.DedupTable),
+			TableName:      aws.String(s.StateTables[consumer]),
 			Key:            map[string]types.AttributeValue{dedup.AttrPK: &types.AttributeValueMemberS{Value: dedup.SequenceKey(consumer, aggregateType, aggregateID)}},
 			ConsistentRead: aws.Bool(true),
 		})

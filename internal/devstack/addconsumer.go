@@ -29,6 +29,10 @@ type ConsumerSpec struct {
 	Handler localrt.EventHandler
 	// Ordered adds the resequencer sweep schedule (Options.SweepEvery).
 	Ordered bool
+	// StateTable is the table holding the consumer's dedup state (its
+	// own table, by dedup's default): where Stack.Buffered lists what it
+	// holds. Required with Ordered.
+	StateTable string
 }
 
 // AddConsumer adds a consumer to the running stack: from the call on, the
@@ -40,6 +44,9 @@ type ConsumerSpec struct {
 func (s *Stack) AddConsumer(spec ConsumerSpec) (*ConsumerPath, error) {
 	if _, dup := s.Consumers[spec.Name]; dup || spec.Name == "" || spec.Handler == nil {
 		return nil, fmt.Errorf("devstack: consumer %q: need a new name and a handler", spec.Name)
+	}
+	if spec.Ordered && spec.StateTable == "" {
+		return nil, fmt.Errorf("devstack: ordered consumer %q: StateTable is required", spec.Name)
 	}
 	c, err := newConsumerPath(spec.Name, spec.Handler, s.Settings, s.opts, s.store, s.log)
 	if err != nil {
@@ -64,6 +71,7 @@ func (s *Stack) AddConsumer(spec ConsumerSpec) (*ConsumerPath, error) {
 	p := c.Poller
 	s.goRun(func() { _ = p.Run(s.runCtx) })
 	if spec.Ordered {
+		s.StateTables[spec.Name] = spec.StateTable
 		if err := s.addSweep(spec.Name, c, s.opts, s.log); err != nil {
 			return nil, err
 		}
@@ -74,8 +82,9 @@ func (s *Stack) AddConsumer(spec ConsumerSpec) (*ConsumerPath, error) {
 
 // AddLedger adds a second, independent ledger named name to the running
 // stack, as a team adds a new service or rebuilds one from empty: its own
-// table <prefix>-<name>, its own dedup markers and ordering gates (consumer
-// name), and a rule <name>-order-events with the ledger's pattern. It
+// table <prefix>-<name>, holding its entries and its consumer state (dedup
+// markers, ordering gates, buffer, under consumer name), and a rule
+// <name>-order-events with the ledger's pattern. It
 // starts empty: backfill it from the archive. It returns the ledger (read
 // its balances and entries) and its delivery path.
 func (s *Stack) AddLedger(ctx context.Context, name string) (*ledger.Ledger, *ConsumerPath, error) {
@@ -90,7 +99,7 @@ func (s *Stack) AddLedger(ctx context.Context, name string) (*ledger.Ledger, *Co
 	st := s.Settings
 	l, err := ledger.New(s.DDB, ledger.Config{
 		Table:          table,
-		Dedup:          dedup.Config{Table: st.DedupTable, Retention: st.DedupRetention, Consumer: name},
+		Dedup:          dedup.Config{Retention: st.DedupRetention, Consumer: name},
 		ExpectedSource: st.Source, ExpectedAccount: st.ExpectedAccount, GapMaxReceives: st.ConsumerGapMaxReceives,
 		Resequencer: dedup.ResequencerConfig{Metrics: st.Metrics},
 		Logger:      s.log.With("fn", name),
@@ -105,7 +114,7 @@ func (s *Stack) AddLedger(ctx context.Context, name string) (*ledger.Ledger, *Co
 		}
 	}
 	c, err := s.AddConsumer(ConsumerSpec{Name: name, Rule: name + "-order-events", Pattern: ledgerRule.Pattern(st.Source),
-		Handler: l.Handle, Ordered: ledgerRule.Ordered})
+		Handler: l.Handle, Ordered: ledgerRule.Ordered, StateTable: table})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -90,7 +90,7 @@ func Attach(st State) *Stack {
 	s := &Stack{URL: st.URL, Endpoint: st.Endpoint}
 	s.DDB = dynamodb.NewFromConfig(dynoxide.AWSConfig(st.Endpoint))
 	s.Settings = app.Settings{
-		OutboxTable: st.Prefix + "-outbox", OrdersTable: st.Prefix + "-orders", DedupTable: st.Prefix + "-dedup",
+		OutboxTable: st.Prefix + "-outbox", OrdersTable: st.Prefix + "-orders",
 		LedgerTable: st.Prefix + "-ledger", NotificationsTable: st.Prefix + "-notifications",
 	}
 	return s

@@ -192,7 +192,9 @@ func TestBackfillNewLedgerFromTheArchive(t *testing.T) {
 	// Event for event: every outbox event has the new ledger's dedup
 	// marker (applied, money or not) as it has the original's.
 	markers := map[string]bool{}
-	scanAll(ctx, t, s.DDB, s.Settings.DedupTable, func(it map[string]types.AttributeValue) { markers[attrS(it, dedup.AttrPK)] = true })
+	for _, table := range []string{s.Settings.LedgerTable, s.StateTables[name]} { // each ledger's own table
+		scanAll(ctx, t, s.DDB, table, func(it map[string]types.AttributeValue) { markers[attrS(it, dedup.AttrPK)] = true })
+	}
 	n := 0
 	scanAll(ctx, t, s.DDB, s.Settings.OutboxTable, func(it map[string]types.AttributeValue) {
 		id := attrS(it, outbox.AttrEventID)

@@ -119,6 +119,10 @@ func (c consumerQueues) ChangeMessageVisibility(ctx context.Context, in *sqs.Cha
 // it (dedup.IsSweepTick).
 func (s *Stack) addSweeps(opts Options, log *slog.Logger) error {
 	s.Sweeps = map[string]*localrt.Scheduler{}
+	s.StateTables = map[string]string{
+		routing.ConsumerLedger:   s.Settings.LedgerTable,
+		routing.ConsumerNotifier: s.Settings.NotificationsTable,
+	}
 	for _, r := range routing.Rules() {
 		c, ok := s.Consumers[r.Consumer]
 		if !r.Ordered || !ok || s.Sweeps[r.Consumer] != nil {
@@ -203,7 +207,7 @@ func (s *Stack) SweepNow(ctx context.Context) error {
 func (s *Stack) Buffered(ctx context.Context) (map[string][]dedup.BufferedEvent, error) {
 	out := map[string][]dedup.BufferedEvent{}
 	for name := range s.Sweeps {
-		b, err := dedup.ListBuffered(ctx, s.DDB, s.Settings.DedupTable, name)
+		b, err := dedup.ListBuffered(ctx, s.DDB, s.StateTables[name], name)
 		if err != nil {
 			return nil, err
 		}

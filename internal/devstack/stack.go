@@ -62,7 +62,11 @@ type Stack struct {
 	// Sweeps are the ordered consumers' resequencer sweep schedules, by
 	// consumer name: each puts a scheduled event on the consumer's queue
 	// every Options.SweepEvery, as the CDK stack's schedule rule does.
-	Sweeps         map[string]*localrt.Scheduler
+	Sweeps map[string]*localrt.Scheduler
+	// StateTables are the tables holding each ordered consumer's dedup
+	// state (markers, ordering gates, buffer), by consumer name: its own
+	// table.
+	StateTables    map[string]string
 	ParkedQueue    *localrt.MemoryQueue
 	OnFailureQueue *localrt.MemoryQueue
 	// AWSURL is the AWS front's URL (empty without Options.AWSAddr).
@@ -173,7 +177,6 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	s.Settings = app.Settings{
 		OutboxTable:        p + "-outbox",
 		OrdersTable:        p + "-orders",
-		DedupTable:         p + "-dedup",
 		LedgerTable:        p + "-ledger",
 		NotificationsTable: p + "-notifications",
 		ShipmentsTable:     p + "-shipments",
@@ -445,7 +448,7 @@ func (s *Stack) goRun(f func()) {
 	go func() { defer s.wg.Done(); f() }()
 }
 
-// createTables creates the five tables, or reuses existing ones whose
+// createTables creates the stack's tables, or reuses existing ones whose
 // schema matches (ErrSchemaMismatch otherwise), and enables TTL where the
 // stack declares it (a server without TTL support, or TTL already enabled,
 // only logs a warning).
@@ -454,7 +457,6 @@ func (s *Stack) createTables(ctx context.Context) error {
 	inputs := []*dynamodb.CreateTableInput{
 		outbox.CreateTableInput(st.OutboxTable),
 		order.CreateTableInput(st.OrdersTable),
-		dedup.CreateTableInput(st.DedupTable),
 		ledger.CreateTableInput(st.LedgerTable),
 		notifier.CreateTableInput(st.NotificationsTable),
 		fulfilment.CreateTableInput(st.ShipmentsTable),
@@ -477,7 +479,9 @@ func (s *Stack) createTables(ctx context.Context) error {
 			return fmt.Errorf("devstack: wait for table %s: %w", aws.ToString(in.TableName), err)
 		}
 	}
-	ttl := map[string]string{st.OutboxTable: outbox.TTLAttribute, st.OrdersTable: order.AttrExpiresAt, st.DedupTable: dedup.TTLAttribute,
+	ttl := map[string]string{st.OutboxTable: outbox.TTLAttribute, st.OrdersTable: order.AttrExpiresAt,
+		// the ledger's dedup markers (its entries carry no expires_at)
+		st.LedgerTable:        dedup.TTLAttribute,
 		st.NotificationsTable: notifier.TTLAttribute, st.IdempotencyTable: idempotency.TTLAttribute}
 	for table, attr := range ttl {
 		_, err := s.DDB.UpdateTimeToLive(ctx, &dynamodb.UpdateTimeToLiveInput{

@@ -170,21 +170,28 @@ func AggregateEvents(ctx context.Context, ddb DynamoDBAPI, table, aggregateType,
 	return out, nil
 }
 
-// Applied fills each view's Applied from the consumers' dedup markers in
-// dedupTable (GetItem of dedup.MarkerKey(consumer, event_id), consistent).
-func Applied(ctx context.Context, ddb DynamoDBAPI, dedupTable string, consumers []string, views []EventView) error {
+// ConsumerState names a consumer and the table holding its dedup state
+// (its own table, beside its effects).
+type ConsumerState struct {
+	Consumer, Table string
+}
+
+// Applied fills each view's Applied from the consumers' dedup markers,
+// each in its own table (GetItem of dedup.MarkerKey(consumer, event_id),
+// consistent).
+func Applied(ctx context.Context, ddb DynamoDBAPI, consumers []ConsumerState, views []EventView) error {
 	for i := range views {
 		views[i].Applied = map[string]time.Time{}
 		for _, c := range consumers {
 			out, err := ddb.GetItem(ctx, &dynamodb.GetItemInput{
-				TableName: aws.String(dedupTable), ConsistentRead: aws.Bool(true),
-				Key: map[string]types.AttributeValue{dedup.AttrPK: &types.AttributeValueMemberS{Value: dedup.MarkerKey(c, views[i].EventID)}},
+				TableName: aws.String(c.Table), ConsistentRead: aws.Bool(true),
+				Key: map[string]types.AttributeValue{dedup.AttrPK: &types.AttributeValueMemberS{Value: dedup.MarkerKey(c.Consumer, views[i].EventID)}},
 			})
 			if err != nil {
-				return fmt.Errorf("dedup marker of %s for %s in %s: %w", c, views[i].EventID, dedupTable, err)
+				return fmt.Errorf("dedup marker of %s for %s in %s: %w", c.Consumer, views[i].EventID, c.Table, err)
 			}
 			if out.Item != nil {
-				views[i].Applied[c] = parseTime(attrS(out.Item, dedup.AttrAppliedAt))
+				views[i].Applied[c.Consumer] = parseTime(attrS(out.Item, dedup.AttrAppliedAt))
 			}
 		}
 	}

@@ -19,8 +19,17 @@ import (
 type ConsumerConfig struct {
 	// Table is the consumer's own table name. Required.
 	Table string
-	// Dedup configures the dedup markers. Dedup.Table is required;
-	// Dedup.Consumer defaults to the consumer's name.
+	// Dedup configures the dedup markers, and for an ordered consumer its
+	// ordering gates and resequencer buffer: the consumer's state.
+	// Dedup.Table defaults to Table: the state lives beside the effects,
+	// in the consumer's own table, so that (1) a backup or point-in-time
+	// restore of that one table restores effects and state as one unit
+	// (DynamoDB restores each table on its own, to the second: two tables
+	// restored "to the same time" are not promised to agree), and (2) no
+	// other consumer's role, which may not write that table, can write
+	// this consumer's markers, gates or buffer (docs/SECURITY-MODEL.md).
+	// The table then needs the state index (WithStateIndex) and TTL on
+	// TTLAttribute. Dedup.Consumer defaults to the consumer's name.
 	Dedup Config
 	// ItemRetention is how long the consumer keeps the items it writes
 	// where it supports expiry (the notifier's notifications: TTL attribute
@@ -176,7 +185,8 @@ func (c Consumer) Resequence(h sqsconsumer.EventHandler) (*Resequencer, error) {
 	return r, nil
 }
 
-// NewConsumer applies the defaults (Dedup.Consumer = name; Dedup.MaxAttempts
+// NewConsumer applies the defaults (Dedup.Consumer = name; Dedup.Table =
+// Table; Dedup.MaxAttempts
 // = maxAttempts when unset and maxAttempts > 0; ExpectedSource =
 // config.DefaultEventSource; Ordering = ordering when unset, or Ordered
 // when Dedup.Ordered is set; GapMaxReceives =
@@ -192,6 +202,9 @@ func NewConsumer(name string, client TransactWriter, cfg ConsumerConfig, maxAtte
 	}
 	if cfg.Dedup.Consumer == "" {
 		cfg.Dedup.Consumer = name
+	}
+	if cfg.Dedup.Table == "" {
+		cfg.Dedup.Table = cfg.Table
 	}
 	if cfg.Dedup.MaxAttempts == 0 && maxAttempts > 0 {
 		cfg.Dedup.MaxAttempts = maxAttempts

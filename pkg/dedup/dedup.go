@@ -454,29 +454,42 @@ func EffectConditionFailed(err error, i int) bool {
 	return ok && te.ConditionFailed(EffectIndex(i))
 }
 
-// CreateTableInput returns the dedup table definition used by the local
-// runtime and tests: partition key AttrPK (S), on-demand billing, no stream,
-// and the sparse global secondary index BufferIndex over the resequencer's
-// buffer items. It holds the markers, the ordered consumers' ordering items
-// (SequenceKey) and their buffered events (BufferKey). The CDK construct
-// declares the same shape plus TTL on TTLAttribute.
+// CreateTableInput returns a table definition for a consumer's state alone
+// (a consumer whose effects live outside DynamoDB, and tests): partition
+// key AttrPK (S), on-demand billing, no stream, and the state index
+// (WithStateIndex). It holds the markers, the ordered consumer's ordering
+// items (SequenceKey) and its buffered events (BufferKey). Keep a
+// consumer's state in the same table as its DynamoDB effects where it has
+// them (ConsumerConfig.Dedup.Table defaults to ConsumerConfig.Table). The
+// CDK construct declares the same shape plus TTL on TTLAttribute.
 func CreateTableInput(name string) *dynamodb.CreateTableInput {
-	return &dynamodb.CreateTableInput{
-		TableName:   aws.String(name),
-		BillingMode: types.BillingModePayPerRequest,
-		AttributeDefinitions: []types.AttributeDefinition{
-			{AttributeName: aws.String(AttrPK), AttributeType: types.ScalarAttributeTypeS},
-			{AttributeName: aws.String(AttrBufferShard), AttributeType: types.ScalarAttributeTypeS},
-			{AttributeName: aws.String(AttrBufferedAt), AttributeType: types.ScalarAttributeTypeS},
+	return WithStateIndex(&dynamodb.CreateTableInput{
+		TableName:            aws.String(name),
+		BillingMode:          types.BillingModePayPerRequest,
+		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String(AttrPK), AttributeType: types.ScalarAttributeTypeS}},
+		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String(AttrPK), KeyType: types.KeyTypeHash}},
+	})
+}
+
+// WithStateIndex adds what a consumer's state needs to the definition of
+// the table that holds it (a consumer's own table, partition key "pk" of
+// type S): the sparse global secondary index BufferIndex over the
+// resequencer's buffer items (partition key AttrBufferShard, sort key
+// AttrBufferedAt, both S, projecting BufferIndexAttributes) and its
+// attribute definitions. Only buffer items carry those attributes, so the
+// index holds nothing else. It returns in, changed; TTL (on TTLAttribute)
+// is set on the table after it is created (UpdateTimeToLive).
+func WithStateIndex(in *dynamodb.CreateTableInput) *dynamodb.CreateTableInput {
+	in.AttributeDefinitions = append(in.AttributeDefinitions,
+		types.AttributeDefinition{AttributeName: aws.String(AttrBufferShard), AttributeType: types.ScalarAttributeTypeS},
+		types.AttributeDefinition{AttributeName: aws.String(AttrBufferedAt), AttributeType: types.ScalarAttributeTypeS})
+	in.GlobalSecondaryIndexes = append(in.GlobalSecondaryIndexes, types.GlobalSecondaryIndex{
+		IndexName: aws.String(BufferIndex),
+		KeySchema: []types.KeySchemaElement{
+			{AttributeName: aws.String(AttrBufferShard), KeyType: types.KeyTypeHash},
+			{AttributeName: aws.String(AttrBufferedAt), KeyType: types.KeyTypeRange},
 		},
-		KeySchema: []types.KeySchemaElement{{AttributeName: aws.String(AttrPK), KeyType: types.KeyTypeHash}},
-		GlobalSecondaryIndexes: []types.GlobalSecondaryIndex{{
-			IndexName: aws.String(BufferIndex),
-			KeySchema: []types.KeySchemaElement{
-				{AttributeName: aws.String(AttrBufferShard), KeyType: types.KeyTypeHash},
-				{AttributeName: aws.String(AttrBufferedAt), KeyType: types.KeyTypeRange},
-			},
-			Projection: &types.Projection{ProjectionType: types.ProjectionTypeInclude, NonKeyAttributes: BufferIndexAttributes},
-		}},
-	}
+		Projection: &types.Projection{ProjectionType: types.ProjectionTypeInclude, NonKeyAttributes: BufferIndexAttributes},
+	})
+	return in
 }

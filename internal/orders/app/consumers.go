@@ -18,11 +18,12 @@ import (
 	"github.com/ddb-outbox/ddb-outbox/pkg/sqsconsumer"
 )
 
-// NewLedger returns the ledger consumer. It needs LedgerTable and
-// DedupTable and returns an error naming a missing setting, or the error of
-// ledger.New (for example an ExpectedAccount that is not 12 digits).
+// NewLedger returns the ledger consumer. It needs LedgerTable (its entries,
+// balances and consumer state) and returns an error naming a missing
+// setting, or the error of ledger.New (for example an ExpectedAccount that
+// is not 12 digits).
 func NewLedger(s Settings, ddb *dynamodb.Client, log *slog.Logger) (*ledger.Ledger, error) {
-	if err := require(config.EnvLedgerTable, s.LedgerTable, config.EnvDedupTable, s.DedupTable); err != nil {
+	if err := require(config.EnvLedgerTable, s.LedgerTable); err != nil {
 		return nil, err
 	}
 	return ledger.New(ddb, orderedConsumerConfig(s, s.LedgerTable, log))
@@ -30,12 +31,13 @@ func NewLedger(s Settings, ddb *dynamodb.Client, log *slog.Logger) (*ledger.Ledg
 
 // orderedConsumerConfig is the dedup.ConsumerConfig the ledger and the
 // notifier share (both are ledger.Config and notifier.Config): the
-// consumer's table, the dedup table, the expected source and account, the
-// gap bound and the resequencer's metrics.
+// consumer's own table (its effects and, by dedup's default, its dedup
+// markers, ordering gates and buffer), the expected source and account,
+// the gap bound and the resequencer's metrics.
 func orderedConsumerConfig(s Settings, table string, log *slog.Logger) dedup.ConsumerConfig {
 	return dedup.ConsumerConfig{
 		Table:           table,
-		Dedup:           dedup.Config{Table: s.DedupTable, Retention: s.DedupRetention},
+		Dedup:           dedup.Config{Retention: s.DedupRetention},
 		ExpectedSource:  s.Source,
 		ExpectedAccount: s.ExpectedAccount,
 		GapMaxReceives:  s.ConsumerGapMaxReceives,
@@ -45,11 +47,11 @@ func orderedConsumerConfig(s Settings, table string, log *slog.Logger) dedup.Con
 }
 
 // NewNotifier returns the notifier consumer. It needs NotificationsTable
-// and DedupTable and returns an error naming a missing setting, or the
-// error of notifier.New (for example an ExpectedAccount that is not 12
-// digits).
+// (its notifications, order views and consumer state) and returns an error
+// naming a missing setting, or the error of notifier.New (for example an
+// ExpectedAccount that is not 12 digits).
 func NewNotifier(s Settings, ddb *dynamodb.Client, log *slog.Logger) (*notifier.Notifier, error) {
-	if err := require(config.EnvNotificationsTable, s.NotificationsTable, config.EnvDedupTable, s.DedupTable); err != nil {
+	if err := require(config.EnvNotificationsTable, s.NotificationsTable); err != nil {
 		return nil, err
 	}
 	cfg := orderedConsumerConfig(s, s.NotificationsTable, log)

@@ -30,10 +30,10 @@ const (
 	ResourceOutboxTable  Resource = "outbox-table"
 	ResourcePendingIndex Resource = "outbox-pending-index" // <outbox table ARN>/index/<outbox.PendingIndexName>
 	ResourceOutboxStream Resource = "outbox-stream"        // the outbox table's latest stream ARN
-	ResourceDedupTable   Resource = "dedup-table"
-	// ResourceDedupBufferIndex is the dedup table's resequencer buffer
-	// index: <dedup table ARN>/index/<dedup.BufferIndex>.
-	ResourceDedupBufferIndex   Resource = "dedup-buffer-index"
+	// ResourceConsumerStateIndex is the resequencer buffer index of the
+	// function's own consumer table, where its dedup state lives beside
+	// its effects: <consumer table ARN>/index/<dedup.BufferIndex>.
+	ResourceConsumerStateIndex Resource = "consumer-state-index"
 	ResourceLedgerTable        Resource = "ledger-table"
 	ResourceNotificationsTable Resource = "notifications-table"
 	// ResourceShipmentsTable is the fulfilment consumer's shipments table
@@ -226,13 +226,12 @@ func Permissions() []FunctionPermissions {
 			Function: name,
 			Calls: []Call{
 				{Operation: "dynamodb.TransactWriteItems", Grants: []Grant{
-					{ResourceDedupTable, []string{"dynamodb:DeleteItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}},
-					{table, []string{"dynamodb:PutItem", "dynamodb:UpdateItem"}},
-				}, Why: "dedup.Applier: the dedup marker Put, the side effect's Put and Update and the ordering gate's Update (last_sequence) in one transaction; the resequencer's buffer item Put (an early event) and Delete (applied after its predecessor)"},
-				{Operation: "dynamodb.GetItem", Grants: []Grant{{ResourceDedupTable, []string{"dynamodb:GetItem"}}},
-					Why: "dedup.Applier.ReadGate reads the ordering item when the gate's condition failed, to tell a duplicate from an early event; the resequencer reads a buffered event to apply it (docs/ORDERING.md)"},
-				{Operation: "dynamodb.Query", Grants: []Grant{{ResourceDedupBufferIndex, []string{"dynamodb:Query"}}},
-					Why: "dedup.Resequencer.Sweep (the scheduled sweep) lists the buffered events of its consumer"},
+					{table, []string{"dynamodb:DeleteItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}},
+				}, Why: "dedup.Applier, all in the consumer's own table: the dedup marker Put, the side effect's Put and Update and the ordering gate's Update (last_sequence) in one transaction; the resequencer's buffer item Put (an early event) and Delete (applied after its predecessor)"},
+				{Operation: "dynamodb.GetItem", Grants: []Grant{{table, []string{"dynamodb:GetItem"}}},
+					Why: "dedup.Applier.ReadGate reads the ordering item when the gate's condition failed, to tell a duplicate from an early event; the resequencer reads a buffered event to apply it and a dedup marker to settle a buffered event the gate is past (docs/ORDERING.md)"},
+				{Operation: "dynamodb.Query", Grants: []Grant{{ResourceConsumerStateIndex, []string{"dynamodb:Query"}}},
+					Why: "dedup.Resequencer.Sweep (the scheduled sweep) lists the buffered events of its consumer in its own table's buffer index"},
 				{Operation: "sqs.SendMessage", Grants: []Grant{{ResourceConsumerDLQ, []string{"sqs:SendMessage"}}},
 					Why: "sqsconsumer.Handler dead-letters a permanently failing event to the consumer's DLQ"},
 				{Operation: "sqs.ChangeMessageVisibility", Grants: []Grant{{ResourceConsumerQueue, []string{"sqs:ChangeMessageVisibility"}}},

@@ -222,18 +222,19 @@ func TestPermissionsAreWellFormed(t *testing.T) {
 		slices.Contains(api.Actions()[ResourceOrdersTable], "dynamodb:ConditionCheckItem") {
 		t.Errorf("api orders table actions = %v", api.Actions()[ResourceOrdersTable])
 	}
-	// The consumers read only their ordering items (dedup table,
-	// dedup.Applier.LastSequence); reads of their own tables are local
-	// audits.
-	for _, name := range []string{FunctionLedger, FunctionNotifier} {
+	// The consumers read and write only their own table (their effects
+	// and, beside them, their dedup state: markers, ordering items,
+	// buffer): no consumer can write another's state.
+	for name, own := range map[string]Resource{FunctionLedger: ResourceLedgerTable, FunctionNotifier: ResourceNotificationsTable} {
 		f, _ := PermissionsOf(name)
 		for r, a := range f.Actions() {
-			if slices.Contains(a, "dynamodb:GetItem") && r != ResourceDedupTable {
-				t.Errorf("%s has dynamodb:GetItem on %s; only local audits read", name, r)
+			if r == own || r == ResourceConsumerStateIndex || !strings.HasSuffix(string(r), "-table") {
+				continue
 			}
+			t.Errorf("%s has %v on %s; a consumer touches only its own table", name, a, r)
 		}
-		if !slices.Contains(f.Actions()[ResourceDedupTable], "dynamodb:GetItem") {
-			t.Errorf("%s cannot read its ordering items (dynamodb:GetItem on the dedup table)", name)
+		if !slices.Contains(f.Actions()[own], "dynamodb:GetItem") {
+			t.Errorf("%s cannot read its ordering items (dynamodb:GetItem on its own table)", name)
 		}
 	}
 }

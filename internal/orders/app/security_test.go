@@ -62,7 +62,7 @@ func TestCallerMode(t *testing.T) {
 // shows the setting reaches dedup.ConsumerConfig; a valid id is accepted.
 func TestConsumersReceiveExpectedAccount(t *testing.T) {
 	ddb := dynamodb.New(dynamodb.Options{Region: "eu-west-1", Credentials: aws.AnonymousCredentials{}})
-	s := Settings{LedgerTable: "l", NotificationsTable: "n", DedupTable: "d"}
+	s := Settings{LedgerTable: "l", NotificationsTable: "n"}
 	for _, acct := range []string{"", "123456789012", "not-an-account"} {
 		s.ExpectedAccount = acct
 		_, errL := NewLedger(s, ddb, nil)

@@ -19,7 +19,6 @@ import (
 type Settings struct {
 	OutboxTable        string
 	OrdersTable        string
-	DedupTable         string
 	LedgerTable        string
 	NotificationsTable string
 	// ShipmentsTable, IdempotencyTable, ProviderURL and ProviderSecretARN
@@ -103,7 +102,6 @@ func SettingsFromEnv() (Settings, error) {
 	s := Settings{
 		OutboxTable:        config.String(config.EnvOutboxTable, ""),
 		OrdersTable:        config.String(config.EnvOrdersTable, ""),
-		DedupTable:         config.String(config.EnvDedupTable, ""),
 		LedgerTable:        config.String(config.EnvLedgerTable, ""),
 		NotificationsTable: config.String(config.EnvNotificationsTable, ""),
 		ShipmentsTable:     config.String(config.EnvShipmentsTable, ""),

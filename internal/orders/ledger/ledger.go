@@ -271,6 +271,9 @@ func (l *Ledger) Handle(ctx context.Context, ev events.EventBridgeEvent) error {
 	return l.handle(ctx, ev)
 }
 
+// Config returns the ledger's effective configuration (defaults applied).
+func (l *Ledger) Config() Config { return l.cfg }
+
 // Sweep drains the order events a crash left waiting in the resequencer's
 // buffer and reports what still waits (dedup.Resequencer.Sweep); a zero
 // report when the ledger is unordered or its resequencer disabled.
@@ -475,13 +478,16 @@ func pk(v string) map[string]types.AttributeValue {
 }
 
 // CreateTableInput returns the ledger table definition used by the local
-// runtime and tests: partition key AttrPK (S), on-demand billing, no stream,
-// no TTL (ledger items are kept).
+// runtime and tests: partition key AttrPK (S), on-demand billing, no
+// stream, and the ledger's consumer state beside its entries
+// (dedup.WithStateIndex: the buffer index; TTL on dedup.TTLAttribute
+// expires the dedup markers only — ledger items carry no such attribute
+// and are kept).
 func CreateTableInput(name string) *dynamodb.CreateTableInput {
-	return &dynamodb.CreateTableInput{
+	return dedup.WithStateIndex(&dynamodb.CreateTableInput{
 		TableName:            aws.String(name),
 		BillingMode:          types.BillingModePayPerRequest,
 		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String(AttrPK), AttributeType: types.ScalarAttributeTypeS}},
 		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String(AttrPK), KeyType: types.KeyTypeHash}},
-	}
+	})
 }

@@ -349,8 +349,13 @@ func TestConfigDefaults(t *testing.T) {
 	if _, err := ledger.New(&conflictClient{}, ledger.Config{Dedup: dedup.Config{Table: "d"}}); err == nil {
 		t.Fatal("missing Table accepted")
 	}
-	if _, err := ledger.New(&conflictClient{}, ledger.Config{Ordering: dedup.Unordered, Table: "l"}); err == nil {
-		t.Fatal("missing Dedup.Table accepted")
+	// The ledger's dedup state lives in its own table by default.
+	l, err := ledger.New(&conflictClient{}, ledger.Config{Ordering: dedup.Unordered, Table: "l"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := l.Config().Dedup.Table; got != "l" {
+		t.Fatalf("Dedup.Table = %q, want the ledger's own table", got)
 	}
 	if _, err := ledger.New(&conflictClient{}, ledger.Config{Ordering: dedup.Unordered, Table: "l", Dedup: dedup.Config{Table: "d"}}); err != nil {
 		t.Fatal(err)

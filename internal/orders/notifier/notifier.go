@@ -475,12 +475,14 @@ func FormatMoney(minor int64, currency string) string {
 
 // CreateTableInput returns the notifications table definition used by the
 // local runtime and tests: partition key AttrPK (S), on-demand billing, no
-// stream.
+// stream, and the notifier's consumer state beside its notifications
+// (dedup.WithStateIndex: the buffer index; TTL on TTLAttribute, which
+// dedup.TTLAttribute is too, expires notifications and dedup markers).
 func CreateTableInput(name string) *dynamodb.CreateTableInput {
-	return &dynamodb.CreateTableInput{
+	return dedup.WithStateIndex(&dynamodb.CreateTableInput{
 		TableName:            aws.String(name),
 		BillingMode:          types.BillingModePayPerRequest,
 		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String(AttrPK), AttributeType: types.ScalarAttributeTypeS}},
 		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String(AttrPK), KeyType: types.KeyTypeHash}},
-	}
+	})
 }
