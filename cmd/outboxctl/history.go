@@ -47,7 +47,8 @@ func runBackfill(ctx context.Context, e *cmdEnv, args []string) error {
 	settle := fs.Duration("settle", operator.DefaultArchiveSettle, "start the replay only once -to is this old: EventBridge archives events with a delay and advises 10 minutes (negative: at once)")
 	name := fs.String("name", "", "the replay's name (default backfill-<rule>-<time>)")
 	poll := fs.Duration("poll", operator.DefaultReplayPoll, "how often to report the replay's progress")
-	ordersTable := fs.String("orders-table", os.Getenv(config.EnvOrdersTable), "check which orders began before the archive (a Scan): their history is not in it (default $"+config.EnvOrdersTable+")")
+	ordersTable := fs.String("orders-table", os.Getenv(config.EnvOrdersTable), "check which orders began before what the archive holds (its creation, its retention window, -from; a Scan): their history is not in it (default $"+config.EnvOrdersTable+")")
+	source := fs.String("source", config.String(config.EnvEventSource, config.DefaultEventSource), "the Source the outbox publishes with, to judge the archive's pattern against the rule's (default $"+config.EnvEventSource+" or "+config.DefaultEventSource+")")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -68,12 +69,8 @@ func runBackfill(ctx context.Context, e *cmdEnv, args []string) error {
 		return err
 	}
 	opts.Rule = ruleARN
-	if *ordersTable != "" {
-		if err := printStartGap(ctx, e, c, opts, *ordersTable); err != nil {
-			return err
-		}
-	} else {
-		fmt.Fprintln(e.out, "start point not checked: give -orders-table (or $"+config.EnvOrdersTable+") to list the orders that began before the archive (their first events are not in it)")
+	if err := printStartGap(ctx, e, c, opts, *ordersTable, *source); err != nil {
+		return err
 	}
 	p, err := operator.Backfill(ctx, c.eb, opts, func(p operator.ReplayProgress, note string) {
 		if note != "" {
@@ -90,18 +87,30 @@ func runBackfill(ctx context.Context, e *cmdEnv, args []string) error {
 	return nil
 }
 
-// printStartGap says whether orders began before the archive (their
-// first events are not in it).
-func printStartGap(ctx context.Context, e *cmdEnv, c clients, o operator.BackfillOptions, ordersTable string) error {
-	a, err := operator.ArchiveCreated(ctx, c.eb, o.Archive)
+// printStartGap says what the archive cannot give the consumer: the
+// event types its pattern leaves out of the rule's, and (with an orders
+// table) the orders that began before the earliest event the backfill
+// delivers (the archive's creation, its retention window or -from,
+// whichever is latest).
+func printStartGap(ctx context.Context, e *cmdEnv, c clients, o operator.BackfillOptions, ordersTable, source string) error {
+	r, err := operator.CheckArchiveReach(ctx, c.eb, operator.ReachOptions{Archive: o.Archive, Rule: o.Rule, Bus: o.Bus, Source: source, From: o.From})
 	if err != nil {
-		return err
+		return fmt.Errorf("backfill: %w", err)
 	}
-	g, err := operator.FindStartGap(ctx, c.ddb, ordersTable, a)
-	if err != nil {
-		return err
+	if ordersTable != "" {
+		g, err := operator.FindStartGap(ctx, c.ddb, ordersTable, r)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(e.out, g.String())
+		return nil
 	}
-	fmt.Fprintln(e.out, g.String())
+	for _, line := range []string{r.PatternGap(), r.PatternNote} {
+		if line != "" {
+			fmt.Fprintln(e.out, line)
+		}
+	}
+	fmt.Fprintln(e.out, "start point not checked: give -orders-table (or $"+config.EnvOrdersTable+") to list the orders that began before what the archive holds (its creation, its retention window, -from): their first events are not in it")
 	return nil
 }
 

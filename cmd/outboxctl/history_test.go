@@ -3,17 +3,23 @@ package main
 import (
 	"context"
 	"errors"
+	"regexp"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	ebtypes "github.com/aws/aws-sdk-go-v2/service/eventbridge/types"
 
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/order"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/routing"
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
+	"github.com/ddb-outbox/ddb-outbox/pkg/localrt"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
 )
 
@@ -121,5 +127,82 @@ func TestBackfillAndReplays(t *testing.T) {
 	out, err = w.ctl(t, "replays")
 	if err != nil || strings.Contains(out, "2 replay(s)") {
 		t.Errorf("after the refused backfills: %q, %v; want still one replay", out, err)
+	}
+}
+
+var keptRE = regexp.MustCompile(`oldest kept event time ([^)]+)\)`)
+
+// TestBackfillStartPointNamesTheBindingLimit: backfill -orders-table judges
+// the start point against everything that bounds the archive, through the
+// AWS front as against AWS: an archive created 400 days ago that keeps
+// events 30 days holds nothing older than 30 days, so the orders of 100 and
+// 400 days ago are reported against its retention window (not its
+// creation), a later -from is reported as the bound, and a pattern that
+// takes only payments and cancellations is reported as leaving out the
+// other types the notifier's rule receives — even without -orders-table.
+func TestBackfillStartPointNamesTheBindingLimit(t *testing.T) {
+	t.Setenv(config.EnvOrdersTable, "")
+	var offset atomic.Int64
+	w := newWorld(t, func(c *localrt.BusConfig) {
+		c.Now = func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	})
+	ctx := context.Background()
+	now := time.Now().UTC()
+	day := 24 * time.Hour
+	ordersTable := "ctl-orders-" + strconv.FormatInt(now.UnixNano(), 36)
+	if _, err := w.ddb.CreateTable(ctx, order.CreateTableInput(ordersTable)); err != nil {
+		t.Fatal(err)
+	}
+	for id, age := range map[string]time.Duration{"o-old": 400 * day, "o-mid": 100 * day, "o-new": time.Hour} {
+		if _, err := w.ddb.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(ordersTable), Item: map[string]types.AttributeValue{
+			order.AttrPK: &types.AttributeValueMemberS{Value: order.KeyPrefixOrder + id}, order.AttrKind: &types.AttributeValueMemberS{Value: order.KindOrder},
+			order.AttrID: &types.AttributeValueMemberS{Value: id}, order.AttrCreatedAt: &types.AttributeValueMemberS{Value: now.Add(-age).Format(time.RFC3339Nano)},
+		}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	offset.Store(int64(-401 * day)) // the archive was created 401 days ago
+	if _, err := w.bus.CreateArchive(ctx, &eventbridge.CreateArchiveInput{ArchiveName: aws.String("ctl-payments"), EventSourceArn: aws.String(w.bus.ARN()), RetentionDays: aws.Int32(30),
+		EventPattern: aws.String(`{"source":["` + config.DefaultEventSource + `"],"detail-type":["OrderPaid","OrderCancelled"]}`)}); err != nil {
+		t.Fatal(err)
+	}
+	offset.Store(0)
+	var notifierRule string
+	for _, r := range routing.Rules() {
+		if r.Consumer == routing.ConsumerNotifier {
+			notifierRule = r.Name
+		}
+	}
+	patternGap := "holds no OrderPlaced, OrderShipped events, which rule " + notifierRule + " receives"
+	from := now.Add(-10 * time.Minute).Truncate(time.Second)
+	tests := []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"retention binds", []string{"-orders-table", ordersTable},
+			[]string{"GAP: 2 order(s) began before the archive's retention window (30 days, oldest kept event time ", "(order o-old)", patternGap}},
+		{"-from binds", []string{"-orders-table", ordersTable, "-from", from.Format(time.RFC3339)},
+			[]string{"GAP: 3 order(s) began before the backfill's -from (" + from.Format(time.RFC3339) + ")", patternGap}},
+		{"no orders table: the pattern is still judged", nil,
+			[]string{patternGap, "start point not checked"}},
+	}
+	for i, tc := range tests {
+		args := append([]string{"backfill", "-archive", "ctl-payments", "-rule", notifierRule, "-bus", "ctl-bus", "-settle", "-1s", "-poll", "20ms",
+			"-name", "sp-" + strconv.Itoa(i)}, tc.args...)
+		out, err := w.ctl(t, args...)
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", tc.name, err, out)
+		}
+		mustContain(t, tc.name, out, tc.want...)
+		if m := keptRE.FindStringSubmatch(out); m != nil {
+			kept, err := time.Parse(time.RFC3339, m[1])
+			if d := kept.Sub(now.Add(-30 * day)); err != nil || d < -time.Minute || d > time.Minute {
+				t.Errorf("%s: oldest kept event time %s, want now − 30 days (%s)", tc.name, m[1], now.Add(-30*day).Format(time.RFC3339))
+			}
+		}
+		if strings.Contains(out, "before the archive was created") {
+			t.Errorf("%s: reported against the archive's creation, which does not bind:\n%s", tc.name, out)
+		}
 	}
 }

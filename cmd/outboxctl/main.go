@@ -105,7 +105,7 @@ func init() {
 			"outboxctl -endpoint http://127.0.0.1:4580 consumer-buffered -consumer ledger -consumer-table dev-ledger", runConsumerBuffered},
 		{"consumer-baseline", "declare an ordered consumer's starting point: -aggregate ID -last N, or every order at its version (-from-orders-table)",
 			"outboxctl -endpoint http://127.0.0.1:4580 consumer-baseline -consumer ledger -consumer-table dev-ledger -from-orders-table dev-orders", runConsumerBaseline},
-		{"backfill", "replay the archive's events of a time range to one consumer's rule only (a new or rebuilt consumer), reporting progress until the replay ends; -orders-table says which orders began before the archive",
+		{"backfill", "replay the archive's events of a time range to one consumer's rule only (a new or rebuilt consumer), reporting progress until the replay ends; says which of the rule's event types the archive's pattern leaves out, and with -orders-table which orders began before what the archive holds (its creation, retention window, -from)",
 			"outboxctl -endpoint http://127.0.0.1:4580 backfill -archive dev-archive -rule ledger-order-payments -bus dev-bus -settle 30s", runBackfill},
 		{"replays", "list the bus's replays: name, state, progress, last event replayed, range",
 			"outboxctl -endpoint http://127.0.0.1:4580 replays -prefix backfill-", runReplays},

@@ -55,7 +55,9 @@ type world struct {
 
 const shards = 4
 
-func newWorld(t *testing.T) *world {
+// newWorld builds the world; busOpts adjust the local bus's
+// configuration (e.g. its clock) before it starts.
+func newWorld(t *testing.T, busOpts ...func(*localrt.BusConfig)) *world {
 	t.Helper()
 	// Nothing of the developer's AWS setup may leak in.
 	for _, v := range append([]string{"AWS_PROFILE", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}, endpointVars...) {
@@ -161,7 +163,11 @@ func newWorld(t *testing.T) *world {
 		}
 	}
 	onFailure := localrt.NewMemoryQueue("https://sqs.us-east-1.amazonaws.com/000000000000/ctl-relay-onfailure")
-	if w.bus, err = localrt.NewBus(localrt.BusConfig{Name: "ctl-bus", Rules: routing.BusRules(config.DefaultEventSource), ArchiveDelay: time.Millisecond}); err != nil {
+	busCfg := localrt.BusConfig{Name: "ctl-bus", Rules: routing.BusRules(config.DefaultEventSource), ArchiveDelay: time.Millisecond}
+	for _, o := range busOpts {
+		o(&busCfg)
+	}
+	if w.bus, err = localrt.NewBus(busCfg); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = w.bus.Close(context.Background()) })

@@ -104,17 +104,21 @@ func TestBackfillNewLedgerFromTheArchive(t *testing.T) {
 		t.Fatalf("drain: %v", err)
 	}
 	eb := eventbridge.NewFromConfig(dynoxide.AWSConfig(s.AWSURL))
-	created, err := operator.ArchiveCreated(ctx, eb, s.ArchiveName)
+	// The start-point diagnostic, for the ledger's rule: the stack's
+	// archive (created with the stack, kept 365 days, every event of the
+	// source) holds every order's whole history; a backfill starting now
+	// would miss every order's first events.
+	reach, err := operator.CheckArchiveReach(ctx, eb, operator.ReachOptions{Archive: s.ArchiveName, Rule: "ledger-order-payments", Bus: s.Settings.EventBus, Source: s.Settings.Source})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The start-point diagnostic: no order predates the archive here; an
-	// archive created now would miss every order's first events.
-	if g, err := operator.FindStartGap(ctx, s.DDB, s.Settings.OrdersTable, created); err != nil || g.Before != 0 {
+	if g, err := operator.FindStartGap(ctx, s.DDB, s.Settings.OrdersTable, reach); err != nil || g.Before != 0 || strings.Contains(g.String(), "GAP") {
 		t.Fatalf("start gap with the stack's archive: %+v %v", g, err)
 	}
-	if g, err := operator.FindStartGap(ctx, s.DDB, s.Settings.OrdersTable, time.Now()); err != nil || g.Before != int(rep.Orders) || !strings.Contains(g.String(), "GAP") {
-		t.Fatalf("start gap with an archive created after %d orders: %+v %v", rep.Orders, g, err)
+	late := reach
+	late.Start, late.Bound, late.From = time.Now(), operator.BoundFrom, time.Now()
+	if g, err := operator.FindStartGap(ctx, s.DDB, s.Settings.OrdersTable, late); err != nil || g.Before != int(rep.Orders) || !strings.Contains(g.String(), "GAP") {
+		t.Fatalf("start gap of a backfill from now, after %d orders: %+v %v", rep.Orders, g, err)
 	}
 
 	const name = "ledger-rebuilt"

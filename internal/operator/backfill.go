@@ -9,14 +9,10 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	ebtypes "github.com/aws/aws-sdk-go-v2/service/eventbridge/types"
 	"github.com/aws/smithy-go"
-
-	"github.com/ddb-outbox/ddb-outbox/internal/orders/order"
 )
 
 // ReplayAPI is the EventBridge subset Backfill and Replays call, with the
@@ -265,79 +261,10 @@ func Replays(ctx context.Context, api ReplayAPI, prefix string) ([]ReplayProgres
 	return ps, nil
 }
 
-// StartGap is what an archive cannot give a consumer that starts from it:
-// the aggregates whose history began before the archive existed.
-type StartGap struct {
-	// ArchiveCreated is when the archive began to keep events.
-	ArchiveCreated time.Time
-	// Before counts the orders created before ArchiveCreated; Earliest is
-	// the first one's creation time and Example its id.
-	Before   int
-	Earliest time.Time
-	Example  string
-}
-
-// FindStartGap scans the orders table (an operator tool's Scan: about
-// table-size / 4 KB × 0.5 read units) for orders created before the
-// archive: their first events were never archived, so a consumer backfilled
-// from the archive misses the start of their history, and an ordered one
-// holds their next event as a sequence gap. A zero Before: the archive
-// holds every order's whole history (as far as its retention reaches).
-func FindStartGap(ctx context.Context, ddb DynamoDBAPI, ordersTable string, archiveCreated time.Time) (StartGap, error) {
-	g := StartGap{ArchiveCreated: archiveCreated}
-	expr, err := expression.NewBuilder().
-		WithFilter(expression.Name(order.AttrKind).Equal(expression.Value(order.KindOrder))).
-		WithProjection(expression.NamesList(expression.Name(order.AttrID), expression.Name(order.AttrCreatedAt))).Build()
-	if err != nil {
-		return g, err
-	}
-	p := dynamodb.NewScanPaginator(ddb, &dynamodb.ScanInput{TableName: aws.String(ordersTable), FilterExpression: expr.Filter(),
-		ProjectionExpression: expr.Projection(), ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values()})
-	for p.HasMorePages() {
-		page, err := p.NextPage(ctx)
-		if err != nil {
-			return g, fmt.Errorf("scan %s: %w", ordersTable, err)
-		}
-		for _, it := range page.Items {
-			created, _ := time.Parse(time.RFC3339Nano, str(it, order.AttrCreatedAt))
-			if created.IsZero() || !created.Before(archiveCreated) {
-				continue
-			}
-			g.Before++
-			if g.Earliest.IsZero() || created.Before(g.Earliest) {
-				g.Earliest, g.Example = created, str(it, order.AttrID)
-			}
-		}
-	}
-	return g, nil
-}
-
-// String says what the gap means for the consumer, in one paragraph.
-func (g StartGap) String() string {
-	if g.Before == 0 {
-		return fmt.Sprintf("every order began after the archive was created (%s): the archive holds their whole history", g.ArchiveCreated.Format(time.RFC3339))
-	}
-	return fmt.Sprintf("GAP: %d order(s) began before the archive was created (%s), the first %s (order %s): their first events were never archived. "+
-		"A consumer whose table is empty cannot get their history from a replay: an ordered one holds their next event as a sequence gap and dead-letters it (sequence_gap). "+
-		"Declare where it starts for them (outboxctl consumer-baseline -from-orders-table), or rebuild it from a backup taken before the archive",
-		g.Before, g.ArchiveCreated.Format(time.RFC3339), g.Earliest.Format(time.RFC3339), g.Example)
-}
-
 // str is a string attribute of an item ("" when absent or not a string).
 func str(it map[string]types.AttributeValue, name string) string {
 	if v, ok := it[name].(*types.AttributeValueMemberS); ok {
 		return v.Value
 	}
 	return ""
-}
-
-// ArchiveCreated returns when an archive (by name or ARN) was created: the
-// earliest event time it can hold.
-func ArchiveCreated(ctx context.Context, api ReplayAPI, archive string) (time.Time, error) {
-	name := archiveNameOf(archive)
-	a, err := api.DescribeArchive(ctx, &eventbridge.DescribeArchiveInput{ArchiveName: aws.String(name)})
-	if err != nil {
-		return time.Time{}, fmt.Errorf("archive %s: %w", name, err)
-	}
-	return aws.ToTime(a.CreationTime), nil
 }

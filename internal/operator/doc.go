@@ -28,12 +28,14 @@
 //     it change nothing. Only PUBLISHED records are replayed: a PENDING one
 //     is the relay's or reconciler's to publish, a PARKED one is redriven
 //     (relay.Redrive).
-//   - Backfill, Replays, FindStartGap and History: replay the outbox's
-//     EventBridge archive to one consumer's rule (a new or rebuilt
-//     consumer) and follow it (DescribeReplay) until it ends, list the
-//     replays, find the orders older than the archive (their history is not
-//     in it), and list an aggregate's published events from the outbox
-//     table (docs/ARCHIVE.md).
+//   - Backfill, Replays, CheckArchiveReach, FindStartGap and History:
+//     replay the outbox's EventBridge archive to one consumer's rule (a new
+//     or rebuilt consumer) and follow it (DescribeReplay) until it ends,
+//     list the replays, say what the archive holds for the consumer (its
+//     creation, retention window and pattern, and the backfill's -from),
+//     find the orders that began before that (their history is not in it),
+//     and list an aggregate's published events from the outbox table
+//     (docs/ARCHIVE.md).
 //   - Queues: the dead-letter queues by kind, named by URL or found by name
 //     prefix (ListQueues) with the local stack's naming: <prefix>-parked,
 //     <prefix>-relay-onfailure, <prefix>-<consumer>-dlq.

@@ -269,4 +269,3 @@ func (r *Resequencer) settleBehind(ctx context.Context, ref aggRef, st GateState
 	}
 	return nil
 }
-

@@ -60,8 +60,10 @@ func AllowMissingKey[In any]() Option[In] {
 // payload hash checked against the key's record is PayloadHash of the input
 // unless WithPayloadHash or WithoutPayloadValidation says otherwise: the
 // body of an SQS message, the source, detail-type and detail of an
-// EventBridge event, the method, path, query and body of an HTTP request —
-// never a delivery's receipt handle, receive count, ids or times. An empty
+// EventBridge event (also when an SQS body, an SNS message or an HTTP body
+// carries it), the method, path, query and body of an HTTP request — never
+// a delivery's receipt handle, receive count, ids or times, nor an
+// EventBridge envelope's id, time or replay-name. An empty
 // key fails with ErrNoKey unless AllowMissingKey is given; a keyFn error is
 // returned wrapped with ErrNoKey. The result Out is stored as JSON, so it
 // must round-trip through encoding/json; repeats return the decoded stored
