@@ -33,6 +33,9 @@ type ConsumerSpec struct {
 	// own table, by dedup's default): where Stack.Buffered lists what it
 	// holds. Required with Ordered.
 	StateTable string
+	// StateConsumer is the consumer name its state is keyed by (default
+	// Name).
+	StateConsumer string
 }
 
 // AddConsumer adds a consumer to the running stack: from the call on, the
@@ -72,6 +75,9 @@ func (s *Stack) AddConsumer(spec ConsumerSpec) (*ConsumerPath, error) {
 	s.goRun(func() { _ = p.Run(s.runCtx) })
 	if spec.Ordered {
 		s.StateTables[spec.Name] = spec.StateTable
+		if spec.StateConsumer != "" && spec.StateConsumer != spec.Name {
+			s.stateConsumers[spec.Name] = spec.StateConsumer
+		}
 		if err := s.addSweep(spec.Name, c, s.opts, s.log); err != nil {
 			return nil, err
 		}
@@ -84,11 +90,36 @@ func (s *Stack) AddConsumer(spec ConsumerSpec) (*ConsumerPath, error) {
 // stack, as a team adds a new service or rebuilds one from empty: its own
 // table <prefix>-<name>, holding its entries and its consumer state (dedup
 // markers, ordering gates, buffer, under consumer name), and a rule
-// <name>-order-events with the ledger's pattern. It
-// starts empty: backfill it from the archive. It returns the ledger (read
-// its balances and entries) and its delivery path.
+// <name>-order-events with the ledger's pattern. It starts empty: backfill
+// it from the archive. It returns the ledger (read its balances and
+// entries) and its delivery path.
 func (s *Stack) AddLedger(ctx context.Context, name string) (*ledger.Ledger, *ConsumerPath, error) {
-	table := s.opts.Prefix + "-" + name
+	return s.AddLedgerWith(ctx, LedgerSpec{Name: name})
+}
+
+// LedgerSpec is a ledger added to a running stack (AddLedgerWith).
+type LedgerSpec struct {
+	// Name is its consumer on the stack: its queue, DLQ and rule
+	// <Name>-order-events.
+	Name string
+	// Table is its table (default <prefix>-<Name>); an existing table of
+	// the ledger's shape is used as it is: a table restored from a backup.
+	Table string
+	// StateConsumer is the consumer name its dedup state is keyed by
+	// (default Name). A ledger restored from a backup keeps the lost one's,
+	// so it finds the markers, gates and buffer the backup holds.
+	StateConsumer string
+}
+
+// AddLedgerWith adds the ledger spec describes (see AddLedger).
+func (s *Stack) AddLedgerWith(ctx context.Context, spec LedgerSpec) (*ledger.Ledger, *ConsumerPath, error) {
+	name, table, consumer := spec.Name, spec.Table, spec.StateConsumer
+	if table == "" {
+		table = s.opts.Prefix + "-" + name
+	}
+	if consumer == "" {
+		consumer = name
+	}
 	if _, err := ensureTable(ctx, s.DDB, ledger.CreateTableInput(table)); err != nil {
 		return nil, nil, err
 	}
@@ -99,7 +130,7 @@ func (s *Stack) AddLedger(ctx context.Context, name string) (*ledger.Ledger, *Co
 	st := s.Settings
 	l, err := ledger.New(s.DDB, ledger.Config{
 		Table:          table,
-		Dedup:          dedup.Config{Retention: st.DedupRetention, Consumer: name},
+		Dedup:          dedup.Config{Retention: st.DedupRetention, Consumer: consumer},
 		ExpectedSource: st.Source, ExpectedAccount: st.ExpectedAccount, GapMaxReceives: st.ConsumerGapMaxReceives,
 		Resequencer: dedup.ResequencerConfig{Metrics: st.Metrics},
 		Logger:      s.log.With("fn", name),
@@ -114,7 +145,7 @@ func (s *Stack) AddLedger(ctx context.Context, name string) (*ledger.Ledger, *Co
 		}
 	}
 	c, err := s.AddConsumer(ConsumerSpec{Name: name, Rule: name + "-order-events", Pattern: ledgerRule.Pattern(st.Source),
-		Handler: l.Handle, Ordered: ledgerRule.Ordered, StateTable: table})
+		Handler: l.Handle, Ordered: ledgerRule.Ordered, StateTable: table, StateConsumer: consumer})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -119,6 +119,7 @@ func (c consumerQueues) ChangeMessageVisibility(ctx context.Context, in *sqs.Cha
 // it (dedup.IsSweepTick).
 func (s *Stack) addSweeps(opts Options, log *slog.Logger) error {
 	s.Sweeps = map[string]*localrt.Scheduler{}
+	s.stateConsumers = map[string]string{}
 	s.StateTables = map[string]string{
 		routing.ConsumerLedger:   s.Settings.LedgerTable,
 		routing.ConsumerNotifier: s.Settings.NotificationsTable,
@@ -202,12 +203,21 @@ func (s *Stack) SweepNow(ctx context.Context) error {
 	return s.Drain(ctx)
 }
 
+// StateConsumer is the consumer name consumer name's dedup state is keyed
+// by: its own, or a lost consumer's it was restored from (LedgerSpec).
+func (s *Stack) StateConsumer(name string) string {
+	if c, ok := s.stateConsumers[name]; ok {
+		return c
+	}
+	return name
+}
+
 // Buffered returns the events waiting in each ordered consumer's
 // resequencer buffer (dedup.ListBuffered), by consumer name.
 func (s *Stack) Buffered(ctx context.Context) (map[string][]dedup.BufferedEvent, error) {
 	out := map[string][]dedup.BufferedEvent{}
 	for name := range s.Sweeps {
-		b, err := dedup.ListBuffered(ctx, s.DDB, s.StateTables[name], name)
+		b, err := dedup.ListBuffered(ctx, s.DDB, s.StateTables[name], s.StateConsumer(name))
 		if err != nil {
 			return nil, err
 		}

@@ -66,7 +66,10 @@ type Stack struct {
 	// StateTables are the tables holding each ordered consumer's dedup
 	// state (markers, ordering gates, buffer), by consumer name: its own
 	// table.
-	StateTables    map[string]string
+	StateTables map[string]string
+	// stateConsumers: a consumer whose state is keyed by another name (a
+	// ledger restored from a backup keeps the lost one's).
+	stateConsumers map[string]string
 	ParkedQueue    *localrt.MemoryQueue
 	OnFailureQueue *localrt.MemoryQueue
 	// AWSURL is the AWS front's URL (empty without Options.AWSAddr).
