@@ -369,7 +369,9 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	}
 	s.URL = "http://" + ln.Addr().String()
 	warnIfExposed(log, "the API", opts.APIAddr)
-	s.server = &http.Server{Handler: newHostGuard(apiHandler, []string{opts.APIAddr, ln.Addr().String()}, opts.AllowedHosts, denyAPI),
+	// The API's cross-origin check lives here, in front of the local
+	// server, not in the handler Lambda runs: see crossOriginGuard.
+	s.server = &http.Server{Handler: localGuard(apiHandler, []string{opts.APIAddr, ln.Addr().String()}, opts.AllowedHosts, apiDenier),
 		ReadHeaderTimeout: 5 * time.Second}
 
 	runCtx, cancel := context.WithCancel(context.Background())
