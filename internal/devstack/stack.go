@@ -339,7 +339,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	}
 	var streamARN string
 	if opts.CheckpointFile != "" {
-		if s.pollCfg.Checkpoints, streamARN, err = loadCheckpoints(ctx, s.DDB, s.Settings.OutboxTable, opts.CheckpointFile); err != nil {
+		if s.pollCfg.Checkpoints, streamARN, err = loadCheckpoints(ctx, s.DDB, s.Settings.OutboxTable, opts.CheckpointFile, log); err != nil {
 			return nil, err
 		}
 		if len(s.pollCfg.Checkpoints) > 0 {
