@@ -136,7 +136,7 @@ func (s *Stack) startAWSFront(opts Options, eb localrt.PutEventsAPI) error {
 	}
 	s.AWSURL = "http://" + ln.Addr().String()
 	warnIfExposed(s.log, "the AWS front", opts.AWSAddr)
-	s.awsServer = &http.Server{Handler: newHostGuard(front, []string{opts.AWSAddr, ln.Addr().String()}, opts.AllowedHosts, denyAWS),
+	s.awsServer = &http.Server{Handler: localGuard(front, []string{opts.AWSAddr, ln.Addr().String()}, opts.AllowedHosts, awsDenier),
 		ReadHeaderTimeout: 5 * time.Second}
 	srv := s.awsServer
 	s.goRun(func() {

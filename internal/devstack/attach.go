@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/google/renameio/v2/maybe"
 
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/app"
 	"github.com/ddb-outbox/ddb-outbox/pkg/dynoxide"
@@ -57,7 +58,7 @@ func WriteState(path string, s *Stack, prefix string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	return os.WriteFile(path, b, 0o644)
+	return maybe.WriteFile(path, b, 0o644) // atomic: demo -attach never reads a cut file
 }
 
 // ErrNoRunningStack is returned by ReadState when no dev stack is running.

@@ -27,8 +27,8 @@ import (
 // outboxctl as buttons that call the same code (relay.Redrive,
 // operator.Requeue, reconciler.Run, sqsconsumer.Redrive). Assets are
 // embedded; no CDN, no build step. Read-only except the actions, which are
-// POSTs carrying the X-Outbox-Console header (a cross-site form cannot set
-// it) behind the same Host guard as the API.
+// POSTs behind the same guard as the API (localGuard: a foreign Host or a
+// cross-origin browser request is refused with 403).
 
 //go:embed console_assets
 var consoleAssets embed.FS
@@ -44,9 +44,6 @@ var consoleTmpl = template.Must(template.New("").Funcs(template.FuncMap{
 		return now.Sub(t).Round(time.Second).String() + " ago"
 	},
 }).ParseFS(consoleAssets, "console_assets/*.html"))
-
-// consoleHeader must be on every action request (set by console.js).
-const consoleHeader = "X-Outbox-Console"
 
 type console struct {
 	s           *Stack
@@ -84,7 +81,7 @@ func (s *Stack) startConsole(opts Options) error {
 	}
 	c.url = "http://" + ln.Addr().String()
 	warnIfExposed(s.log, "the console", opts.ConsoleAddr)
-	c.server = &http.Server{Handler: newHostGuard(c.routes(), []string{opts.ConsoleAddr, ln.Addr().String()}, opts.AllowedHosts, denyAPI),
+	c.server = &http.Server{Handler: localGuard(c.routes(), []string{opts.ConsoleAddr, ln.Addr().String()}, opts.AllowedHosts, apiDenier),
 		ReadHeaderTimeout: 5 * time.Second}
 	srv := c.server
 	s.goRun(func() {
@@ -136,16 +133,12 @@ func (c *console) page(name string) http.HandlerFunc {
 	}
 }
 
-// action runs f for a POST carrying consoleHeader and answers its result
-// as text (status 200 when it succeeded, 422 when it did not, 403 without
-// the header).
+// action runs f for a POST (cross-origin ones were refused by localGuard)
+// and answers its result as text (status 200 when it succeeded, 422 when it
+// did not).
 func (c *console) action(f func(ctx context.Context, r *http.Request) (string, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		if r.Header.Get(consoleHeader) == "" {
-			http.Error(w, "console actions are sent by the console page (header "+consoleHeader+" missing)", http.StatusForbidden)
-			return
-		}
 		if err := r.ParseForm(); err != nil {
 			http.Error(w, "bad form: "+err.Error(), http.StatusBadRequest)
 			return

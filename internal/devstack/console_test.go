@@ -18,8 +18,8 @@ import (
 // TestConsoleDeadLetterSwitchAndActions: with -dead-letter
 // ledger:OrderShipped the ledger's DLQ holds the event with reason
 // local_fault, and the console shows it (message, reason) and the
-// event's outcome "dead-lettered"; an action without the console's header
-// is refused (403) and changes nothing; the DLQ's redrive button moves the
+// event's outcome "dead-lettered"; a cross-site action is refused (403) and
+// changes nothing; the DLQ's redrive button moves the
 // message back (and the switch, still on, sends it to the DLQ again).
 func TestConsoleDeadLetterSwitchAndActions(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -48,17 +48,21 @@ func TestConsoleDeadLetterSwitchAndActions(t *testing.T) {
 	}
 
 	form := url.Values{"consumer": {routing.ConsumerLedger}}
-	resp, err := http.PostForm(s.ConsoleURL()+"/actions/consumer-redrive", form)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.ConsoleURL()+"/actions/consumer-redrive", strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", "https://evil.example")
+	req.Header.Set("Sec-Fetch-Site", "cross-site")
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusForbidden || dlq.Moved() != 0 {
-		t.Fatalf("an action without %s: status %d, want 403 and nothing moved", "X-Outbox-Console", resp.StatusCode)
+		t.Fatalf("a cross-site action: status %d, want 403 and nothing moved", resp.StatusCode)
 	}
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.ConsoleURL()+"/actions/consumer-redrive", strings.NewReader(form.Encode()))
+	// A request that is not a browser's (no Origin, no Sec-Fetch-Site) is served.
+	req, _ = http.NewRequestWithContext(ctx, http.MethodPost, s.ConsoleURL()+"/actions/consumer-redrive", strings.NewReader(form.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.Header.Set("X-Outbox-Console", "1")
 	resp, err = http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -80,7 +84,6 @@ func TestConsoleDeadLetterSwitchAndActions(t *testing.T) {
 	// such record) says nothing was redriven, never "now PENDING".
 	req, _ = http.NewRequestWithContext(ctx, http.MethodPost, s.ConsoleURL()+"/actions/redrive", strings.NewReader(url.Values{"pk": {"x"}, "sk": {"y"}}.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.Header.Set("X-Outbox-Console", "1")
 	resp, err = http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -89,6 +89,76 @@ func (g *hostGuard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.next.ServeHTTP(w, r)
 }
 
+// localGuard is the guard in front of every local HTTP server of the stack
+// that changes state (the API, the console, the AWS front): it refuses a
+// foreign Host (hostGuard, DNS rebinding) and a cross-origin browser
+// request that is not GET, HEAD or OPTIONS (crossOriginGuard, cross-site
+// request forgery), each with 403 in the server's error shape.
+func localGuard(next http.Handler, listenAddrs, extra []string, d denier) http.Handler {
+	return newHostGuard(crossOriginGuard(next, d.crossOrigin), listenAddrs, extra, d.host)
+}
+
+// denier answers the requests localGuard refuses, in one server's error
+// shape.
+type denier struct {
+	host        func(w http.ResponseWriter, host string)
+	crossOrigin func(w http.ResponseWriter, err error)
+}
+
+var (
+	apiDenier = denier{host: denyAPI, crossOrigin: denyAPICrossOrigin}
+	awsDenier = denier{host: denyAWS, crossOrigin: denyAWSCrossOrigin}
+)
+
+// crossOriginGuard refuses, through deny, the requests
+// net/http.CrossOriginProtection refuses: a request other than GET, HEAD or
+// OPTIONS whose Sec-Fetch-Site is neither "same-origin" nor "none", or,
+// from a browser too old to send Sec-Fetch-Site, whose Origin is not the
+// Host it is sent to. A request with neither header (curl, an AWS SDK, Go's
+// http.Client) is not a browser's and passes, as a same-origin one does.
+//
+// The local servers need it because nothing there is authenticated: being
+// able to reach 127.0.0.1 is the only authority, and a page open in the
+// developer's browser shares it — an HTML form on any web site can POST
+// /orders/{id}/pay with an empty body to http://127.0.0.1:8080 (a "simple"
+// request: no preflight, so CORS never applies). The check belongs to the
+// local servers only, not to the API handler that also runs in Lambda: on
+// AWS API Gateway authenticates every request (IAM SigV4 or a JWT in the
+// Authorization header, see infra's authMode), credentials a browser never
+// attaches on its own, so a cross-site page cannot act as the caller there;
+// a check in the handler would refuse only legitimate browser clients that
+// call the API from their own origin with their own credentials.
+func crossOriginGuard(next http.Handler, deny func(http.ResponseWriter, error)) http.Handler {
+	cop := http.NewCrossOriginProtection()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := cop.Check(r); err != nil {
+			deny(w, err)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// denyAPICrossOrigin answers a refused cross-origin request in the API's
+// error shape.
+func denyAPICrossOrigin(w http.ResponseWriter, err error) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusForbidden)
+	_ = json.NewEncoder(w).Encode(map[string]string{"code": "cross_origin_request",
+		"message": "refused: " + err.Error() + " (the local servers authenticate nothing, so a page of another origin may not change their state; call them from curl, a script or their own page)"})
+}
+
+// denyAWSCrossOrigin answers a refused cross-origin request as an AWS JSON
+// protocol error (an SDK sends no Origin nor Sec-Fetch-Site and is never
+// refused).
+func denyAWSCrossOrigin(w http.ResponseWriter, err error) {
+	w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+	w.Header().Set("X-Amzn-ErrorType", "AccessDeniedException")
+	w.WriteHeader(http.StatusForbidden)
+	_ = json.NewEncoder(w).Encode(map[string]string{"__type": "AccessDeniedException",
+		"message": "refused: " + err.Error() + " (a browser page may not call the local AWS endpoint)"})
+}
+
 // denyAPI answers a refused Host in the API's error shape {"code","message"}.
 func denyAPI(w http.ResponseWriter, host string) {
 	w.Header().Set("Content-Type", "application/json")

@@ -345,7 +345,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	}
 	var streamARN string
 	if opts.CheckpointFile != "" {
-		if s.pollCfg.Checkpoints, streamARN, err = loadCheckpoints(ctx, s.DDB, s.Settings.OutboxTable, opts.CheckpointFile); err != nil {
+		if s.pollCfg.Checkpoints, streamARN, err = loadCheckpoints(ctx, s.DDB, s.Settings.OutboxTable, opts.CheckpointFile, log); err != nil {
 			return nil, err
 		}
 		if len(s.pollCfg.Checkpoints) > 0 {
@@ -375,7 +375,9 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	}
 	s.URL = "http://" + ln.Addr().String()
 	warnIfExposed(log, "the API", opts.APIAddr)
-	s.server = &http.Server{Handler: newHostGuard(apiHandler, []string{opts.APIAddr, ln.Addr().String()}, opts.AllowedHosts, denyAPI),
+	// The API's cross-origin check lives here, in front of the local
+	// server, not in the handler Lambda runs: see crossOriginGuard.
+	s.server = &http.Server{Handler: localGuard(apiHandler, []string{opts.APIAddr, ln.Addr().String()}, opts.AllowedHosts, apiDenier),
 		ReadHeaderTimeout: 5 * time.Second}
 
 	runCtx, cancel := context.WithCancel(context.Background())

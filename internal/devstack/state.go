@@ -35,8 +35,9 @@ func (s *Stack) openState(ctx context.Context, opts Options) (localrt.StateStore
 	if info.Discarded > 0 {
 		s.log.Warn("discarded the local runtime's state of a former data set (the outbox table has a new stream)", "file", opts.RuntimeStateFile, "records", info.Discarded, "old_stream", info.OldBinding)
 	}
-	if info.TornBytes > 0 {
-		s.log.Warn("dropped the unfinished last write of the local runtime's state (the process was killed while writing it; it had not been acknowledged)", "file", opts.RuntimeStateFile, "bytes", info.TornBytes)
+	if info.Damaged() {
+		s.log.Warn("the local runtime's state file was damaged: kept every record it could (the records up to the damage, and those after a damaged record that could be skipped) and copied the file as it was aside; a message or undelivered event a lost record held is not delivered: if an audit then reports events not applied, re-send them (outboxctl replay, or the console's Replay)",
+			"file", opts.RuntimeStateFile, "copy", info.DamagedCopy, "records_kept", info.Records, "records_skipped", info.SkippedRecords, "bytes_dropped_at_end", info.TornBytes)
 	}
 	if info.Records > 0 {
 		s.log.Info("resuming the local runtime's state: queues, undelivered events, provider", "file", opts.RuntimeStateFile, "records", info.Records)

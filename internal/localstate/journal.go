@@ -10,8 +10,11 @@
 // after the record was handed to the operating system with a single write,
 // so whatever a caller acknowledged survives the process being killed
 // (SIGKILL included). A record torn by a kill during its write fails its
-// checksum and is dropped at the next Open, together with anything after it;
-// its writer had not returned, so nobody was told it was kept. The file is
+// checksum and is dropped at the next Open; its writer had not returned, so
+// nobody was told it was kept. A damaged record inside the file (its
+// successor intact) is skipped and the rest kept; damage Open cannot resume
+// after drops the rest of the file. Either way the file is first copied,
+// as it was, to a ".damaged" sibling (OpenInfo says what was done). The file is
 // rewritten (compacted) to its live records when it grows past twice their
 // size, through a temporary file, fsync and rename, so a crash during
 // compaction leaves either the old or the new file. The journal is fsynced
@@ -45,6 +48,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/google/renameio/v2/maybe"
 )
 
 // DefaultCompactMinBytes is the journal size below which it is never
@@ -86,10 +91,22 @@ type OpenInfo struct {
 	// was bound to something else (OldBinding).
 	Discarded  int
 	OldBinding string
-	// TornBytes is the length of a damaged tail dropped (a record cut by a
-	// kill during its write).
+	// SkippedRecords is the number of damaged records inside the file that
+	// were skipped (their checksum failed, but their length and the next
+	// record were intact): the records around them are kept.
+	SkippedRecords int
+	// TornBytes is the length of a damaged tail dropped: a record cut by a
+	// kill during its write, or damage that leaves no next record to
+	// resume at (everything from there on is dropped).
 	TornBytes int64
+	// DamagedCopy is where the file was copied, as it was, before a
+	// damaged one was rewritten ("" when it was not damaged): nothing Open
+	// dropped is destroyed.
+	DamagedCopy string
 }
+
+// Damaged reports whether Open dropped or skipped anything of the file.
+func (i OpenInfo) Damaged() bool { return i.TornBytes > 0 || i.SkippedRecords > 0 }
 
 // Journal is a durable key-value map in an append-only file. Safe for
 // concurrent use.
@@ -130,7 +147,9 @@ func Open(path string, opts Options) (*Journal, error) {
 	return j, nil
 }
 
-// load reads the file, keeps the valid prefix and opens it for appending.
+// load reads the file, keeps every record it can (skipping a damaged
+// record whose successor is intact, stopping at damage it cannot resume
+// after), copies a damaged file aside, and opens it for appending.
 func (j *Journal) load() error {
 	b, err := os.ReadFile(j.path)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -140,26 +159,43 @@ func (j *Journal) load() error {
 	records := map[string][]byte{}
 	for off := int64(0); off < int64(len(b)); {
 		payload, n, ok := readRecord(b[off:])
-		if !ok {
-			break
-		}
-		switch {
-		case !headerOK:
-			if len(payload) == 0 || payload[0] != opHeader {
-				ok = false
-			} else {
-				binding, headerOK = string(payload[1:]), true
+		if ok {
+			switch {
+			case !headerOK:
+				if len(payload) == 0 || payload[0] != opHeader {
+					ok = false
+				} else {
+					binding, headerOK = string(payload[1:]), true
+				}
+			default:
+				ok = applyPayload(records, payload)
 			}
-		default:
-			ok = applyPayload(records, payload)
 		}
 		if !ok {
-			break
+			// A record inside the file whose checksum or content is bad
+			// but whose length frames it and whose successor is a valid
+			// record: skip it and go on. The header cannot be skipped
+			// (without it the records' data set is unknown).
+			skip := framedLength(b[off:])
+			if !headerOK || skip == 0 || off+skip >= int64(len(b)) {
+				break
+			}
+			if _, _, next := readRecord(b[off+skip:]); !next {
+				break
+			}
+			j.info.SkippedRecords++
+			n = skip
 		}
 		off += n
 		good = off
 	}
 	j.info.TornBytes = int64(len(b)) - good
+	if j.info.Damaged() {
+		j.info.DamagedCopy = j.path + ".damaged"
+		if err := maybe.WriteFile(j.info.DamagedCopy, b, 0o600); err != nil {
+			return fmt.Errorf("localstate: keep a copy of the damaged %s: %w", j.path, err)
+		}
+	}
 	if headerOK && binding != j.binding {
 		j.info.Discarded, j.info.OldBinding = len(records), binding
 		records, headerOK, good = map[string][]byte{}, false, 0
@@ -169,7 +205,7 @@ func (j *Journal) load() error {
 	for k, v := range records {
 		j.liveBytes += putRecordSize(k, v)
 	}
-	if !headerOK || j.info.TornBytes > 0 {
+	if !headerOK || j.info.Damaged() {
 		// A new, rebound or damaged file: rewrite it from what is live.
 		return j.rewrite()
 	}
@@ -179,6 +215,19 @@ func (j *Journal) load() error {
 	}
 	j.f, j.size = f, good
 	return nil
+}
+
+// framedLength is the length of the record at the start of b as its
+// length field gives it, or 0 when that field is missing or runs past b.
+func framedLength(b []byte) int64 {
+	if len(b) < 8 {
+		return 0
+	}
+	l := int64(binary.LittleEndian.Uint32(b))
+	if l > maxRecord || l > int64(len(b)-8) {
+		return 0
+	}
+	return 8 + l
 }
 
 // readRecord returns the payload of the record at the start of b and the

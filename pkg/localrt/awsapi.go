@@ -519,6 +519,9 @@ func (f *AWSFront) servePutEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	params := &eventbridge.PutEventsInput{}
+	if in.Entries != nil { // "Entries":[] is an empty list, not a missing one
+		params.Entries = make([]ebtypes.PutEventsRequestEntry, 0, len(in.Entries))
+	}
 	for _, e := range in.Entries {
 		entry := ebtypes.PutEventsRequestEntry{Source: e.Source, DetailType: e.DetailType, Detail: e.Detail,
 			EventBusName: e.EventBusName, Resources: e.Resources, TraceHeader: e.TraceHeader}

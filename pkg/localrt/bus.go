@@ -125,7 +125,9 @@ func (b *Bus) SubscribeQueue(consumer string, q MessageSender, url string) {
 // PutEvents accepts up to 10 entries, like EventBridge PutEvents (behaviour
 // recorded against AWS; API_PutEvents, eb-putevent-size):
 //   - more than 10 (or zero) entries: the whole request fails with a
-//     *smithy.GenericAPIError, Code "ValidationException";
+//     *smithy.GenericAPIError, Code "ValidationException", and for more
+//     than 10 AWS's message, the entries listed as AWS lists them (see
+//     entriesCountError);
 //   - the total size of the entries over MaxEntryBytes (each entry counted
 //     as eb-putevent-size does: 14 bytes when Time is set plus the UTF-8
 //     bytes of Source, DetailType, Detail and each Resources element): the
@@ -153,13 +155,12 @@ func (b *Bus) PutEvents(ctx context.Context, params *eventbridge.PutEventsInput,
 		return nil, err
 	}
 	if params == nil || len(params.Entries) == 0 || len(params.Entries) > MaxPutEventsEntries {
-		n := 0
-		if params != nil {
-			n = len(params.Entries)
-		}
 		b.reject()
-		return nil, &smithy.GenericAPIError{Code: "ValidationException", Fault: smithy.FaultClient,
-			Message: fmt.Sprintf("1 validation error detected: Value at 'entries' failed to satisfy constraint: Member must have length less than or equal to %d and greater than or equal to 1 (got %d)", MaxPutEventsEntries, n)}
+		var entries []ebtypes.PutEventsRequestEntry
+		if params != nil {
+			entries = params.Entries
+		}
+		return nil, entriesCountError(entries)
 	}
 	total := 0
 	for i, e := range params.Entries {

@@ -136,7 +136,10 @@ func CompilePattern(p any) (*Pattern, error) { return CompilePatternFor(p, Event
 // ([]byte, string or json.RawMessage), under the rules of dialect d. It
 // returns an error wrapping ErrInvalidPattern, naming the operator and the
 // path, when AWS would refuse the pattern or the local runtime does not
-// model what it asks for.
+// model what it asks for. An EventBridge rule pattern whose wildcards are
+// too complex (see MaxWildcardComplexity) is refused with an error that
+// also wraps a smithy.APIError carrying AWS's code and message
+// (InvalidEventPatternException, ErrTooComplexMessage).
 func CompilePatternFor(p any, d PatternDialect) (*Pattern, error) {
 	var raw []byte
 	switch v := p.(type) {
@@ -174,6 +177,11 @@ func CompilePatternFor(p any, d PatternDialect) (*Pattern, error) {
 	rules, err := c.object(root, "")
 	if err != nil {
 		return nil, err
+	}
+	if d == EventBridgeRule {
+		if err := checkWildcardComplexity(rules); err != nil {
+			return nil, err
+		}
 	}
 	text, _ := json.Marshal(root)
 	return &Pattern{rules: rules, text: string(text), dialect: d}, nil

@@ -30,7 +30,7 @@
     });
     result.textContent = "running…";
     result.className = "";
-    fetch(btn.dataset.action, { method: "POST", body: body, headers: { "X-Outbox-Console": "1" } })
+    fetch(btn.dataset.action, { method: "POST", body: body })
       .then(function (r) {
         return r.text().then(function (t) {
           result.textContent = t;

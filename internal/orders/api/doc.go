@@ -33,6 +33,14 @@
 //     exist (404), never another resource. An event that cannot become a
 //     request is 400 bad_request, never 500, and no client input produces
 //     an ERROR log line.
+//   - Cross-site request forgery is not this handler's concern: behind API
+//     Gateway every request is authenticated with credentials a browser
+//     never attaches by itself (SigV4, a JWT), and a check here would refuse
+//     legitimate cross-origin browser clients. Where nothing authenticates —
+//     the local stack — the server in front refuses cross-origin browser
+//     requests that change state (devstack's crossOriginGuard,
+//     net/http.CrossOriginProtection); serve the handler with
+//     http.ListenAndServe yourself and you must do the same.
 //   - Errors are {"code","message"}; see the Code* constants for the table.
 //     500 responses never carry details; they are logged.
 //   - Logs are slog records with the fixed keys aggregate_id,
