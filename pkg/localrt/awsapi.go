@@ -190,6 +190,7 @@ var sqsErrorTypes = map[string]string{
 	"AWS.SimpleQueueService.MessageNotInflight":   "MessageNotInflight",
 	"AWS.SimpleQueueService.UnsupportedOperation": "UnsupportedOperation",
 	"AWS.SimpleQueueService.PurgeQueueInProgress": "PurgeQueueInProgress",
+	ErrorCodeAccessDenied:                         "AccessDeniedException",
 }
 
 // writeSQSError answers err, a smithy API error of a local queue (its code
@@ -210,8 +211,11 @@ func writeSQSError(w http.ResponseWriter, err error) {
 		typ = strings.TrimPrefix(code, "AWS.SimpleQueueService.")
 	}
 	status := http.StatusBadRequest
-	if ae.ErrorFault() == smithy.FaultServer {
+	switch {
+	case ae.ErrorFault() == smithy.FaultServer:
 		status = http.StatusInternalServerError
+	case code == ErrorCodeAccessDenied:
+		status = http.StatusForbidden
 	}
 	writeAWSError(w, "1.0", status, "com.amazonaws.sqs#"+typ, code, ae.ErrorMessage())
 }

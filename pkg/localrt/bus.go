@@ -22,7 +22,8 @@ import (
 // JSON a target receives, is matched against the routing rules and
 // delivered asynchronously (no ordering, at-least-once) to the subscribed
 // consumers, each target with bounded retries and exponential backoff, then
-// a dead-letter list. Safe for concurrent use.
+// the rule's DLQ (SetDeadLetterQueue) and a dead-letter list. Safe for
+// concurrent use.
 type Bus struct {
 	cfg   BusConfig
 	log   *slog.Logger
@@ -40,6 +41,7 @@ type Bus struct {
 	cancelAll context.CancelFunc
 	archives  map[string]*archive
 	replays   map[string]*replay
+	dlqs      map[string]ruleDLQ // by rule name (SetDeadLetterQueue)
 }
 
 // busTarget is a rule target: a function invoked with the event, or an SQS
@@ -71,7 +73,8 @@ func NewBus(cfg BusConfig) (*Bus, error) {
 		}
 		b.rules = append(b.rules, busRule{rule: r, pattern: p})
 	}
-	b.stats = BusStats{FailedEntries: map[string]int64{}, Deliveries: map[string]int64{}, Attempts: map[string]int64{}, Retries: map[string]int64{}, DeadLettered: map[string]int64{}}
+	b.stats = BusStats{FailedEntries: map[string]int64{}, Deliveries: map[string]int64{}, Attempts: map[string]int64{}, Retries: map[string]int64{}, DeadLettered: map[string]int64{},
+		SentToDLQ: map[string]int64{}, FailedToDLQ: map[string]int64{}}
 	b.closeCtx, b.cancelAll = context.WithCancel(context.Background())
 	if cfg.Store != nil {
 		if err := b.restoreDeadLetters(); err != nil {
@@ -354,6 +357,8 @@ func (b *Bus) Stats() BusStats {
 	s.Attempts = copyCounts(b.stats.Attempts)
 	s.Retries = copyCounts(b.stats.Retries)
 	s.DeadLettered = copyCounts(b.stats.DeadLettered)
+	s.SentToDLQ = copyCounts(b.stats.SentToDLQ)
+	s.FailedToDLQ = copyCounts(b.stats.FailedToDLQ)
 	return s
 }
 

@@ -195,16 +195,28 @@ type Rule struct {
 // called concurrently.
 type Interceptor func(ctx context.Context, consumer string, ev events.EventBridgeEvent, attempt int, next EventHandler) error
 
-// DeadLetter is an event the bus gave up delivering to one target, as a
-// target DLQ would receive it (the event JSON plus the last error).
+// DeadLetter is an event the bus gave up delivering to one target, as its
+// rule's DLQ receives it (the event JSON, and what the message attributes
+// say: eb-rule-dlq).
 type DeadLetter struct {
-	Consumer  string
-	Rule      string
+	Consumer string
+	Rule     string
+	// RuleARN and TargetARN are the RULE_ARN and TARGET_ARN attributes.
+	RuleARN   string
+	TargetARN string
 	EventJSON []byte
 	Event     events.EventBridgeEvent
-	Attempts  int
-	Error     string
-	At        time.Time
+	// Attempts is the number of delivery attempts (RETRY_ATTEMPTS is one
+	// less).
+	Attempts int
+	// ErrorCode is the ERROR_CODE attribute (sqsconsumer.RuleError*).
+	ErrorCode string
+	// Error is the last attempt's error (ERROR_MESSAGE).
+	Error string
+	At    time.Time
+	// DLQMessageID is the message id on the rule's DLQ ("" without a DLQ,
+	// or when the DLQ refused it).
+	DLQMessageID string
 }
 
 // BusStats counts what a Bus did.
@@ -227,6 +239,11 @@ type BusStats struct {
 	Retries map[string]int64
 	// DeadLettered counts events given up per consumer.
 	DeadLettered map[string]int64
+	// SentToDLQ counts, per consumer, the events given up that its rule's
+	// DLQ took (CloudWatch InvocationsSentToDLQ); FailedToDLQ those the DLQ
+	// refused (InvocationsFailedToBeSentToDlq: on AWS they are dropped).
+	SentToDLQ   map[string]int64
+	FailedToDLQ map[string]int64
 	// Replayed counts events a replay put on the bus again (StartReplay).
 	Replayed int64
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/outboxtrace"
+	"github.com/ddb-outbox/ddb-outbox/pkg/sqsconsumer"
 )
 
 // route records an accepted event and starts one delivery per matching
@@ -69,9 +70,14 @@ type delivery struct {
 	traceHeader string
 }
 
-// deliver runs the target's attempts and dead-letters on exhaustion. With
-// a Store, a delivery interrupted by Close stays kept (not dead-lettered)
-// for Resume after a restart.
+// deliver runs the target's attempts and dead-letters on exhaustion, as
+// EventBridge does (eb-rule-retry-policy, eb-rule-dlq): a failure EventBridge
+// does not retry (deliveryFailure: the target is gone or refuses
+// EventBridge) ends the delivery at once; any other is retried up to
+// TargetMaxAttempts. The dead letter goes to the rule's DLQ
+// (SetDeadLetterQueue) with AWS's attributes, and to DeadLetters. With a
+// Store, a delivery interrupted by Close stays kept (not dead-lettered) for
+// Resume after a restart.
 func (b *Bus) deliver(d delivery) {
 	defer b.done()
 	rule, t, raw, traceHeader := d.rule, d.target, d.raw, d.traceHeader
@@ -80,7 +86,8 @@ func (b *Bus) deliver(d delivery) {
 	var lastErr error
 	var ev events.EventBridgeEvent
 	attempt := 0
-	for attempt < b.cfg.TargetMaxAttempts {
+	code, retried := "", true
+	for attempt < b.cfg.TargetMaxAttempts && retried {
 		attempt++
 		if attempt > 1 {
 			b.count(func(s *BusStats) { s.Retries[consumer]++ })
@@ -97,7 +104,7 @@ func (b *Bus) deliver(d delivery) {
 		}
 		b.count(func(s *BusStats) { s.Attempts[consumer]++ })
 		if t.queue != nil {
-			lastErr = b.send(ctx, t, raw, traceHeader)
+			lastErr = b.send(ctx, b.RuleARN(rule.Name), t, raw, traceHeader)
 		} else {
 			lastErr = b.attempt(outboxtrace.ParentOrNew(ctx, outboxtrace.FromXRayHeader(traceHeader)), consumer, ev, attempt, t.h)
 		}
@@ -109,19 +116,39 @@ func (b *Bus) deliver(d delivery) {
 		if b.cfg.Store != nil && ctx.Err() != nil {
 			break
 		}
-		b.log.Warn("delivery failed", "consumer", consumer, "rule", rule.Name, "id", ev.ID, "attempt", attempt, "error", lastErr)
+		code, retried = deliveryFailure(lastErr)
+		b.log.Warn("delivery failed", "consumer", consumer, "rule", rule.Name, "id", ev.ID, "attempt", attempt, "error_code", code, "retried", retried, "error", lastErr)
 	}
 	if b.cfg.Store != nil && ctx.Err() != nil {
 		b.log.Info("delivery kept for the next start (bus closed)", "consumer", consumer, "rule", rule.Name, "id", ev.ID)
 		return
 	}
-	dl := DeadLetter{Consumer: consumer, Rule: rule.Name, EventJSON: raw, Event: ev, Attempts: attempt, Error: fmt.Sprint(lastErr), At: time.Now()}
+	if code == "" {
+		code, _ = deliveryFailure(lastErr)
+	}
+	exhausted := ""
+	if retried && attempt >= b.cfg.TargetMaxAttempts {
+		exhausted = sqsconsumer.ExhaustedMaximumRetryAttempts
+	}
+	dl := DeadLetter{Consumer: consumer, Rule: rule.Name, RuleARN: b.RuleARN(rule.Name), TargetARN: b.targetARN(consumer, t),
+		EventJSON: raw, Event: ev, Attempts: attempt, ErrorCode: code, Error: fmt.Sprint(lastErr), At: time.Now()}
+	msgID, dlqErr := b.sendToDLQ(ctx, dl, exhausted)
+	dl.DLQMessageID = msgID
 	b.keepDeadLetter(d.id, dl)
 	b.mu.Lock()
 	b.dead = append(b.dead, dl)
 	b.stats.DeadLettered[consumer]++
+	switch {
+	case dlqErr != nil:
+		b.stats.FailedToDLQ[consumer]++
+	case msgID != "":
+		b.stats.SentToDLQ[consumer]++
+	}
 	b.mu.Unlock()
-	b.log.Error("event dead-lettered", "consumer", consumer, "rule", rule.Name, "id", ev.ID, "attempts", attempt, "error", lastErr)
+	if dlqErr != nil {
+		b.log.Error("event dead-lettered, and its rule's DLQ refused it: on AWS it is dropped (InvocationsFailedToBeSentToDlq)", "consumer", consumer, "rule", rule.Name, "id", ev.ID, "error", lastErr, "dlq_error", dlqErr)
+	}
+	b.log.Error("event dead-lettered", "consumer", consumer, "rule", rule.Name, "id", ev.ID, "attempts", attempt, "error_code", code, "error", lastErr, "dlq_message_id", msgID)
 	if b.cfg.OnDeadLetter != nil {
 		b.cfg.OnDeadLetter(dl)
 	}
@@ -141,11 +168,12 @@ func (b *Bus) attempt(ctx context.Context, consumer string, ev events.EventBridg
 	return h(cctx, ev)
 }
 
-// send delivers raw to a queue target.
-// The entry's X-Ray TraceHeader, if any, goes as the AWSTraceHeader
-// message system attribute, as EventBridge sends it.
-func (b *Bus) send(ctx context.Context, t busTarget, raw json.RawMessage, traceHeader string) error {
-	cctx, cancel := context.WithTimeout(ctx, b.cfg.HandlerTimeout)
+// send delivers raw to a queue target, as EventBridge does for the rule
+// ruleARN: under EventBridgeSenderID, with the rule's ARN as aws:SourceArn
+// (WithSourceARN). The entry's X-Ray TraceHeader, if any, goes as the
+// AWSTraceHeader message system attribute, as EventBridge sends it.
+func (b *Bus) send(ctx context.Context, ruleARN string, t busTarget, raw json.RawMessage, traceHeader string) error {
+	cctx, cancel := context.WithTimeout(WithSourceARN(WithSenderID(ctx, EventBridgeSenderID), ruleARN), b.cfg.HandlerTimeout)
 	defer cancel()
 	in := &sqs.SendMessageInput{QueueUrl: aws.String(t.url), MessageBody: aws.String(string(raw))}
 	if traceHeader != "" {

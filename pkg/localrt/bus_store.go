@@ -26,6 +26,10 @@ type storedDeadLetter struct {
 	Attempts  int             `json:"attempts"`
 	Error     string          `json:"error"`
 	At        int64           `json:"at"`
+	RuleARN   string          `json:"rule_arn,omitempty"`
+	TargetARN string          `json:"target_arn,omitempty"`
+	ErrorCode string          `json:"error_code,omitempty"`
+	DLQMsgID  string          `json:"dlq_message_id,omitempty"`
 }
 
 func (b *Bus) pendingPrefix() string { return "bus/" + b.ARN() + "/pending/" }
@@ -69,7 +73,8 @@ func (b *Bus) keepDeadLetter(id string, dl DeadLetter) {
 	if b.cfg.Store == nil {
 		return
 	}
-	v, err := json.Marshal(storedDeadLetter{Consumer: dl.Consumer, Rule: dl.Rule, EventJSON: dl.EventJSON, Attempts: dl.Attempts, Error: dl.Error, At: dl.At.UnixNano()})
+	v, err := json.Marshal(storedDeadLetter{Consumer: dl.Consumer, Rule: dl.Rule, EventJSON: dl.EventJSON, Attempts: dl.Attempts, Error: dl.Error, At: dl.At.UnixNano(),
+		RuleARN: dl.RuleARN, TargetARN: dl.TargetARN, ErrorCode: dl.ErrorCode, DLQMsgID: dl.DLQMessageID})
 	if err == nil {
 		err = b.cfg.Store.Put(b.deadPrefix()+id, v)
 	}
@@ -87,7 +92,8 @@ func (b *Bus) restoreDeadLetters() error {
 		if err := json.Unmarshal(v, &s); err != nil {
 			return fmt.Errorf("localrt: bus %s: stored dead letter %s: %w", b.cfg.Name, k, err)
 		}
-		dl := DeadLetter{Consumer: s.Consumer, Rule: s.Rule, EventJSON: s.EventJSON, Attempts: s.Attempts, Error: s.Error, At: time.Unix(0, s.At)}
+		dl := DeadLetter{Consumer: s.Consumer, Rule: s.Rule, EventJSON: s.EventJSON, Attempts: s.Attempts, Error: s.Error, At: time.Unix(0, s.At),
+			RuleARN: s.RuleARN, TargetARN: s.TargetARN, ErrorCode: s.ErrorCode, DLQMessageID: s.DLQMsgID}
 		_ = json.Unmarshal(s.EventJSON, &dl.Event)
 		b.dead = append(b.dead, dl)
 	}

@@ -57,3 +57,34 @@ func FunctionRoleID(functionName string) string {
 func FunctionSenderID(functionName string) string {
 	return FunctionRoleID(functionName) + ":" + functionName
 }
+
+// EventBridgeSenderID is the SenderId of the messages the local bus sends
+// (to an SQS rule target, and to a rule's DLQ). ❓ Which SenderId SQS
+// records for a message EventBridge sends is not documented (API_ReceiveMessage
+// describes users' and roles' ids only): this one has the shape of an IAM
+// user id, and nothing may rely on its value — the proof that a rule DLQ
+// message is EventBridge's is the queue's policy (SQSQueueConfig.OnlySourceArns,
+// sqsconsumer.CheckRuleDLQPolicy), not its sender.
+const EventBridgeSenderID = "AIDAEVENTBRIDGELOCAL0"
+
+type sourceKey struct{}
+
+// WithSourceARN returns ctx carrying arn as the aws:SourceArn of the
+// requests made under it: the ARN of the resource on whose behalf an AWS
+// service calls another (IAM global condition keys, aws:SourceArn; it is
+// never in a principal's own request). The local bus sends to a rule's
+// target and DLQ under the rule's ARN, as EventBridge does. An empty arn
+// leaves ctx as it is.
+func WithSourceARN(ctx context.Context, arn string) context.Context {
+	if arn == "" {
+		return ctx
+	}
+	return context.WithValue(ctx, sourceKey{}, arn)
+}
+
+// sourceARN is the aws:SourceArn ctx carries ("" when none: a principal's
+// own request).
+func sourceARN(ctx context.Context) string {
+	s, _ := ctx.Value(sourceKey{}).(string)
+	return s
+}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -79,6 +80,17 @@ type SQSQueueConfig struct {
 	RetentionPeriod time.Duration
 	// Redrive is the queue's redrive policy (nil: none).
 	Redrive *RedrivePolicy
+	// OnlySourceArns, when set, is the queue policy of an EventBridge
+	// rule's DLQ as the CDK stack writes it (deadletter.AcceptOnlyFrom with
+	// SourceArns): a Deny of sqs:SendMessage to every request whose
+	// aws:SourceArn is none of these ARNs. SendMessage then refuses a call
+	// whose context carries no such source (WithSourceARN; a principal's own
+	// request never carries one, so every call through the AWS front is
+	// refused) with AccessDenied, as SQS refuses it, and GetQueueAttributes
+	// answers the statement in Policy. The local bus sends to a rule's DLQ
+	// under the rule's ARN. Other queue policies are not modelled (any
+	// caller may send to any other local queue: docs/PARITY.md).
+	OnlySourceArns []string
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 	// Store, when set, keeps the queue's messages durably (the local stack
@@ -226,7 +238,8 @@ func messageSize(body string, attrs map[string]sqstypes.MessageAttributeValue) i
 
 // SendMessage stores a message, its SenderId the principal ctx carries
 // (WithSenderID; DefaultSenderID when none). Errors (smithy API errors, like SQS):
-// MissingParameter (empty body), InvalidMessageContents (a character outside
+// AccessDenied (SQSQueueConfig.OnlySourceArns refuses the request's
+// aws:SourceArn), MissingParameter (empty body), InvalidMessageContents (a character outside
 // the allowed set), InvalidParameterValue (body + attributes over
 // MaximumMessageSize, or a DelaySeconds other than 0, which is not modelled),
 // AWS.SimpleQueueService.NonExistentQueue (QueueUrl is not this queue).
@@ -238,6 +251,9 @@ func (q *SQSQueue) SendMessage(ctx context.Context, in *sqs.SendMessageInput, _ 
 		return nil, sqsErr("MissingParameter", "The request must contain the parameter MessageBody.")
 	}
 	if err := q.checkURL(in.QueueUrl); err != nil {
+		return nil, err
+	}
+	if err := q.checkSource(ctx); err != nil {
 		return nil, err
 	}
 	body := aws.ToString(in.MessageBody)
@@ -270,6 +286,37 @@ func (q *SQSQueue) SendMessage(ctx context.Context, in *sqs.SendMessageInput, _ 
 	}
 	q.put(m)
 	return &sqs.SendMessageOutput{MessageId: aws.String(m.id), MD5OfMessageBody: aws.String(m.md5)}, nil
+}
+
+// ErrorCodeAccessDenied is the SQS query error code of a request a policy
+// refuses (HTTP 403).
+const ErrorCodeAccessDenied = "AccessDenied"
+
+// checkSource refuses a send the queue's OnlySourceArns deny: AccessDenied
+// with IAM's message for an explicit deny in a resource-based policy.
+func (q *SQSQueue) checkSource(ctx context.Context) error {
+	if len(q.cfg.OnlySourceArns) == 0 || slices.Contains(q.cfg.OnlySourceArns, sourceARN(ctx)) {
+		return nil
+	}
+	return sqsErr(ErrorCodeAccessDenied, fmt.Sprintf("User: %s is not authorized to perform: sqs:sendmessage on resource: %s with an explicit deny in a resource-based policy", senderID(ctx), q.arn))
+}
+
+// policy is the queue policy OnlySourceArns stands for, in the shape the
+// CDK stack writes it (deadletter.AcceptOnlyFrom, Sid
+// OnlyTheSourceSends); "" without OnlySourceArns.
+func (q *SQSQueue) policy() string {
+	if len(q.cfg.OnlySourceArns) == 0 {
+		return ""
+	}
+	b, _ := json.Marshal(map[string]any{
+		"Version": "2012-10-17",
+		"Statement": []map[string]any{{
+			"Sid": "OnlyTheSourceSends", "Effect": "Deny", "Principal": map[string]any{"AWS": "*"},
+			"Action": "sqs:SendMessage", "Resource": q.arn,
+			"Condition": map[string]any{"ArnNotEquals": map[string]any{"aws:SourceArn": q.cfg.OnlySourceArns}},
+		}},
+	})
+	return string(b)
 }
 
 // AttrAWSTraceHeader is the message system attribute carrying an X-Ray
@@ -307,8 +354,9 @@ func (q *SQSQueue) put(m *sqsMessage) {
 // GetQueueAttributes answers ApproximateNumberOfMessages (visible),
 // ApproximateNumberOfMessagesNotVisible (in flight),
 // ApproximateNumberOfMessagesDelayed (always 0), QueueArn,
-// VisibilityTimeout, MaximumMessageSize, MessageRetentionPeriod and
-// RedrivePolicy, whatever names are asked for.
+// VisibilityTimeout, MaximumMessageSize, MessageRetentionPeriod,
+// RedrivePolicy and Policy (SQSQueueConfig.OnlySourceArns), whatever names
+// are asked for.
 func (q *SQSQueue) GetQueueAttributes(ctx context.Context, in *sqs.GetQueueAttributesInput, _ ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -329,6 +377,9 @@ func (q *SQSQueue) GetQueueAttributes(ctx context.Context, in *sqs.GetQueueAttri
 	if r := q.cfg.Redrive; r != nil {
 		b, _ := json.Marshal(map[string]any{"deadLetterTargetArn": r.DeadLetterQueue.ARN(), "maxReceiveCount": r.MaxReceiveCount})
 		attrs["RedrivePolicy"] = string(b)
+	}
+	if p := q.policy(); p != "" {
+		attrs["Policy"] = p
 	}
 	return &sqs.GetQueueAttributesOutput{Attributes: attrs}, nil
 }

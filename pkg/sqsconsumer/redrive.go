@@ -49,13 +49,23 @@ type DeadLetter struct {
 	SourceQueueARN string
 	// SentAt is the SentTimestamp message system attribute (zero if absent).
 	SentAt time.Time
+	// Rule is what the message attributes of an EventBridge rule DLQ
+	// message say (RULE_ARN, TARGET_ARN, ERROR_CODE, …; nil when it carries
+	// none of RULE_ARN, TARGET_ARN and ERROR_CODE). Reason and Error then
+	// default to its ERROR_CODE and ERROR_MESSAGE.
+	Rule *RuleDelivery
 }
 
 // From names where a message came from, for listings: "queue <arn>" when a
-// redrive policy moved it, else "sender <SenderId>".
+// redrive policy moved it, "rule <RULE_ARN>" for a message carrying
+// EventBridge's rule DLQ attributes (what it says, not proven), else
+// "sender <SenderId>".
 func (d DeadLetter) From() string {
 	if d.SourceQueueARN != "" {
 		return "queue " + d.SourceQueueARN
+	}
+	if d.Rule != nil {
+		return "rule " + orNone(d.Rule.RuleARN) + " (sender " + orNone(d.SenderID) + ")"
 	}
 	if d.SenderID == "" {
 		return "sender unknown"
@@ -73,6 +83,10 @@ const receiveWaitSeconds = 1
 // ReasonMaxReceiveCount is the Reason of a message the queue's redrive policy
 // moved (it carries no reason attribute).
 const ReasonMaxReceiveCount = "max_receive_count"
+
+// ReasonRuleDelivery is the Reason of a rule DLQ message without an
+// ERROR_CODE attribute.
+const ReasonRuleDelivery = "rule_delivery_failed"
 
 // SQS message system attribute names Peek and Redrive read
 // (API_ReceiveMessage, MessageSystemAttributeNames).
@@ -93,8 +107,9 @@ var receiveAttributes = []sqstypes.MessageSystemAttributeName{
 }
 
 // ErrNoProvenance: Redrive was given no way to tell the consumer's dead
-// letters from anything else sent to its DLQ.
-var ErrNoProvenance = errors.New("sqsconsumer: redrive needs the consumer queue's ARN or the consumer's sender id (Provenance)")
+// letters from anything else sent to its DLQ (RedriveOptions.From nil, or a
+// Provenance naming neither a queue nor a sender).
+var ErrNoProvenance = errors.New("sqsconsumer: redrive needs the consumer queue's ARN or the consumer's sender id (Provenance), or the rule and target (RuleProvenance)")
 
 // Provenance says which DLQ messages came from the consumer a Redrive sends
 // them back to. A DLQ accepts SendMessage from any principal its queue
@@ -173,8 +188,9 @@ type RedriveOptions struct {
 	// bound), Peek lists at most Max (0: 100).
 	Max int
 	// From says which messages Redrive may move (required by Redrive,
-	// unused by Peek).
-	From Provenance
+	// unused by Peek): a Provenance for a consumer DLQ, a RuleProvenance
+	// for an EventBridge rule's DLQ.
+	From Prover
 	// OnMessage, when set, is called for every message handled (Redrive:
 	// after it was sent to the target and deleted from the DLQ).
 	OnMessage func(DeadLetter)
@@ -214,13 +230,24 @@ func toDeadLetter(m sqstypes.Message) DeadLetter {
 	if ms, err := strconv.ParseInt(m.Attributes[SysAttrSentTimestamp], 10, 64); err == nil {
 		d.SentAt = time.UnixMilli(ms)
 	}
-	if v, ok := m.MessageAttributes[AttrReason]; ok {
+	d.Rule = ruleDelivery(func(name string) (string, bool) {
+		v, ok := m.MessageAttributes[name]
+		return aws.ToString(v.StringValue), ok
+	})
+	switch v, ok := m.MessageAttributes[AttrReason]; {
+	case ok:
 		d.Reason = aws.ToString(v.StringValue)
-	} else {
+	case d.Rule != nil && d.Rule.ErrorCode != "":
+		d.Reason = d.Rule.ErrorCode
+	case d.Rule != nil:
+		d.Reason = ReasonRuleDelivery
+	default:
 		d.Reason = ReasonMaxReceiveCount
 	}
 	if v, ok := m.MessageAttributes[AttrError]; ok {
 		d.Error = aws.ToString(v.StringValue)
+	} else if d.Rule != nil {
+		d.Error = d.Rule.ErrorMessage
 	}
 	return d
 }
@@ -254,9 +281,12 @@ const redriveVisibility = 60
 // sees the message as the rule delivered it), then DeleteMessage from the
 // DLQ. Nothing is deleted before its copy is sent.
 //
-// Only messages opts.From proves to be the consumer's are moved; any other
-// (planted by a principal allowed to send to the DLQ) is left, reported with
-// its sender in RedriveResult.Left and opts.OnLeft, never laundered into the
+// Only messages opts.From proves to be the consumer's are moved — on a
+// consumer DLQ (Provenance) those its queue's redrive policy moved or the
+// consumer sent; on an EventBridge rule's DLQ (RuleProvenance) the events
+// that rule could not deliver to the queue — and any other (planted by a
+// principal allowed to send to the DLQ) is left, reported with its sender
+// and why in RedriveResult.Left and opts.OnLeft, never laundered into the
 // consumer queue. Only messages dated (SentTimestamp: for a message a
 // redrive policy moved, its first send to the source queue) before the run
 // started are moved: one sent during the run (a redriven message the consumer refused
@@ -275,13 +305,16 @@ const redriveVisibility = 60
 // brings only messages this run already left, after opts.Max moves, or when
 // ctx ends. The messages it left are made visible again before it returns.
 //
-// Errors: ErrNoProvenance (or another Provenance.Validate error) before
+// Errors: ErrNoProvenance (or another opts.From.Validate error) before
 // anything is received; a receive error; the target refusing a message (the
 // message is left, the batch finished, then the run ends with the error,
 // joined with any DeleteMessage error: a leftover copy on the DLQ is a
 // harmless duplicate); ctx's error.
 func Redrive(ctx context.Context, dlq QueueAPI, dlqURL string, target MessageSender, targetURL string, opts RedriveOptions) (RedriveResult, error) {
 	var res RedriveResult
+	if opts.From == nil {
+		return res, ErrNoProvenance
+	}
 	if err := opts.From.Validate(); err != nil {
 		return res, err
 	}
