@@ -8,6 +8,7 @@
 //	outboxctl [-endpoint URL] redrive -table T [-shards 16] (-pk PK -sk SK | -event ID | -all)
 //	outboxctl [-endpoint URL] consumer-dlq      -dlq DLQ [-limit 100]
 //	outboxctl [-endpoint URL] consumer-redrive  -dlq DLQ -queue QUEUE [-sender ROLE_ID]... [-max 0]
+//	outboxctl [-endpoint URL] rule-dlq-redrive  -dlq RULE_DLQ -queue QUEUE -rule RULE [-bus B] [-source S] [-max 0] [-dry-run] [-unrestricted-dlq]
 //	outboxctl [-endpoint URL] consumer-buffered -consumer C [-consumer-table T]
 //	outboxctl [-endpoint URL] consumer-baseline -consumer C [-consumer-table T] (-aggregate ID -last N | -from-orders-table T)
 //	outboxctl [-endpoint URL] backfill -archive A -rule R [-bus B] [-from T] [-to T] [-settle 10m] [-orders-table T]
@@ -27,6 +28,13 @@
 // queue's redrive policy: DeadLetterQueueSourceArn; or sent by the
 // consumer's role, -sender: SenderId); any other message is listed with its
 // sender and left, so a message planted on the DLQ is never forwarded;
+// rule-dlq-redrive sends the events EventBridge could not deliver to a
+// consumer queue (the queue refused them: deleted, its KMS key disabled,
+// its policy), which wait on the routing rule's DLQ, back to the queue:
+// only once the DLQ's policy proves that only the rule sends there, and
+// only the messages whose RULE_ARN, TARGET_ARN and event source are the
+// rule's, the queue's and the outbox's; any other is listed with why and
+// left (-dry-run lists, moves nothing);
 // backfill replays the outbox's archive to one consumer's rule (a new or
 // rebuilt consumer, docs/ARCHIVE.md), replays lists the replays, history
 // lists an aggregate's published events;
@@ -101,6 +109,8 @@ func init() {
 			"outboxctl -endpoint http://127.0.0.1:4580 consumer-dlq -dlq dev-ledger-dlq", runConsumerDLQ},
 		{"consumer-redrive", "move the consumer's own messages on its DLQ back to its queue (moved by its redrive policy, or sent by its role: -sender); list any other with its sender and leave it",
 			"outboxctl -endpoint http://127.0.0.1:4580 consumer-redrive -dlq dev-ledger-dlq -queue dev-ledger", runConsumerRedrive},
+		{"rule-dlq-redrive", "move the events EventBridge could not deliver to a consumer queue (on the routing rule's DLQ) back to the queue, proven by the DLQ's policy and each message's RULE_ARN, TARGET_ARN and source; list any other with why and leave it (-dry-run: list only)",
+			"outboxctl -endpoint http://127.0.0.1:4580 rule-dlq-redrive -dlq dev-ledger-order-payments-rule-dlq -queue dev-ledger -rule ledger-order-payments -bus dev-bus -dry-run", runRuleDLQRedrive},
 		{"consumer-buffered", "list the events an ordered consumer's resequencer holds for a missing predecessor: aggregate, sequence, the range it waits for, age",
 			"outboxctl -endpoint http://127.0.0.1:4580 consumer-buffered -consumer ledger -consumer-table dev-ledger", runConsumerBuffered},
 		{"consumer-baseline", "declare an ordered consumer's starting point: -aggregate ID -last N, or every order at its version (-from-orders-table)",

@@ -21,6 +21,7 @@ import (
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/ddb-outbox/ddb-outbox/internal/devstack"
+	"github.com/ddb-outbox/ddb-outbox/internal/operator"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/routing"
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/ddbtest"
@@ -48,12 +49,18 @@ type world struct {
 	ddb        *dynamodb.Client
 	parked     *localrt.MemoryQueue
 	queue, dlq *localrt.SQSQueue
-	bus        *localrt.Bus
-	events     chan events.EventBridgeEvent
-	ids        map[string]string // "o-1/1" -> event id
+	// ruleDLQ is the DLQ of the ledger's rule (ledger-order-payments), its
+	// policy admitting that rule only, as the stack makes it: empty.
+	ruleDLQ *localrt.SQSQueue
+	bus     *localrt.Bus
+	events  chan events.EventBridgeEvent
+	ids     map[string]string // "o-1/1" -> event id
 }
 
 const shards = 4
+
+// ledgerRule is the ledger's routing rule (routing.Rules).
+const ledgerRule = "ledger-order-payments"
 
 // newWorld builds the world; busOpts adjust the local bus's
 // configuration (e.g. its clock) before it starts.
@@ -171,11 +178,18 @@ func newWorld(t *testing.T, busOpts ...func(*localrt.BusConfig)) *world {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = w.bus.Close(context.Background()) })
+	if w.ruleDLQ, err = localrt.NewSQSQueue(localrt.SQSQueueConfig{Name: operator.RuleDLQName("ctl", ledgerRule),
+		OnlySourceArns: []string{w.bus.RuleARN(ledgerRule)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.bus.SetDeadLetterQueue(ledgerRule, w.ruleDLQ, w.ruleDLQ.URL()); err != nil {
+		t.Fatal(err)
+	}
 	// The notifier's rule matches every order event type.
 	w.bus.Subscribe(routing.ConsumerNotifier, func(_ context.Context, ev events.EventBridgeEvent) error { w.events <- ev; return nil })
 	w.bus.Subscribe(routing.ConsumerLedger, func(context.Context, events.EventBridgeEvent) error { return nil })
 	front, err := localrt.NewAWSFront(localrt.AWSFrontConfig{
-		Queues: []localrt.FrontQueue{w.parked, onFailure, w.queue, w.dlq}, EventBridge: w.bus, DynamoDB: env.Endpoint})
+		Queues: []localrt.FrontQueue{w.parked, onFailure, w.queue, w.dlq, w.ruleDLQ}, EventBridge: w.bus, DynamoDB: env.Endpoint})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,6 +265,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"redrive", "-table", "t", "-pk", "p"}, "redrive: give -pk PK -sk SK, -event ID, or -all"},
 		{[]string{"redrive", "-table", "t", "-all", "-event", "e"}, "redrive: give -pk PK -sk SK, -event ID, or -all"},
 		{[]string{"consumer-dlq"}, "consumer-dlq: -dlq is required"},
+		{[]string{"rule-dlq-redrive", "-dlq", "d", "-queue", "q"}, "rule-dlq-redrive: -dlq, -queue and -rule are required"},
 		{[]string{"consumer-redrive", "-dlq", "d"}, "consumer-redrive: -dlq and -queue are required"},
 		{[]string{"parked", "-table", "t", "extra"}, `unexpected argument "extra"`},
 	}
@@ -317,6 +332,7 @@ func TestStatus(t *testing.T) {
 		queueLine("parked-records", "ctl-parked", 2, 0),
 		queueLine("stream-failures", "ctl-relay-onfailure", 0, 0),
 		queueLine("consumer-dlq", "ctl-ledger-dlq", 2, 0),
+		queueLine("rule-dlq", "ctl-ledger-order-payments-rule-dlq", 0, 0),
 		queueLine("consumer-queue", "ctl-ledger", 0, 0))
 	// Per shard: the two pending records' shards, and their sum.
 	want := map[string]int{}

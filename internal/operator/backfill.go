@@ -50,10 +50,10 @@ func ResolveRule(ctx context.Context, api ReplayAPI, rule, bus string) (arn, nam
 			for _, r := range l.Rules {
 				names = append(names, aws.ToString(r.Name))
 			}
-			return "", "", fmt.Errorf("backfill: rule %s (%s): %w; the bus's rules: %s", rule, where, err, strings.Join(names, ", "))
+			return "", "", fmt.Errorf("rule %s (%s): %w; the bus's rules: %s", rule, where, err, strings.Join(names, ", "))
 		}
 	}
-	return "", "", fmt.Errorf("backfill: rule %s (%s): %w", rule, where, err)
+	return "", "", fmt.Errorf("rule %s (%s): %w", rule, where, err)
 }
 
 // Backfill defaults.

@@ -36,9 +36,17 @@
 //     find the orders that began before that (their history is not in it),
 //     and list an aggregate's published events from the outbox table
 //     (docs/ARCHIVE.md).
+//   - RedriveRuleDLQ: move the events EventBridge could not deliver to a
+//     consumer queue (the queue refused them: deleted, its KMS key
+//     disabled, its policy) from the routing rule's DLQ back to that queue,
+//     once the DLQ's policy proves that only EventBridge, for the rule,
+//     sent there and each message's RULE_ARN, TARGET_ARN and body say it is
+//     the rule's event for that queue; anything else is listed and left.
+//     A receive, send and delete per message (SQS requests only).
 //   - Queues: the dead-letter queues by kind, named by URL or found by name
 //     prefix (ListQueues) with the local stack's naming: <prefix>-parked,
-//     <prefix>-relay-onfailure, <prefix>-<consumer>-dlq.
+//     <prefix>-relay-onfailure, <prefix>-<consumer>-dlq,
+//     <prefix>-<rule>-rule-dlq.
 //
 // Clients are the narrow interfaces below, with the SDK's exact signatures:
 // *dynamodb.Client, *sqs.Client and *eventbridge.Client satisfy them.

@@ -100,7 +100,7 @@ func TestReplay(t *testing.T) {
 
 func TestKindOf(t *testing.T) {
 	tests := map[string]string{
-		"dev-parked": KindParked, "dev-relay-onfailure": KindStreamFailure, "dev-ledger-dlq": KindConsumerDLQ,
+		"dev-parked": KindParked, "dev-relay-onfailure": KindStreamFailure, "dev-ledger-dlq": KindConsumerDLQ, "dev-ledger-order-payments-rule-dlq": KindRuleDLQ,
 		"dev-ledger": KindConsumerQueue, "Orders-LedgerConsumerQueue-ABC": KindConsumerQueue,
 	}
 	for name, want := range tests {

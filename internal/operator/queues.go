@@ -24,6 +24,7 @@ const (
 	KindParked        = "parked-records"  // the relay's parked-records DLQ (PARKED_QUEUE_URL)
 	KindStreamFailure = "stream-failures" // the stream event source mapping's on-failure destination
 	KindConsumerDLQ   = "consumer-dlq"    // a consumer's DLQ
+	KindRuleDLQ       = "rule-dlq"        // a routing rule's DLQ: what EventBridge could not deliver to a consumer queue
 	KindConsumerQueue = "consumer-queue"  // a consumer's queue
 )
 
@@ -46,13 +47,16 @@ type QueueDepth struct {
 }
 
 // KindOf classifies a queue by the local stack's names: "-parked",
-// "-onfailure", "-dlq" suffixes; any other is a consumer queue.
+// "-onfailure", "-rule-dlq", "-dlq" suffixes; any other is a consumer
+// queue.
 func KindOf(name string) string {
 	switch {
 	case strings.HasSuffix(name, "-parked"):
 		return KindParked
 	case strings.HasSuffix(name, "-onfailure"):
 		return KindStreamFailure
+	case isRuleDLQ(name):
+		return KindRuleDLQ
 	case strings.HasSuffix(name, "-dlq"):
 		return KindConsumerDLQ
 	}
