@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ddb-outbox/ddb-outbox/internal/devstack"
+	"github.com/ddb-outbox/ddb-outbox/internal/operator"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/order"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/routing"
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
@@ -29,6 +30,7 @@ func runDev(ctx context.Context, args []string) error {
 	after := fs.Duration("reconcile-after", devstack.DevReconcileAfter, "age after which the reconciler re-sends a pending record: a replayed or redriven record is re-published by the first run after it is this old (AWS: RECONCILE_AFTER_SECONDS, at least "+config.MinReconcileAfter.String()+")")
 	consoleAddr := fs.String("console", "127.0.0.1:8090", "listen address of the local console (orders, each event's path, the consumers' effects, the outbox, the DLQs, operator actions); empty: none")
 	deadLetter := fs.String("dead-letter", "", "comma-separated CONSUMER:DETAIL_TYPE pairs the consumer refuses for good, so those messages land on its DLQ with reason "+devstack.ReasonLocalFault+" (e.g. ledger:OrderShipped): try outboxctl consumer-dlq/consumer-redrive or the console")
+	refuseDelivery := fs.String("refuse-delivery", "", "comma-separated consumers whose queue refuses the bus's deliveries (as a queue whose policy no longer admits its rule), so their events land on their rule's DLQ (<prefix>-<rule>-rule-dlq) at once (e.g. ledger): try outboxctl rule-dlq-redrive or the console")
 	prefix := fs.String("prefix", "dev", "table name prefix")
 	data := fs.String("data", "", "keep Dynoxide's data in this file across restarts (default: in memory, lost at exit); not with -endpoint, whose server keeps the data")
 	verbose := fs.Bool("v", false, "show every component's logs and the relay's and reconciler's metric lines (default: one line per hop of each event)")
@@ -83,6 +85,12 @@ func runDev(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	var refuse []string
+	for _, c := range strings.Split(*refuseDelivery, ",") {
+		if c = strings.TrimSpace(c); c != "" {
+			refuse = append(refuse, c)
+		}
+	}
 	if *checkpoint == "" && (*data != "" || *endpoint != "") {
 		*checkpoint = filepath.Join(".outboxdev", *prefix+".checkpoints.json")
 	}
@@ -106,7 +114,7 @@ func runDev(ctx context.Context, args []string) error {
 		ReconcileEvery: *every, ReconcileAfter: *after, Metrics: metrics,
 		DataFile: *data, RuntimeStateFile: *stateFile, CheckpointFile: *checkpoint, HopLog: true, Logger: slog.New(handler),
 		AWSAddr: *awsAddr, RejectDetailTypes: reject, RejectCode: *rejectCode, Tracing: *tracing, AllowedHosts: allowed,
-		ConsoleAddr: *consoleAddr, DeadLetterTypes: deadLetters,
+		ConsoleAddr: *consoleAddr, DeadLetterTypes: deadLetters, RefuseDeliveries: refuse,
 	})
 	if err != nil {
 		return err
@@ -135,6 +143,9 @@ Try:
 Drive it from another terminal: make demo ARGS=-attach
 `, s.URL, s.Endpoint, *prefix, storage, consoleLine(s), s.URL)
 	printOperatorHelp(s, *prefix, reject, *every)
+	if len(refuse) > 0 {
+		fmt.Printf("\nThe queues of %s refuse the bus's deliveries (-refuse-delivery): their events land on their rule's DLQ.\nPress \"Accept deliveries\" in the console, then redrive the rule DLQ there or with rule-dlq-redrive (above).\n", strings.Join(refuse, ", "))
+	}
 	if len(deadLetters) > 0 {
 		var pairs []string
 		for c, types := range deadLetters {
@@ -183,9 +194,11 @@ Operate it (or set AWS_ENDPOINT_URL=%s for an AWS SDK speaking the JSON protocol
   %s consumer-dlq      -dlq %s-ledger-dlq
   %s consumer-redrive  -dlq %s-ledger-dlq -queue %s-ledger -sender %s
   %s consumer-buffered -consumer ledger -consumer-table %s
+  %s rule-dlq-redrive  -dlq %s -queue %s-ledger -rule ledger-order-payments -bus %s -dry-run
 `, s.AWSURL, ctl, s.Settings.OutboxTable, prefix, ctl, s.Settings.OutboxTable, s.Settings.LedgerTable, s.Settings.NotificationsTable, s.Settings.IdempotencyTable,
 		ctl, s.Settings.OutboxTable, s.Settings.EventBus, ctl, s.Settings.OutboxTable, ctl, s.Settings.OutboxTable,
-		ctl, prefix, ctl, prefix, prefix, localrt.FunctionRoleID("ledger"), ctl, s.Settings.LedgerTable)
+		ctl, prefix, ctl, prefix, prefix, localrt.FunctionRoleID("ledger"), ctl, s.Settings.LedgerTable,
+		ctl, operator.RuleDLQName(prefix, "ledger-order-payments"), prefix, s.Settings.EventBus)
 	fmt.Printf(`
 Event history (archive %s of every published event; docs/ARCHIVE.md):
   %s history  -table %s ORDER_ID

@@ -15,8 +15,8 @@ import (
 )
 
 // ConsumerSpec is a consumer added to a running stack, as a team deploys a
-// new service: a rule on the bus, the rule's queue and DLQ, the SQS event
-// source mapping and the handler.
+// new service: a rule on the bus with its DLQ, the rule's queue and DLQ,
+// the SQS event source mapping and the handler.
 type ConsumerSpec struct {
 	// Name is the consumer's name: its queue <prefix>-<Name>, its DLQ
 	// <prefix>-<Name>-dlq, the rule's target. Not one of the stack's.
@@ -55,12 +55,11 @@ func (s *Stack) AddConsumer(spec ConsumerSpec) (*ConsumerPath, error) {
 	if err != nil {
 		return nil, err
 	}
-	var target localrt.MessageSender = c.Queue
-	if s.opts.WrapQueueTarget != nil {
-		target = s.opts.WrapQueueTarget(spec.Name, target)
-	}
-	s.Bus.SubscribeQueue(spec.Name, target, c.Queue.URL())
+	s.Bus.SubscribeQueue(spec.Name, s.deliveryTarget(spec.Name, c.Queue), c.Queue.URL())
 	if err := s.Bus.AddRule(localrt.Rule{Name: spec.Rule, Target: spec.Name, Pattern: spec.Pattern}); err != nil {
+		return nil, fmt.Errorf("devstack: consumer %s: %w", spec.Name, err)
+	}
+	if err := s.addRuleDLQ(spec.Rule, spec.Name); err != nil {
 		return nil, fmt.Errorf("devstack: consumer %s: %w", spec.Name, err)
 	}
 	if s.front != nil {

@@ -76,8 +76,9 @@ func (s *Stack) StopRejecting() bool {
 
 // Queues returns every SQS queue of the stack by name (the last segment of
 // its URL): the parked-records queue (<prefix>-parked), the stream event
-// source mapping's on-failure destination (<prefix>-relay-onfailure), and
-// each consumer's queue and DLQ (<prefix>-<consumer>, <prefix>-<consumer>-dlq).
+// source mapping's on-failure destination (<prefix>-relay-onfailure),
+// each consumer's queue and DLQ (<prefix>-<consumer>, <prefix>-<consumer>-dlq),
+// and each routing rule's DLQ (<prefix>-<rule>-rule-dlq).
 func (s *Stack) Queues() map[string]localrt.FrontQueue {
 	qs := map[string]localrt.FrontQueue{}
 	add := func(q localrt.FrontQueue) { qs[lastSegment(q.URL())] = q }
@@ -86,6 +87,9 @@ func (s *Stack) Queues() map[string]localrt.FrontQueue {
 	for _, c := range s.Consumers {
 		add(c.Queue)
 		add(c.DLQ)
+	}
+	for _, r := range s.Rules {
+		add(r.DLQ)
 	}
 	return qs
 }

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,7 +26,8 @@ import (
 // (html/template) over the running stack, refreshed by a small script that
 // fetches its view fragment every second, and the operator actions of
 // outboxctl as buttons that call the same code (relay.Redrive,
-// operator.Requeue, reconciler.Run, sqsconsumer.Redrive). Assets are
+// operator.Requeue, reconciler.Run, sqsconsumer.Redrive,
+// operator.RedriveRuleDLQ). Assets are
 // embedded; no CDN, no build step. Read-only except the actions, which are
 // POSTs behind the same guard as the API (localGuard: a foreign Host or a
 // cross-origin browser request is refused with 403).
@@ -115,7 +117,9 @@ func (c *console) routes() http.Handler {
 	mux.HandleFunc("POST /actions/redrive", c.action(c.redrive))
 	mux.HandleFunc("POST /actions/replay", c.action(c.replay))
 	mux.HandleFunc("POST /actions/consumer-redrive", c.action(c.consumerRedrive))
+	mux.HandleFunc("POST /actions/rule-dlq-redrive", c.action(c.ruleDLQRedrive))
 	mux.HandleFunc("POST /actions/stop-rejecting", c.action(c.stopRejecting))
+	mux.HandleFunc("POST /actions/stop-refusing", c.action(c.stopRefusing))
 	return mux
 }
 
@@ -261,6 +265,35 @@ func (c *console) consumerRedrive(ctx context.Context, r *http.Request) (string,
 		msg += fmt.Sprintf(" (the fault switch -dead-letter still refuses %s for %s: they come back)", strings.Join(c.deadLetters[name], ", "), name)
 	}
 	return msg, err
+}
+
+// ruleDLQRedrive moves a rule DLQ's events back to its consumer's queue
+// with operator.RedriveRuleDLQ, as outboxctl rule-dlq-redrive does.
+func (c *console) ruleDLQRedrive(ctx context.Context, r *http.Request) (string, error) {
+	rule := r.FormValue("rule")
+	p, ok := c.s.Rules[rule]
+	if !ok {
+		return "", fmt.Errorf("rule-dlq-redrive: no rule %q", rule)
+	}
+	c.dlqMu.Lock()
+	defer c.dlqMu.Unlock()
+	res, err := c.s.RedriveRuleDLQ(ctx, rule, false)
+	msg := fmt.Sprintf("%d message(s) redriven from %s to %s; %d left on the DLQ", res.Moved, lastSegment(p.DLQ.URL()), lastSegment(c.s.Consumers[p.Consumer].Queue.URL()), len(res.Left))
+	for _, l := range res.Left {
+		msg += fmt.Sprintf("; left %s: %s", l.MessageID, l.Why)
+	}
+	if slices.Contains(c.s.Refusing(), p.Consumer) {
+		msg += fmt.Sprintf(" (the fault switch -refuse-delivery still makes the %s queue refuse the bus: its next events land on the rule DLQ too)", p.Consumer)
+	}
+	return msg, err
+}
+
+func (c *console) stopRefusing(context.Context, *http.Request) (string, error) {
+	consumers := c.s.Refusing()
+	if !c.s.StopRefusing() {
+		return "no queue refuses the bus", nil
+	}
+	return "the queues of " + strings.Join(consumers, ", ") + " take the bus's deliveries again: redrive their rule DLQs to deliver what they refused", nil
 }
 
 func (c *console) stopRejecting(context.Context, *http.Request) (string, error) {

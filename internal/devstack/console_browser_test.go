@@ -20,6 +20,8 @@ import (
 
 	"github.com/ddb-outbox/ddb-outbox/internal/devstack"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/order"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/routing"
+	"github.com/ddb-outbox/ddb-outbox/pkg/sqsconsumer"
 )
 
 // chromiumPath finds Debian's chromium (or $CHROMIUM). Absent: the test is
@@ -49,10 +51,13 @@ func chromiumPath(t *testing.T) string {
 // three consumers, the reconciler on make dev's defaults): an order created,
 // paid and shipped through the HTTP API; every event's consumer outcomes
 // must appear on the page as text ("ledger: applied"), with the hops'
-// milliseconds; OrderShipped is parked by the bus's fault switch
-// (-reject-type), the page's buttons lift the fault, redrive the record and
-// run the reconciler, and the page must then show OrderShipped applied by
-// its consumers, re-sent by the reconciler. With CONSOLE_SCREENSHOT=FILE
+// milliseconds. The notifier's queue refuses the bus (-refuse-delivery), so
+// its events wait on its rule's DLQ: the page's buttons let the queue
+// accept deliveries again and redrive the rule DLQ, and the page must then
+// show them applied by the notifier. OrderShipped is parked by the bus's
+// fault switch (-reject-type), the page's buttons lift the fault, redrive
+// the record and run the reconciler, and the page must then show
+// OrderShipped applied by its consumers, re-sent by the reconciler. With CONSOLE_SCREENSHOT=FILE
 // the page is saved there as a PNG (make console-screenshot: docs/console.png).
 func TestConsoleInBrowser(t *testing.T) {
 	chromium := chromiumPath(t)
@@ -61,7 +66,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	s, err := devstack.Start(ctx, devstack.Options{Prefix: "console", Logger: quiet, ConsoleAddr: "127.0.0.1:0",
 		ReconcileEvery: devstack.DevReconcileEvery, ReconcileAfter: devstack.DevReconcileAfter,
-		RejectDetailTypes: []string{order.EventOrderShipped}})
+		RejectDetailTypes: []string{order.EventOrderShipped}, RefuseDeliveries: []string{routing.ConsumerNotifier}})
 	if err != nil {
 		t.Fatalf("start stack: %v", err)
 	}
@@ -77,12 +82,21 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Fatalf("open the console: %v", err)
 	}
 
-	// Every routed consumer's outcome of the placed and paid events, as text.
+	// Every routed consumer's outcome of the placed and paid events, as
+	// text; the notifier's wait on its rule's DLQ.
 	want := map[string][]string{
-		order.EventOrderPlaced: {"ledger: applied", "notifier: applied"},
-		order.EventOrderPaid:   {"fulfilment: applied", "ledger: applied", "notifier: applied"},
+		order.EventOrderPlaced: {"ledger: applied"},
+		order.EventOrderPaid:   {"fulfilment: applied", "ledger: applied"},
 	}
 	waitRows(bctx, t, id, want, 30*time.Second)
+	ruleDLQ := `div.rule-dlq[data-rule="notifier-order-events"]`
+	if _, err := chromedp.Run(bctx, chromedp.Poll[bool](fmt.Sprintf(`(() => { const d = document.querySelector(%q); return !!d && d.innerText.includes("2 message(s)") && d.innerText.includes(%q) })()`,
+		ruleDLQ, sqsconsumer.RuleErrorNoPermissions), chromedp.WithPollingTimeout(30*time.Second))); err != nil {
+		t.Fatalf("the notifier rule's DLQ does not show the placed and paid events: %v", err)
+	}
+	click(bctx, t, `section.refusing button[data-action="/actions/stop-refusing"]`, "take the bus's deliveries again")
+	click(bctx, t, ruleDLQ+` button[data-action="/actions/rule-dlq-redrive"]`, "2 message(s) redriven from console-notifier-order-events-rule-dlq to console-notifier; 0 left on the DLQ")
+	waitRows(bctx, t, id, map[string][]string{order.EventOrderPlaced: {"notifier: applied"}, order.EventOrderPaid: {"notifier: applied"}}, 30*time.Second)
 	path, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS(fmt.Sprintf(`article[data-order=%q] tr[data-type=%q] td.path`, id, order.EventOrderPaid))))
 	if err != nil {
 		t.Fatal(err)

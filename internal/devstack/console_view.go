@@ -42,8 +42,10 @@ type consoleView struct {
 	NextReconcile  string
 	Parked         []relay.ParkedRecord
 	DLQs           []dlqView
+	RuleDLQs       []ruleDLQView
 	Balances       []balanceView
 	Rejecting      []string
+	Refusing       []string
 	DeadLetters    []string
 	Errors         []string
 }
@@ -90,6 +92,14 @@ type dlqView struct {
 	Count          int
 }
 
+// ruleDLQView is a routing rule's DLQ: the events the bus could not
+// deliver to Consumer's queue.
+type ruleDLQView struct {
+	Rule, Consumer, Name string
+	Messages             []sqsconsumer.DeadLetter
+	Count                int
+}
+
 // outcomeLabel is how the console names a consumer outcome.
 func outcomeLabel(o string) string {
 	switch o {
@@ -131,7 +141,7 @@ func routedTo(eventType string) []string {
 // Errors; the rest is shown.
 func (c *console) view(ctx context.Context) consoleView {
 	s := c.s
-	v := consoleView{Now: time.Now(), ReconcileEvery: c.every, ReconcileAfter: c.after, Rejecting: s.Rejecting()}
+	v := consoleView{Now: time.Now(), ReconcileEvery: c.every, ReconcileAfter: c.after, Rejecting: s.Rejecting(), Refusing: s.Refusing()}
 	for cons, types := range c.deadLetters {
 		v.DeadLetters = append(v.DeadLetters, cons+": "+strings.Join(types, ", "))
 	}
@@ -217,6 +227,7 @@ func (c *console) view(ctx context.Context) consoleView {
 		sort.Slice(v.Balances, func(i, j int) bool { return v.Balances[i].Currency < v.Balances[j].Currency })
 	}
 	v.DLQs = c.dlqs(ctx, fail)
+	v.RuleDLQs = c.ruleDLQs(ctx, fail)
 	return v
 }
 
@@ -369,6 +380,30 @@ func (c *console) dlqs(ctx context.Context, fail func(string, error)) []dlqView 
 				msgs, err := sqsconsumer.Peek(ctx, q, q.URL(), sqsconsumer.RedriveOptions{Max: 20})
 				if err != nil {
 					fail("DLQ "+d.Name, err)
+				}
+				d.Messages = msgs
+			}
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+// ruleDLQs lists each routing rule's DLQ's messages (sqsconsumer.Peek,
+// only when the queue holds visible messages), in rule order.
+func (c *console) ruleDLQs(ctx context.Context, fail func(string, error)) []ruleDLQView {
+	c.dlqMu.Lock()
+	defer c.dlqMu.Unlock()
+	var out []ruleDLQView
+	for _, name := range c.s.RuleNames() {
+		p := c.s.Rules[name]
+		d := ruleDLQView{Rule: name, Consumer: p.Consumer, Name: lastSegment(p.DLQ.URL())}
+		if visible, inflight := p.DLQ.Counts(); visible+inflight > 0 {
+			d.Count = visible + inflight
+			if visible > 0 {
+				msgs, err := sqsconsumer.Peek(ctx, p.DLQ, p.DLQ.URL(), sqsconsumer.RedriveOptions{Max: 20})
+				if err != nil {
+					fail("rule DLQ "+d.Name, err)
 				}
 				d.Messages = msgs
 			}

@@ -192,6 +192,15 @@ type Options struct {
 	// (routing.Consumer*), values detail types. The consumer-DLQ flow,
 	// tried locally, as RejectDetailTypes does for parking.
 	DeadLetterTypes map[string][]string
+	// RefuseDeliveries makes the queues of these consumers (routing.Consumer*)
+	// refuse the local bus's deliveries, as a queue does whose policy no
+	// longer admits its rule (AccessDenied; a deleted queue or a disabled
+	// KMS key is met alike): EventBridge does not retry that (eb-rule-dlq),
+	// so each of their events lands on the rule's DLQ
+	// (<prefix>-<rule>-rule-dlq) at once, with EventBridge's attributes.
+	// The rule-DLQ flow, tried locally; Stack.StopRefusing (the console's
+	// button) lifts it, and the rule DLQ's redrive delivers the events.
+	RefuseDeliveries []string
 }
 
 // The reconciler's schedule and stale age of `make dev` (outboxdev dev

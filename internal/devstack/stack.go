@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -81,6 +82,10 @@ type Stack struct {
 	// (routing.ConsumerLedger, routing.ConsumerNotifier): queue, DLQ, SQS
 	// event source mapping.
 	Consumers map[string]*ConsumerPath
+	// Rules are the routing rules by name, each with its consumer and its
+	// DLQ (<prefix>-<rule>-rule-dlq): what the bus could not deliver to the
+	// consumer's queue.
+	Rules map[string]*RulePath
 	// Provider is the local fulfilment provider; Fulfilment the consumer
 	// that calls it.
 	Provider   *provider.Server
@@ -95,6 +100,7 @@ type Stack struct {
 	reconcileEvery time.Duration
 	started        time.Time // when the schedules started
 	rejecting      *rejectSwitch
+	refusing       *refuseSwitch
 	console        *console
 	server         *http.Server
 	awsServer      *http.Server
@@ -294,6 +300,16 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	if s.Fulfilment, err = app.NewFulfilment(s.Settings, s.DDB, fulfilment.StaticCredentials(opts.Provider.APIKey), log.With("fn", routing.ConsumerFulfilment), tune...); err != nil {
 		return nil, err
 	}
+	if len(opts.RefuseDeliveries) > 0 {
+		for _, c := range opts.RefuseDeliveries {
+			if !slices.Contains(routing.Consumers(), c) {
+				return nil, fmt.Errorf("devstack: RefuseDeliveries: no consumer %q (the consumers: %v)", c, routing.Consumers())
+			}
+		}
+		s.refusing = &refuseSwitch{consumers: opts.RefuseDeliveries}
+		s.refusing.active.Store(true)
+		log.Warn("the queues of these consumers refuse the bus's deliveries: their events land on their rule's DLQ", "consumers", opts.RefuseDeliveries)
+	}
 	s.Consumers = map[string]*ConsumerPath{}
 	for name, h := range map[string]localrt.EventHandler{routing.ConsumerLedger: s.Ledger.Handle, routing.ConsumerNotifier: s.Notifier.Handle,
 		routing.ConsumerFulfilment: s.Fulfilment.Handle} {
@@ -302,11 +318,14 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 			return nil, err
 		}
 		s.Consumers[name] = c
-		var target localrt.MessageSender = c.Queue
-		if opts.WrapQueueTarget != nil {
-			target = opts.WrapQueueTarget(name, target)
+		s.Bus.SubscribeQueue(name, s.deliveryTarget(name, c.Queue), c.Queue.URL())
+	}
+	// Each rule's target DLQ, as the CDK stack's (addRule), before the
+	// deliveries a restart resumes.
+	for _, r := range routing.Rules() {
+		if err := s.addRuleDLQ(r.Name, r.Consumer); err != nil {
+			return nil, err
 		}
-		s.Bus.SubscribeQueue(name, target, c.Queue.URL())
 	}
 	if err := s.addSweeps(opts, log); err != nil {
 		return nil, err
