@@ -351,6 +351,10 @@ func (s *OrdersStack) addOutputs() {
 		out(idOf(name)+"QueueUrl", c.Queue.QueueUrl(), "Queue feeding consumer "+name)
 		out(idOf(name)+"DlqUrl", c.DLQ.Queue.QueueUrl(), "DLQ of consumer "+name+" (redrive to its queue once fixed)")
 	}
+	for _, r := range routing.Rules() {
+		out(idOf(r.Name)+"RuleArn", s.Rules[r.Name].RuleArn(), "EventBridge rule "+r.Name+" (to the "+r.Consumer+" queue): outboxctl rule-dlq-redrive -rule")
+		out(idOf(r.Name)+"RuleDlqUrl", s.RuleDLQs[r.Name].Queue.QueueUrl(), "DLQ of rule "+r.Name+": events EventBridge could not deliver to the "+r.Consumer+" queue (outboxctl rule-dlq-redrive -dlq, once the queue accepts again)")
+	}
 	out("DashboardName", s.Dashboard.DashboardName(), "CloudWatch dashboard")
 	out("ReadOnlyCallerPolicyArn", s.ReadOnlyCallerPolicy.ManagedPolicyArn(), "Managed policy for API callers that only read orders (execute-api:Invoke on the GET routes)")
 	out("CommandCallerPolicyArn", s.CommandCallerPolicy.ManagedPolicyArn(), "Managed policy for API callers that create and change orders (execute-api:Invoke on the POST routes)")

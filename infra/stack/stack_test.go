@@ -831,6 +831,17 @@ func TestOutputs(t *testing.T) {
 			t.Errorf("missing output %s", k)
 		}
 	}
+	// each routing rule's ARN and DLQ, what outboxctl rule-dlq-redrive
+	// takes (-rule, -dlq)
+	for _, r := range routing.Rules() {
+		id := idOf(r.Name)
+		if !jsonEqual(t, get(outs, id+"RuleArn", "Value"), getAtt(def.id(def.stack.Rules[r.Name]), "Arn")) {
+			t.Errorf("output %sRuleArn = %v, want rule %s's ARN", id, get(outs, id+"RuleArn"), r.Name)
+		}
+		if !jsonEqual(t, get(outs, id+"RuleDlqUrl", "Value"), ref(def.id(def.stack.RuleDLQs[r.Name].Queue))) {
+			t.Errorf("output %sRuleDlqUrl = %v, want rule %s's DLQ", id, get(outs, id+"RuleDlqUrl"), r.Name)
+		}
+	}
 }
 
 func TestOutboxConstructDropIn(t *testing.T) {
