@@ -37,12 +37,12 @@ const (
 	// that JSON as a string from -c): per-route throttles
 	ctxRouteThrottles = "ddb-outbox:routeThrottles"
 	// JSON object {"api": 20, "relay": -1, ...}: reserved concurrency by
-	// function (-1: none; "*": every function not named)
+	// function (-1: none; "*": every function not named), or the string
+	// "recommended" (stack.RecommendedReservations); default none. Any
+	// reservation needs ctxAccountConcurrency.
 	ctxReservedConcurrency = "ddb-outbox:reservedConcurrency"
 	// int: the account's Lambda concurrency quota, for the preflight check
 	ctxAccountConcurrency = "ddb-outbox:accountConcurrency"
-	// bool: consumers may run without reserved concurrency
-	ctxAcceptConsumerThrottles = "ddb-outbox:acceptConsumerThrottles"
 	// int 2..1000: every consumer's SQS mapping MaximumConcurrency
 	ctxConsumerMaxConcurrency = "ddb-outbox:consumerMaxConcurrency"
 	// JSON object {"min": 2, "max": 20}: every consumer's SQS mapping in
@@ -207,11 +207,15 @@ func fromContext(get func(string) any, cwd string) (appConfig, error) {
 		}
 	}
 	object(ctxRouteThrottles, &p.RouteThrottles)
-	object(ctxReservedConcurrency, &p.ReservedConcurrency)
 	p.AccountConcurrency = integer(ctxAccountConcurrency)
-	p.AcceptConsumerThrottles = boolean(ctxAcceptConsumerThrottles, false)
 	p.ConsumerScaling.MaxConcurrency = integer(ctxConsumerMaxConcurrency)
 	object(ctxConsumerProvisionedPollers, &p.ConsumerScaling.Provisioned)
+	// after the consumers' scaling: "recommended" reserves their peak
+	if str(ctxReservedConcurrency) == stack.ReservationsRecommended {
+		p.ReservedConcurrency = p.RecommendedReservations()
+	} else {
+		object(ctxReservedConcurrency, &p.ReservedConcurrency)
+	}
 	p.AlarmTopicArn = str(ctxAlarmTopicArn)
 	if d := integer(ctxAccessLogRetention); d != 0 {
 		r, ok := retentionDays[d]

@@ -191,8 +191,8 @@ func (s *OrdersStack) addConsumer(name, source string) error {
 		Timeout:       ConsumerTimeout,
 		LogRetention:  props.LogRetention,
 		RemovalPolicy: removal,
-		// at least the mapping's peak concurrency, or none with
-		// AcceptConsumerThrottles (Validate)
+		// none by default; when reserved, at least the mapping's peak
+		// concurrency (Validate)
 		ReservedConcurrency: max(props.ReservedConcurrency[name], 0),
 		TelemetryLayerArn:   props.TelemetryLayerArn,
 	})

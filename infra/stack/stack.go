@@ -18,8 +18,9 @@
 // its EventBridge rules (and the redrive roles); consumers expect events
 // from the stack's account (config.EnvExpectedEventAccount); the API offers
 // route-scoped caller policies, per-route throttles and 4xx/5xx-rate alarms;
-// every function has reserved concurrency by default (optional, with a
-// preflight against the account's quota) and a Throttles alarm; every
+// every function has a Throttles alarm and, opt-in, reserved concurrency
+// checked at synth against the account's quota (none by default, so that
+// a new account's quota deploys the stack); every
 // dead-letter queue accepts only its own source; every alarm notifies the
 // alarm topic; tables have deletion protection unless the stack is a
 // throw-away one (Destroy); a customer managed KMS key can encrypt every
@@ -243,17 +244,11 @@ func NewOrdersStack(scope constructs.Construct, id string, props OrdersStackProp
 }
 
 // addPreflightNotes puts OrdersStackProps.AccountRequirement in the synth
-// output (an info message), and a warning naming each consumer that runs
-// without reserved concurrency (AcceptConsumerThrottles).
+// output (an info message): what the stack reserves (nothing by default),
+// what the account's quota must be for it, and what the consumers without
+// reservation can start from the unreserved pool.
 func (s *OrdersStack) addPreflightNotes() {
 	awscdk.Annotations_Of(s.Stack).AddInfo(jsii.String(s.props.AccountRequirement()))
-	if _, names := s.props.unreservedConsumerPeak(); len(names) > 0 {
-		awscdk.Annotations_Of(s.Stack).AddWarningV2(jsii.String(UnreservedConsumerWarning), jsii.String(fmt.Sprintf(
-			"Consumers %v have no reserved concurrency (AcceptConsumerThrottles): when the account's unreserved concurrency runs out, "+
-				"their SQS messages are throttled and count toward maxReceiveCount %d, and events can reach their DLQs without a consumer error "+
-				"(alarmed, redrivable). Reserve at least %d for each when the account allows it.",
-			names, config.DefaultConsumerMaxReceiveCount, s.props.ConsumerScaling.PeakConcurrency())), nil)
-	}
 }
 
 // Props returns the stack's effective props (defaults applied).
