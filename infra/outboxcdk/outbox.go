@@ -183,7 +183,8 @@ func New(scope constructs.Construct, id string, props Props) (*Outbox, error) {
 		Timeout:       props.RelayTimeout,
 		LogRetention:  props.LogRetention,
 		RemovalPolicy: props.RemovalPolicy,
-
+		// the log group and the environment (gofunc.AllowLogsToUseKey)
+		EncryptionKey:     props.EncryptionKey,
 		TelemetryLayerArn: props.TelemetryLayerArn,
 	})
 	if err != nil {
@@ -207,6 +208,7 @@ func New(scope constructs.Construct, id string, props Props) (*Outbox, error) {
 		// a reservation overlapping runs are safe, each record is claimed
 		// before it is re-sent
 		ReservedConcurrency: max(props.ReconcilerReservedConcurrency, 0),
+		EncryptionKey:       props.EncryptionKey,
 		TelemetryLayerArn:   props.TelemetryLayerArn,
 	})
 	if err != nil {

@@ -194,6 +194,7 @@ func (s *OrdersStack) addConsumer(name, source string) error {
 		// none by default; when reserved, at least the mapping's peak
 		// concurrency (Validate)
 		ReservedConcurrency: max(props.ReservedConcurrency[name], 0),
+		EncryptionKey:       s.EncryptionKey,
 		TelemetryLayerArn:   props.TelemetryLayerArn,
 	})
 	if err != nil {

@@ -203,6 +203,7 @@ func NewOrdersStack(scope constructs.Construct, id string, props OrdersStackProp
 		LogRetention:        props.LogRetention,
 		RemovalPolicy:       removal,
 		ReservedConcurrency: max(props.ReservedConcurrency[APIFunction], 0),
+		EncryptionKey:       s.EncryptionKey,
 		TelemetryLayerArn:   props.TelemetryLayerArn,
 	})
 	if err != nil {
