@@ -106,6 +106,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	cfg.props.DeployAccount = deployAccount(os.Getenv)
 	if _, err := stack.NewOrdersStack(app, cfg.stackName, cfg.props); err != nil {
 		return err
 	}
@@ -242,6 +243,23 @@ func fromContext(get func(string) any, cwd string) (appConfig, error) {
 	p.FulfilmentProviderURL = str(ctxFulfilmentProviderURL)
 	p.FulfilmentProviderSecretArn = str(ctxFulfilmentProviderSecretArn)
 	return cfg, errors.Join(errs...)
+}
+
+// envDefaultAccount is the variable the CDK CLI sets for the app to the
+// account of the credentials it deploys with, when it can determine it
+// (https://docs.aws.amazon.com/cdk/v2/guide/environments.html).
+const envDefaultAccount = "CDK_DEFAULT_ACCOUNT"
+
+// deployAccount returns the account the stack will deploy to when the CDK
+// CLI said (envDefaultAccount, a 12-digit id), else "": the stack stays
+// environment-agnostic either way, the account only lets synth refuse
+// replay roles of another account (stack.OrdersStackProps.DeployAccount).
+func deployAccount(getenv func(string) string) string {
+	a := getenv(envDefaultAccount)
+	if len(a) != 12 || strings.Trim(a, "0123456789") != "" {
+		return ""
+	}
+	return a
 }
 
 // findUp returns the nearest directory at or above dir that contains name.

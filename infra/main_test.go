@@ -205,3 +205,20 @@ func TestFromContextRecommendedReservations(t *testing.T) {
 		t.Errorf("default: %v, reserves %d", err, cfg.props.ReservedTotal())
 	}
 }
+
+// GIVEN CDK_DEFAULT_ACCOUNT as the CDK CLI sets it, unset, or not an account
+// WHEN the app reads it
+// THEN a 12-digit id becomes the deploy account (so synth refuses replay
+// roles of another account) and anything else none.
+func TestDeployAccountFromTheCLI(t *testing.T) {
+	for v, want := range map[string]string{"123456789012": "123456789012", "": "", "12345": "", "12345678901x": ""} {
+		if got := deployAccount(func(k string) string {
+			if k == envDefaultAccount {
+				return v
+			}
+			return ""
+		}); got != want {
+			t.Errorf("CDK_DEFAULT_ACCOUNT=%q: deploy account %q, want %q", v, got, want)
+		}
+	}
+}

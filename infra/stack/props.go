@@ -282,11 +282,29 @@ type OrdersStackProps struct {
 	// sends with the caller's permissions). Empty: nobody but the rules can
 	// send to a consumer queue. Exact ARNs, no wildcards.
 	RedriveRoleArns []string
-	// ReplayRoleArns are IAM role ARNs granted what outboxctl backfill and
-	// replays need on the outbox's archive (outboxcdk.Outbox.GrantReplay):
-	// start and describe replays of it, to the bus's rules. Empty: nobody
-	// is granted. Exact ARNs, no wildcards.
+	// ReplayRoleArns are IAM role ARNs
+	// (arn:<partition>:iam::<account>:role/<path/><name>) granted what
+	// outboxctl backfill and replays need on the outbox's archive
+	// (OrdersStack.ReplayPolicy, outboxcdk.Outbox.ReplayStatements): start
+	// and describe replays of it, to the bus's rules. Empty: nobody is
+	// granted. They must be roles of the account the stack deploys to, all
+	// of one account: an EventBridge archive has no resource policy (only
+	// event buses and schema registries have one), so a role of another
+	// account can never be allowed to replay it, and IAM attaches a managed
+	// policy to a role by name, in the policy's own account. Validate
+	// refuses other forms, several accounts, and (with DeployAccount)
+	// another account; the template attaches the policy only when it
+	// deploys to the roles' account (a CloudFormation condition), so a
+	// same-named role of another account never gets it.
 	ReplayRoleArns []string
+	// DeployAccount is the 12-digit account the stack deploys to, when
+	// known at synth (infra/main.go: CDK_DEFAULT_ACCOUNT, which the CDK CLI
+	// sets from the credentials it deploys with,
+	// https://docs.aws.amazon.com/cdk/v2/guide/environments.html), or
+	// StackProps.Env.Account when that is a literal. Validate refuses
+	// ReplayRoleArns of any other account. Empty: not known at synth (the
+	// template checks it at deploy time instead).
+	DeployAccount string
 	// EncryptionKey, when set, is the customer managed KMS key of every
 	// table and queue (outbox construct included, overriding
 	// Outbox.EncryptionKey); CustomerManagedKey creates one in the stack
@@ -339,6 +357,83 @@ func validProviderURL(u string) error {
 		return fmt.Errorf("FulfilmentProviderURL %q must be an absolute https URL with a host and no user info, query or fragment", u)
 	}
 	return nil
+}
+
+// roleArnPattern matches an IAM role ARN: partition, 12-digit account, an
+// optional path (/ … /, characters ! to ~) and the role name (1..64 of
+// A–Z, a–z, 0–9 and +=,.@_-) (IAM API reference, Role: Path and RoleName).
+var roleArnPattern = regexp.MustCompile(`^arn:(aws[a-z-]*):iam::([0-9]{12}):role/((?:[!-~]+/)?)([A-Za-z0-9+=,.@_-]{1,64})$`)
+
+// accountPattern matches a 12-digit AWS account id.
+var accountPattern = regexp.MustCompile(`^[0-9]{12}$`)
+
+// RoleAccount returns the account of IAM role ARN arn, or an error when arn
+// is not a role ARN (roleArnPattern).
+func RoleAccount(arn string) (string, error) {
+	m := roleArnPattern.FindStringSubmatch(arn)
+	if m == nil || strings.ContainsAny(arn, "*?") {
+		return "", fmt.Errorf("%q is not an IAM role ARN (arn:aws:iam::<12-digit account>:role/<path/><name>, no wildcards)", arn)
+	}
+	return m[2], nil
+}
+
+// deployAccount returns the account the stack is known to deploy to at
+// synth: DeployAccount, else StackProps.Env.Account when it is a literal
+// 12-digit id, else "".
+func (p OrdersStackProps) deployAccount() string {
+	if p.DeployAccount != "" {
+		return p.DeployAccount
+	}
+	if e := p.StackProps.Env; e != nil && e.Account != nil && accountPattern.MatchString(*e.Account) {
+		return *e.Account
+	}
+	return ""
+}
+
+// replayAccount returns the one account of ReplayRoleArns ("" when there
+// are none or they do not validate).
+func (p OrdersStackProps) replayAccount() string {
+	account := ""
+	for _, a := range p.ReplayRoleArns {
+		acct, err := RoleAccount(a)
+		if err != nil || account != "" && acct != account {
+			return ""
+		}
+		account = acct
+	}
+	return account
+}
+
+// validReplayRoles checks ReplayRoleArns: role ARNs, one account, and the
+// account the stack deploys to when that is known.
+func (p OrdersStackProps) validReplayRoles() []error {
+	var errs []error
+	accounts := map[string][]string{}
+	for _, a := range p.ReplayRoleArns {
+		acct, err := RoleAccount(a)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("ReplayRoleArns: %w", err))
+			continue
+		}
+		accounts[acct] = append(accounts[acct], a)
+	}
+	const why = "an EventBridge archive has no resource policy, so only roles of the account that owns it can replay it"
+	if len(accounts) > 1 {
+		errs = append(errs, fmt.Errorf("ReplayRoleArns name roles of %d accounts (%s): %s; give roles of the account the stack deploys to",
+			len(accounts), strings.Join(slices.Sorted(maps.Keys(accounts)), ", "), why))
+	}
+	if d := p.DeployAccount; d != "" && !accountPattern.MatchString(d) {
+		errs = append(errs, fmt.Errorf("DeployAccount %q is not a 12-digit account id", d))
+	}
+	if d := p.deployAccount(); d != "" {
+		for acct, arns := range accounts {
+			if acct != d {
+				errs = append(errs, fmt.Errorf("ReplayRoleArns: %s in account %s, but the stack deploys to account %s: %s; give a role of account %s",
+					strings.Join(arns, ", "), acct, d, why, d))
+			}
+		}
+	}
+	return errs
 }
 
 // SetDefaults replaces zero fields with their defaults.
@@ -609,6 +704,7 @@ func (p OrdersStackProps) Validate() error {
 			errs = append(errs, fmt.Errorf("principal ARN %q must be an exact ARN (no wildcards)", a))
 		}
 	}
+	errs = append(errs, p.validReplayRoles()...)
 	if err := validProviderURL(p.FulfilmentProviderURL); err != nil {
 		errs = append(errs, err)
 	}
