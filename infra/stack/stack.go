@@ -186,6 +186,9 @@ func NewOrdersStack(scope constructs.Construct, id string, props OrdersStackProp
 	op.RemovalPolicy = removal
 	op.LogRetention = props.LogRetention
 	op.TelemetryLayerArn = props.TelemetryLayerArn
+	// the operators who redrive the DLQs are the only ones who may delete
+	// from them (deadletter.Queue.KeepMessagesFromAllBut)
+	op.DeadLetterOperatorArns = props.RedriveRoleArns
 	ob, err := outboxcdk.New(st, "Outbox", op)
 	if err != nil {
 		return nil, err
@@ -378,4 +381,15 @@ func idOf(name string) string {
 		out = append(out, c)
 	}
 	return string(out)
+}
+
+// dlqOperators returns OrdersStackProps.RedriveRoleArns, the roles that may
+// delete from and purge the stack's dead-letter queues
+// (deadletter.Queue.KeepMessagesFromAllBut): the operators who redrive them.
+func (s *OrdersStack) dlqOperators() []*string {
+	out := make([]*string, len(s.props.RedriveRoleArns))
+	for i, a := range s.props.RedriveRoleArns {
+		out[i] = jsii.String(a)
+	}
+	return out
 }
