@@ -222,3 +222,20 @@ func TestDeployAccountFromTheCLI(t *testing.T) {
 		}
 	}
 }
+
+// GIVEN ddb-outbox:archiveRetentionDays as a -c string and a cdk.json
+// number, forever (-1), no archive (-2) and not a number
+// WHEN the app reads it
+// THEN it reaches the outbox props (the archive's retention of personal
+// data, docs/ARCHIVE.md), and a non-number is an error.
+func TestFromContextArchiveRetention(t *testing.T) {
+	for v, want := range map[any]int{"30": 30, float64(90): 90, "-1": outboxcdk.KeepArchiveForever, "-2": outboxcdk.NoArchive} {
+		cfg, err := fromContext(func(k string) any { return map[string]any{ctxAssetRoot: "/x", ctxArchiveRetention: v}[k] }, t.TempDir())
+		if err != nil || cfg.props.Outbox.ArchiveRetentionDays != want {
+			t.Errorf("archiveRetentionDays=%v: %v, %d, want %d", v, err, cfg.props.Outbox.ArchiveRetentionDays, want)
+		}
+	}
+	if _, err := fromContext(func(k string) any { return map[string]any{ctxAssetRoot: "/x", ctxArchiveRetention: "a year"}[k] }, t.TempDir()); err == nil {
+		t.Error("archiveRetentionDays=\"a year\" accepted")
+	}
+}

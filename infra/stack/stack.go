@@ -253,6 +253,26 @@ func NewOrdersStack(scope constructs.Construct, id string, props OrdersStackProp
 // reservation can start from the unreserved pool.
 func (s *OrdersStack) addPreflightNotes() {
 	awscdk.Annotations_Of(s.Stack).AddInfo(jsii.String(s.props.AccountRequirement()))
+	if s.Outbox.Archive != nil {
+		awscdk.Annotations_Of(s.Stack).AddInfo(jsii.String(ArchiveRetentionNote(s.Outbox.Props().ArchiveRetentionDays)))
+	}
+}
+
+// ArchiveRetentionNote says, for the synth output, how long the outbox's
+// event archive keeps personal data (days > 0, or
+// outboxcdk.KeepArchiveForever): every published order event, with its
+// customer_id and cancellation reasons, the setting that changes it, and
+// that EventBridge cannot erase a single event from an archive (its API
+// has no per-event delete: CreateArchive, DescribeArchive, ListArchives,
+// UpdateArchive, DeleteArchive), with the procedure's place.
+func ArchiveRetentionNote(days int) string {
+	how := fmt.Sprintf("for %d days", days)
+	if days == outboxcdk.KeepArchiveForever {
+		how = "forever"
+	}
+	return "The event archive keeps every published event, personal data included (customer_id, cancellation reasons), " + how +
+		" (-c ddb-outbox:archiveRetentionDays=<days>, -1 forever, -2 no archive). EventBridge cannot erase one event from an archive: " +
+		"shorten the retention or delete and recreate the archive (docs/ARCHIVE.md, \"Personal data and erasure\")."
 }
 
 // Props returns the stack's effective props (defaults applied).
