@@ -36,10 +36,16 @@
 //     find the orders that began before that (their history is not in it),
 //     and list an aggregate's published events from the outbox table
 //     (docs/ARCHIVE.md).
+//   - CheckAlarmNotifies: does an alarm of the deployed stack reach its SNS
+//     topic? It sets one alarm to ALARM (SetAlarmState), reads the alarm's
+//     history (DescribeAlarmHistory) until the SNS action's result appears,
+//     and sets it back to OK: the post-deploy check (outboxctl alarms test;
+//     AWS only, the local stack has no CloudWatch).
 //   - Queues: the dead-letter queues by kind, named by URL or found by name
 //     prefix (ListQueues) with the local stack's naming: <prefix>-parked,
 //     <prefix>-relay-onfailure, <prefix>-<consumer>-dlq.
 //
 // Clients are the narrow interfaces below, with the SDK's exact signatures:
-// *dynamodb.Client, *sqs.Client and *eventbridge.Client satisfy them.
+// *dynamodb.Client, *sqs.Client, *eventbridge.Client and *cloudwatch.Client
+// satisfy them.
 package operator
