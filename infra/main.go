@@ -37,12 +37,12 @@ const (
 	// that JSON as a string from -c): per-route throttles
 	ctxRouteThrottles = "ddb-outbox:routeThrottles"
 	// JSON object {"api": 20, "relay": -1, ...}: reserved concurrency by
-	// function (-1: none; "*": every function not named)
+	// function (-1: none; "*": every function not named), or the string
+	// "recommended" (stack.RecommendedReservations); default none. Any
+	// reservation needs ctxAccountConcurrency.
 	ctxReservedConcurrency = "ddb-outbox:reservedConcurrency"
 	// int: the account's Lambda concurrency quota, for the preflight check
 	ctxAccountConcurrency = "ddb-outbox:accountConcurrency"
-	// bool: consumers may run without reserved concurrency
-	ctxAcceptConsumerThrottles = "ddb-outbox:acceptConsumerThrottles"
 	// int 2..1000: every consumer's SQS mapping MaximumConcurrency
 	ctxConsumerMaxConcurrency = "ddb-outbox:consumerMaxConcurrency"
 	// JSON object {"min": 2, "max": 20}: every consumer's SQS mapping in
@@ -106,6 +106,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	cfg.props.DeployAccount = deployAccount(os.Getenv)
 	if _, err := stack.NewOrdersStack(app, cfg.stackName, cfg.props); err != nil {
 		return err
 	}
@@ -207,11 +208,15 @@ func fromContext(get func(string) any, cwd string) (appConfig, error) {
 		}
 	}
 	object(ctxRouteThrottles, &p.RouteThrottles)
-	object(ctxReservedConcurrency, &p.ReservedConcurrency)
 	p.AccountConcurrency = integer(ctxAccountConcurrency)
-	p.AcceptConsumerThrottles = boolean(ctxAcceptConsumerThrottles, false)
 	p.ConsumerScaling.MaxConcurrency = integer(ctxConsumerMaxConcurrency)
 	object(ctxConsumerProvisionedPollers, &p.ConsumerScaling.Provisioned)
+	// after the consumers' scaling: "recommended" reserves their peak
+	if str(ctxReservedConcurrency) == stack.ReservationsRecommended {
+		p.ReservedConcurrency = p.RecommendedReservations()
+	} else {
+		object(ctxReservedConcurrency, &p.ReservedConcurrency)
+	}
 	p.AlarmTopicArn = str(ctxAlarmTopicArn)
 	if d := integer(ctxAccessLogRetention); d != 0 {
 		r, ok := retentionDays[d]
@@ -238,6 +243,23 @@ func fromContext(get func(string) any, cwd string) (appConfig, error) {
 	p.FulfilmentProviderURL = str(ctxFulfilmentProviderURL)
 	p.FulfilmentProviderSecretArn = str(ctxFulfilmentProviderSecretArn)
 	return cfg, errors.Join(errs...)
+}
+
+// envDefaultAccount is the variable the CDK CLI sets for the app to the
+// account of the credentials it deploys with, when it can determine it
+// (https://docs.aws.amazon.com/cdk/v2/guide/environments.html).
+const envDefaultAccount = "CDK_DEFAULT_ACCOUNT"
+
+// deployAccount returns the account the stack will deploy to when the CDK
+// CLI said (envDefaultAccount, a 12-digit id), else "": the stack stays
+// environment-agnostic either way, the account only lets synth refuse
+// replay roles of another account (stack.OrdersStackProps.DeployAccount).
+func deployAccount(getenv func(string) string) string {
+	a := getenv(envDefaultAccount)
+	if len(a) != 12 || strings.Trim(a, "0123456789") != "" {
+		return ""
+	}
+	return a
 }
 
 // findUp returns the nearest directory at or above dir that contains name.

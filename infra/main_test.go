@@ -67,6 +67,7 @@ func TestFromContextSecurityKeys(t *testing.T) {
 			ctxAssetRoot:                   "/x",
 			ctxRouteThrottles:              map[string]any{"POST /orders": map[string]any{"rate": float64(5), "burst": float64(10)}},
 			ctxReservedConcurrency:         map[string]any{"api": float64(7), "relay": float64(-1)},
+			ctxAccountConcurrency:          float64(1000), // reservations need the quota (issue 32)
 			ctxAccessLogRetention:          float64(90),
 			ctxPublisherArns:               "arn:aws:iam::123456789012:role/a, arn:aws:iam::123456789012:role/b",
 			ctxRedriveRoleArns:             "arn:aws:iam::123456789012:role/ops",
@@ -79,6 +80,7 @@ func TestFromContextSecurityKeys(t *testing.T) {
 			ctxAssetRoot:                   "/x",
 			ctxRouteThrottles:              `{"POST /orders":{"rate":5,"burst":10}}`,
 			ctxReservedConcurrency:         `{"api":7,"relay":-1}`,
+			ctxAccountConcurrency:          "1000",
 			ctxAccessLogRetention:          "90",
 			ctxPublisherArns:               "arn:aws:iam::123456789012:role/a,arn:aws:iam::123456789012:role/b",
 			ctxRedriveRoleArns:             "arn:aws:iam::123456789012:role/ops",
@@ -121,7 +123,7 @@ func TestFromContextErrors(t *testing.T) {
 }
 
 // GIVEN the operations context keys (alarm topic, account concurrency,
-// unreserved consumers, consumer scaling), as cdk.json JSON values and as
+// no reservation, consumer scaling), as cdk.json JSON values and as
 // -c strings
 // WHEN the app reads them
 // THEN they reach the stack props, and the props validate.
@@ -132,7 +134,6 @@ func TestFromContextOperationsKeys(t *testing.T) {
 			ctxAssetRoot:                  "/x",
 			ctxAlarmTopicArn:              topic,
 			ctxAccountConcurrency:         float64(50),
-			ctxAcceptConsumerThrottles:    true,
 			ctxReservedConcurrency:        map[string]any{"*": float64(-1)},
 			ctxConsumerProvisionedPollers: map[string]any{"min": float64(2), "max": float64(3)},
 		},
@@ -140,7 +141,6 @@ func TestFromContextOperationsKeys(t *testing.T) {
 			ctxAssetRoot:                  "/x",
 			ctxAlarmTopicArn:              topic,
 			ctxAccountConcurrency:         "50",
-			ctxAcceptConsumerThrottles:    "true",
 			ctxReservedConcurrency:        `{"*":-1}`,
 			ctxConsumerProvisionedPollers: `{"min":2,"max":3}`,
 		},
@@ -150,7 +150,7 @@ func TestFromContextOperationsKeys(t *testing.T) {
 			t.Fatalf("%s: %v", name, err)
 		}
 		p := cfg.props
-		if p.AlarmTopicArn != topic || p.AccountConcurrency != 50 || !p.AcceptConsumerThrottles ||
+		if p.AlarmTopicArn != topic || p.AccountConcurrency != 50 ||
 			!reflect.DeepEqual(p.ReservedConcurrency, map[string]int{stack.AllFunctions: stack.NoReservedConcurrency}) ||
 			p.ConsumerScaling.Provisioned == nil || *p.ConsumerScaling.Provisioned != (outboxcdk.ProvisionedPollers{Minimum: 2, Maximum: 3}) ||
 			p.ConsumerScaling.MaxConcurrency != 0 {
@@ -174,5 +174,68 @@ func TestFromContextOperationsKeys(t *testing.T) {
 	bad := map[string]any{ctxAssetRoot: "/x", ctxAccountConcurrency: "many", ctxConsumerProvisionedPollers: "{2,3}"}
 	if _, err := fromContext(func(k string) any { return bad[k] }, t.TempDir()); err == nil {
 		t.Error("want an error for a non-integer account concurrency and malformed pollers")
+	}
+}
+
+// GIVEN ddb-outbox:reservedConcurrency=recommended, alone and with the
+// consumers' scaling and the quota
+// WHEN the app reads the context
+// THEN the props reserve stack.RecommendedReservations for that scaling
+// (api 20, relay 20, reconciler 1, each consumer its mapping's peak), and
+// validate only with the quota; without the key nothing is reserved.
+func TestFromContextRecommendedReservations(t *testing.T) {
+	ctx := map[string]any{ctxAssetRoot: "/x", ctxReservedConcurrency: "recommended", ctxConsumerMaxConcurrency: "30"}
+	cfg, err := fromContext(func(k string) any { return ctx[k] }, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{"api": 20, "relay": 20, "reconciler": 1, "ledger": 30, "notifier": 30, "fulfilment": 30}
+	if !reflect.DeepEqual(cfg.props.ReservedConcurrency, want) {
+		t.Errorf("ReservedConcurrency = %v, want %v", cfg.props.ReservedConcurrency, want)
+	}
+	if err := cfg.props.Validate(); err == nil {
+		t.Error("recommended reservations without a quota validate")
+	}
+	ctx[ctxAccountConcurrency] = "1000"
+	if cfg, err = fromContext(func(k string) any { return ctx[k] }, t.TempDir()); err != nil || cfg.props.Validate() != nil {
+		t.Errorf("recommended reservations with quota 1000: %v / %v", err, cfg.props.Validate())
+	}
+	cfg, err = fromContext(func(k string) any { return map[string]any{ctxAssetRoot: "/x"}[k] }, t.TempDir())
+	if err != nil || cfg.props.ReservedTotal() != 0 {
+		t.Errorf("default: %v, reserves %d", err, cfg.props.ReservedTotal())
+	}
+}
+
+// GIVEN CDK_DEFAULT_ACCOUNT as the CDK CLI sets it, unset, or not an account
+// WHEN the app reads it
+// THEN a 12-digit id becomes the deploy account (so synth refuses replay
+// roles of another account) and anything else none.
+func TestDeployAccountFromTheCLI(t *testing.T) {
+	for v, want := range map[string]string{"123456789012": "123456789012", "": "", "12345": "", "12345678901x": ""} {
+		if got := deployAccount(func(k string) string {
+			if k == envDefaultAccount {
+				return v
+			}
+			return ""
+		}); got != want {
+			t.Errorf("CDK_DEFAULT_ACCOUNT=%q: deploy account %q, want %q", v, got, want)
+		}
+	}
+}
+
+// GIVEN ddb-outbox:archiveRetentionDays as a -c string and a cdk.json
+// number, forever (-1), no archive (-2) and not a number
+// WHEN the app reads it
+// THEN it reaches the outbox props (the archive's retention of personal
+// data, docs/ARCHIVE.md), and a non-number is an error.
+func TestFromContextArchiveRetention(t *testing.T) {
+	for v, want := range map[any]int{"30": 30, float64(90): 90, "-1": outboxcdk.KeepArchiveForever, "-2": outboxcdk.NoArchive} {
+		cfg, err := fromContext(func(k string) any { return map[string]any{ctxAssetRoot: "/x", ctxArchiveRetention: v}[k] }, t.TempDir())
+		if err != nil || cfg.props.Outbox.ArchiveRetentionDays != want {
+			t.Errorf("archiveRetentionDays=%v: %v, %d, want %d", v, err, cfg.props.Outbox.ArchiveRetentionDays, want)
+		}
+	}
+	if _, err := fromContext(func(k string) any { return map[string]any{ctxAssetRoot: "/x", ctxArchiveRetention: "a year"}[k] }, t.TempDir()); err == nil {
+		t.Error("archiveRetentionDays=\"a year\" accepted")
 	}
 }

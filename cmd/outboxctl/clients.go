@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/cloudwatch"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -34,9 +35,12 @@ type target struct {
 
 // clients are the SDK clients of one command.
 type clients struct {
-	ddb   *dynamodb.Client
-	sqs   *sqs.Client
-	eb    *eventbridge.Client
+	ddb *dynamodb.Client
+	sqs *sqs.Client
+	eb  *eventbridge.Client
+	// cw is CloudWatch (alarms test): AWS only, the local stack serves
+	// none.
+	cw    *cloudwatch.Client
 	local bool
 }
 
@@ -115,5 +119,6 @@ func (t target) connect(ctx context.Context) (clients, error) {
 				o.BaseEndpoint = ep
 			}
 		}),
+		cw: cloudwatch.NewFromConfig(cfg),
 	}, nil
 }

@@ -14,6 +14,7 @@
 //	outboxctl [-endpoint URL] backfill -archive A -rule R [-bus B] [-from T] [-to T] [-settle 10m] [-orders-table T]
 //	outboxctl [-endpoint URL] replays  [-prefix P]
 //	outboxctl [-endpoint URL] history  -table T AGGREGATE_ID
+//	outboxctl [-region R] alarms test (-prefix STACK | -alarm NAME) [-wait 2m]
 //
 // Every command prints one line per record or message it handled and a
 // count. status, show and parked read; redrive makes parked records
@@ -40,7 +41,10 @@
 // lists an aggregate's published events;
 // consumer-buffered lists what an ordered consumer's resequencer holds for
 // a missing predecessor, consumer-baseline declares where an ordered
-// consumer starts (docs/ORDERING.md).
+// consumer starts (docs/ORDERING.md); alarms test (AWS only) sets one of
+// the stack's alarms to ALARM, reads its history until its SNS action's
+// result appears and sets it back to OK: the post-deploy check that alarms
+// reach their topic (operator.CheckAlarmNotifies).
 // internal/operator holds the logic; the package doc says what each costs.
 //
 // -endpoint (or AWS_ENDPOINT_URL* set to a loopback address) means a local
@@ -89,6 +93,10 @@ type command struct {
 	run                    func(ctx context.Context, c *cmdEnv, args []string) error
 }
 
+// awsOnly names the commands the local stack cannot serve (their example
+// names a region, not the local endpoint): alarms (no CloudWatch locally).
+var awsOnly = map[string]bool{"alarms": true}
+
 // commands are the subcommands in the order -h lists them (set in init:
 // their help refers back to this list).
 var commands []command
@@ -121,6 +129,8 @@ func init() {
 			"outboxctl -endpoint http://127.0.0.1:4580 replays -prefix backfill-", runReplays},
 		{"history", "an aggregate's published events (sequence, type, time, event id) from the outbox table, and which sequences expired from it",
 			"outboxctl -endpoint http://127.0.0.1:4580 history -table dev-outbox ORDER_ID", runHistory},
+		{"alarms", "alarms test (AWS only): set one of the stack's alarms to ALARM, wait for its SNS action's result in the alarm's history (success, or AWS's failure text), set it back to OK",
+			"outboxctl -region eu-west-1 alarms test -prefix DdbOutbox", runAlarms},
 	}
 }
 
@@ -134,7 +144,7 @@ commands:
 	for _, c := range commands {
 		fmt.Fprintf(w, "  %-17s %s\n", c.name, c.summary)
 	}
-	fmt.Fprint(w, "\nexamples (against make dev, which prints its endpoint; on AWS drop -endpoint and use the stack outputs):\n")
+	fmt.Fprint(w, "\nexamples (against make dev, which prints its endpoint; on AWS drop -endpoint and use the stack outputs; alarms: AWS only):\n")
 	for _, c := range commands {
 		fmt.Fprintf(w, "  %s\n", c.example)
 	}

@@ -236,7 +236,11 @@ func TestHelpListsEveryCommandWithAnExample(t *testing.T) {
 			t.Fatalf("%v: err = %v, want flag.ErrHelp", args, err)
 		}
 		for _, c := range commands {
-			mustContain(t, strings.Join(args, " "), out.String(), "\n  "+c.name+" ", "outboxctl -endpoint http://127.0.0.1:4580 "+c.name+" ")
+			example := "outboxctl -endpoint http://127.0.0.1:4580 " + c.name + " "
+			if awsOnly[c.name] { // alarms test: the local stack has no CloudWatch
+				example = "outboxctl -region eu-west-1 " + c.name + " "
+			}
+			mustContain(t, strings.Join(args, " "), out.String(), "\n  "+c.name+" ", example)
 		}
 	}
 	for _, c := range commands {

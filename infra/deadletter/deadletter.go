@@ -10,6 +10,11 @@
 // dead letter and an operator's redrive would forward it to the consumer.
 // Queues that are no SQS queue's redrive target also refuse to be named as
 // one (Queue.RefuseRedriveSources).
+//
+// A dead letter cannot be erased silently: a DLQ denies sqs:DeleteMessage
+// and sqs:PurgeQueue to every principal but its operators
+// (Queue.KeepMessagesFromAllBut). No function deletes from a DLQ; the
+// operators' redrive (outboxctl consumer-redrive, a DLQ redrive) does.
 package deadletter
 
 import (
@@ -136,6 +141,47 @@ func (q *Queue) AcceptOnlyFrom(s Senders) {
 		Effect:     awsiam.Effect_DENY,
 		Principals: &[]awsiam.IPrincipal{awsiam.NewAnyPrincipal()},
 		Actions:    jsii.Strings("sqs:SendMessage"),
+		Resources:  &[]*string{q.Queue.QueueArn()},
+		Conditions: &conditions,
+	}))
+}
+
+// OnlyOperatorsEraseStatementID is the Sid of the queue policy statement
+// KeepMessagesFromAllBut adds.
+const OnlyOperatorsEraseStatementID = "OnlyOperatorsDeleteOrPurge"
+
+// EraseActions are the SQS actions that remove messages from a queue:
+// DeleteMessage (which also authorizes DeleteMessageBatch) and PurgeQueue.
+var EraseActions = []string{"sqs:DeleteMessage", "sqs:PurgeQueue"}
+
+// KeepMessagesFromAllBut adds to the queue's policy an explicit Deny of
+// EraseActions to every request that carries an aws:PrincipalArn other than
+// operators (role ARNs; an assumed-role session is matched by its role's
+// ARN). An explicit Deny in a queue policy binds principals of the queue's
+// own account too, administrators included, whatever their identity
+// policies allow (IAM policy evaluation logic; the Amazon SQS developer
+// guide's examples use aws:PrincipalArn in queue policies the same way).
+// With no operators every IAM principal is refused: the messages then leave
+// only by expiry (deadletter.Retention) or once the policy names an
+// operator. A request without aws:PrincipalArn (no IAM principal: an AWS
+// service acting for the queue itself) is not matched (Null
+// aws:PrincipalArn false), as in AcceptOnlyFrom; anonymous and service
+// requests still need an Allow the queue policy does not give. Reading
+// (ReceiveMessage) stays allowed: an operator inspects before deciding.
+// Who legitimately deletes from a DLQ here: only an operator's redrive
+// (outboxctl consumer-redrive deletes after re-sending; an SQS DLQ redrive,
+// StartMessageMoveTask, runs with its caller's permissions); no function
+// deletes from a DLQ, so none is excepted.
+func (q *Queue) KeepMessagesFromAllBut(operators []*string) {
+	conditions := map[string]any{"Null": map[string]any{"aws:PrincipalArn": "false"}}
+	if len(operators) > 0 {
+		conditions["ArnNotEquals"] = map[string]any{"aws:PrincipalArn": operators}
+	}
+	q.Queue.AddToResourcePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Sid:        jsii.String(OnlyOperatorsEraseStatementID),
+		Effect:     awsiam.Effect_DENY,
+		Principals: &[]awsiam.IPrincipal{awsiam.NewAnyPrincipal()},
+		Actions:    jsii.Strings(EraseActions...),
 		Resources:  &[]*string{q.Queue.QueueArn()},
 		Conditions: &conditions,
 	}))

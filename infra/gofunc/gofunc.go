@@ -18,6 +18,13 @@
 // the AWS managed AWSLambdaBasicExecutionRole policy, which allows writing to
 // any log group); callers add the rest with grants.
 //
+// Encryption: with Props.EncryptionKey (a customer managed KMS key) the
+// function's log group is encrypted with it (KmsKeyId) and so are its
+// environment variables at rest (KmsKeyArn; Lambda otherwise uses its AWS
+// managed key, https://docs.aws.amazon.com/lambda/latest/dg/configuration-envvars-encryption.html).
+// The key policy must let CloudWatch Logs use the key: AllowLogsToUseKey
+// adds AWS's documented statement (New calls it).
+//
 // Tracing: every function has X-Ray active tracing (TracingConfig Active):
 // Lambda samples invocations, records its own segments and continues the
 // trace an event brings (the X-Ray header EventBridge hands an SQS target
@@ -40,6 +47,7 @@ import (
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awskms"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
 	"github.com/aws/constructs-go/constructs/v10"
@@ -93,6 +101,14 @@ type Props struct {
 	// once, and they are always available. 0 reserves none (the function
 	// shares the account's unreserved pool). Negative is an error.
 	ReservedConcurrency int
+	// EncryptionKey, when set, is a customer managed KMS key that encrypts
+	// the function's log group and its environment variables; New adds the
+	// key policy statement CloudWatch Logs needs (AllowLogsToUseKey). The
+	// role needs no KMS grant for either: CloudWatch Logs encrypts what the
+	// role writes, and Lambda decrypts the environment through its own
+	// grant. nil: CloudWatch Logs' own encryption and Lambda's AWS managed
+	// key.
+	EncryptionKey awskms.IKey
 	// TelemetryLayerArn, when set, adds this Lambda layer (an OTLP
 	// collector extension listening on localhost:4318, e.g. the ADOT
 	// collector layer for arm64 of the region) and turns the functions'
@@ -142,9 +158,13 @@ func New(scope constructs.Construct, id string, p Props) (awslambda.Function, er
 	if p.RemovalPolicy == "" {
 		p.RemovalPolicy = awscdk.RemovalPolicy_RETAIN
 	}
+	if p.EncryptionKey != nil {
+		AllowLogsToUseKey(p.EncryptionKey)
+	}
 	logs := awslogs.NewLogGroup(scope, jsii.String(id+"Logs"), &awslogs.LogGroupProps{
 		Retention:     p.LogRetention,
 		RemovalPolicy: p.RemovalPolicy,
+		EncryptionKey: p.EncryptionKey,
 	})
 	role := awsiam.NewRole(scope, jsii.String(id+"Role"), &awsiam.RoleProps{
 		AssumedBy:   awsiam.NewServicePrincipal(jsii.String("lambda.amazonaws.com"), nil),
@@ -181,6 +201,7 @@ func New(scope constructs.Construct, id string, p Props) (awslambda.Function, er
 		Role:                         role,
 		Tracing:                      awslambda.Tracing_ACTIVE,
 		Layers:                       layers,
+		EnvironmentEncryption:        p.EncryptionKey,
 	})
 	cdknag.NagSuppressions_AddResourceSuppressions(role, &[]*cdknag.NagPackSuppression{{
 		Id: jsii.String("AwsSolutions-IAM5"),
@@ -189,4 +210,54 @@ func New(scope constructs.Construct, id string, p Props) (awslambda.Function, er
 		AppliesTo: &[]any{jsii.String("Resource::*")},
 	}}, jsii.Bool(true))
 	return fn, nil
+}
+
+// LogsKeyStatementID is the Sid of the key policy statement
+// AllowLogsToUseKey adds.
+const LogsKeyStatementID = "CloudWatchLogsEncryptsThisAccountsLogGroups"
+
+// LogsKeyActions are the KMS actions CloudWatch Logs gets on a key that
+// encrypts log groups: AWS's documented list (CloudWatch Logs user guide,
+// https://docs.aws.amazon.com/AmazonCloudWatch/latest/logs/encrypt-log-data-kms.html,
+// "Step 2: Set permissions on the KMS key"). The wildcards are AWS's own: a
+// key policy CloudWatch Logs cannot use fails the log group's creation, and
+// later every PutLogEvents.
+var LogsKeyActions = []string{"kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:Describe*"}
+
+// logsMayUseKey names the marker child AllowLogsToUseKey leaves on a key,
+// so that the statement is added once however many log groups use the key.
+const logsMayUseKey = "CloudWatchLogsMayUseThisKey"
+
+// AllowLogsToUseKey adds to key's policy the statement that lets CloudWatch
+// Logs of the stack's region (principal logs.<region>.amazonaws.com) use it
+// for log groups of the stack's account and region only: LogsKeyActions
+// with the condition ArnLike kms:EncryptionContext:aws:logs:arn
+// arn:<partition>:logs:<region>:<account>:log-group:* (CloudWatch Logs binds
+// a log group's data keys to that encryption context, its ARN; same page).
+// A log group's own ARN cannot be named: the log group refers to the key,
+// and the key would then refer to the log group (a dependency cycle). It
+// adds the statement once per key; a key imported by ARN keeps its own
+// policy (nothing is added), which must allow the same.
+func AllowLogsToUseKey(key awskms.IKey) {
+	if key.Node().TryFindChild(jsii.String(logsMayUseKey)) != nil {
+		return
+	}
+	if c, ok := key.(constructs.Construct); ok {
+		constructs.NewConstruct(c, jsii.String(logsMayUseKey))
+	}
+	stack := awscdk.Stack_Of(key)
+	key.AddToResourcePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Sid: jsii.String(LogsKeyStatementID),
+		Principals: &[]awsiam.IPrincipal{awsiam.NewServicePrincipal(awscdk.Fn_Join(jsii.String(""), &[]*string{
+			jsii.String("logs."), stack.Region(), jsii.String(".amazonaws.com"),
+		}), nil)},
+		Actions:   jsii.Strings(LogsKeyActions...),
+		Resources: jsii.Strings("*"),
+		Conditions: &map[string]any{"ArnLike": map[string]any{
+			"kms:EncryptionContext:aws:logs:arn": stack.FormatArn(&awscdk.ArnComponents{
+				Service: jsii.String("logs"), Resource: jsii.String("log-group"), ResourceName: jsii.String("*"),
+				ArnFormat: awscdk.ArnFormat_COLON_RESOURCE_NAME,
+			}),
+		}},
+	}), nil)
 }

@@ -27,11 +27,19 @@ import (
 // NewAlarmTopic adds to a customer managed key that encrypts the topic.
 const KeyForCloudWatchStatementID = "CloudWatchAlarmsPublishToTheAlarmTopic"
 
+// AlarmsPublishStatementID is the Sid of the topic policy statement
+// NewAlarmTopic adds: CloudWatch alarms of the account may publish.
+const AlarmsPublishStatementID = "CloudWatchAlarmsOfThisAccountPublish"
+
 // CloudWatchKeyActions are the KMS actions CloudWatch alarms need on the key
-// of an encrypted SNS topic they publish to (Amazon SNS developer guide,
-// sns-key-management, "compatibility with AWS services"; AWS re:Post
-// knowledge center, cloudwatch-configure-alarm-sns). No wildcard actions.
-var CloudWatchKeyActions = []string{"kms:Decrypt", "kms:GenerateDataKey"}
+// of an encrypted SNS topic they publish to, as the Amazon SNS developer
+// guide gives them for AWS services that publish to an encrypted topic
+// (https://docs.aws.amazon.com/sns/latest/dg/sns-key-management.html,
+// "Enable compatibility between event sources from AWS services and
+// encrypted topics": kms:Decrypt and kms:GenerateDataKey*). The wildcard is
+// AWS's own: an alarm that cannot publish fails silently (only its history
+// shows it), so the statement is AWS's documented one, not a narrower guess.
+var CloudWatchKeyActions = []string{"kms:Decrypt", "kms:GenerateDataKey*"}
 
 // topicArnPattern matches the ARN of a standard SNS topic (CloudWatch alarm
 // actions cannot publish to a FIFO topic).
@@ -51,37 +59,65 @@ func ValidAlarmTopicArn(arn string) error {
 	return nil
 }
 
+// alarmsOfThisAccount returns the conditions that limit a statement for
+// cloudwatch.amazonaws.com to alarms of the stack's account and region:
+// aws:SourceAccount = the account and aws:SourceArn like
+// arn:<partition>:cloudwatch:<region>:<account>:alarm:* (the confused-deputy
+// conditions AWS shows for this principal: AWS re:Post knowledge center,
+// https://repost.aws/knowledge-center/cloudwatch-receive-sns-for-alarm-trigger,
+// and the Amazon SNS developer guide,
+// https://docs.aws.amazon.com/sns/latest/dg/sns-access-policy-use-cases.html).
+func alarmsOfThisAccount() *map[string]any {
+	return &map[string]any{
+		"StringEquals": map[string]any{"aws:SourceAccount": awscdk.Aws_ACCOUNT_ID()},
+		"ArnLike": map[string]any{"aws:SourceArn": awscdk.Fn_Join(jsii.String(""), &[]*string{
+			jsii.String("arn:"), awscdk.Aws_PARTITION(), jsii.String(":cloudwatch:"), awscdk.Aws_REGION(),
+			jsii.String(":"), awscdk.Aws_ACCOUNT_ID(), jsii.String(":alarm:*"),
+		})},
+	}
+}
+
 // NewAlarmTopic creates the SNS topic id under scope that alarms notify:
-// a standard topic that only accepts TLS requests (EnforceSSL). With key
-// (a customer managed key of the same stack) the topic is encrypted with it
-// and the key policy lets cloudwatch.amazonaws.com use it (KMS actions
-// CloudWatchKeyActions, only for alarms of this account and region:
-// aws:SourceAccount and aws:SourceArn arn:<partition>:cloudwatch:<region>:<account>:alarm:*);
-// CloudWatch cannot publish to a topic encrypted with the AWS managed key
-// aws/sns, so without a customer managed key the topic is not encrypted
-// at rest (its messages are alarm state changes: names, descriptions and
-// metric values, no event data; cdk-nag AwsSolutions-SNS2 is suppressed
-// with that reason). An imported key keeps its own policy, which must allow
-// the same.
+// a standard topic that only accepts TLS requests (EnforceSSL) and whose
+// policy allows cloudwatch.amazonaws.com to call sns:Publish on it for
+// alarms of this account and region only (statement
+// AlarmsPublishStatementID, conditions aws:SourceAccount and aws:SourceArn
+// arn:<partition>:cloudwatch:<region>:<account>:alarm:*). A topic policy
+// replaces SNS's default policy (which lets the owner account publish): a
+// topic policy holding only the TLS Deny would leave every alarm unable to
+// publish, its history saying "Failed to execute action ... not authorized
+// to perform: SNS:Publish" (AWS re:Post knowledge center,
+// cloudwatch-receive-sns-for-alarm-trigger). `outboxctl alarms test`
+// checks it on a deployed stack.
+//
+// With key (a customer managed key of the same stack) the topic is
+// encrypted with it and the key policy lets cloudwatch.amazonaws.com use it
+// (KMS actions CloudWatchKeyActions, same conditions); CloudWatch cannot
+// publish to a topic encrypted with the AWS managed key aws/sns, so without
+// a customer managed key the topic is not encrypted at rest (its messages
+// are alarm state changes: names, descriptions and metric values, no event
+// data; cdk-nag AwsSolutions-SNS2 is suppressed with that reason). An
+// imported key keeps its own policy, which must allow the same.
 func NewAlarmTopic(scope constructs.Construct, id string, key awskms.IKey) awssns.Topic {
 	topic := awssns.NewTopic(scope, jsii.String(id), &awssns.TopicProps{
 		DisplayName: jsii.String("ddb-outbox alarms"),
 		EnforceSSL:  jsii.Bool(true),
 		MasterKey:   key,
 	})
+	topic.AddToResourcePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Sid:        jsii.String(AlarmsPublishStatementID),
+		Principals: &[]awsiam.IPrincipal{awsiam.NewServicePrincipal(jsii.String("cloudwatch.amazonaws.com"), nil)},
+		Actions:    jsii.Strings("sns:Publish"),
+		Resources:  &[]*string{topic.TopicArn()},
+		Conditions: alarmsOfThisAccount(),
+	}))
 	if key != nil {
 		key.AddToResourcePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
 			Sid:        jsii.String(KeyForCloudWatchStatementID),
 			Principals: &[]awsiam.IPrincipal{awsiam.NewServicePrincipal(jsii.String("cloudwatch.amazonaws.com"), nil)},
 			Actions:    jsii.Strings(CloudWatchKeyActions...),
 			Resources:  jsii.Strings("*"),
-			Conditions: &map[string]any{
-				"StringEquals": map[string]any{"aws:SourceAccount": awscdk.Aws_ACCOUNT_ID()},
-				"ArnLike": map[string]any{"aws:SourceArn": awscdk.Fn_Join(jsii.String(""), &[]*string{
-					jsii.String("arn:"), awscdk.Aws_PARTITION(), jsii.String(":cloudwatch:"), awscdk.Aws_REGION(),
-					jsii.String(":"), awscdk.Aws_ACCOUNT_ID(), jsii.String(":alarm:*"),
-				})},
-			},
+			Conditions: alarmsOfThisAccount(),
 		}), nil)
 		return topic
 	}

@@ -183,7 +183,8 @@ func New(scope constructs.Construct, id string, props Props) (*Outbox, error) {
 		Timeout:       props.RelayTimeout,
 		LogRetention:  props.LogRetention,
 		RemovalPolicy: props.RemovalPolicy,
-
+		// the log group and the environment (gofunc.AllowLogsToUseKey)
+		EncryptionKey:     props.EncryptionKey,
 		TelemetryLayerArn: props.TelemetryLayerArn,
 	})
 	if err != nil {
@@ -207,6 +208,7 @@ func New(scope constructs.Construct, id string, props Props) (*Outbox, error) {
 		// a reservation overlapping runs are safe, each record is claimed
 		// before it is re-sent
 		ReservedConcurrency: max(props.ReconcilerReservedConcurrency, 0),
+		EncryptionKey:       props.EncryptionKey,
 		TelemetryLayerArn:   props.TelemetryLayerArn,
 	})
 	if err != nil {
@@ -406,15 +408,22 @@ func (o *Outbox) addAlarms() {
 // an event source mapping's on-failure record with the function's execution
 // role), the reconciler's on-failure queue from the reconciler's role (so
 // does an asynchronous invocation's on-failure destination), the schedule's
-// DLQ from the schedule rule (aws:SourceArn).
+// DLQ from the schedule rule (aws:SourceArn); and each refuses
+// sqs:DeleteMessage and sqs:PurgeQueue to all but
+// Props.DeadLetterOperatorArns (deadletter.Queue.KeepMessagesFromAllBut).
 func (o *Outbox) restrictDLQSenders() {
 	relay, reconciler := o.Relay.Role().RoleArn(), o.Reconciler.Role().RoleArn()
 	o.ParkedQueue.AcceptOnlyFrom(deadletter.Senders{PrincipalArns: []*string{relay, reconciler}})
 	o.StreamFailureQueue.AcceptOnlyFrom(deadletter.Senders{PrincipalArns: []*string{relay}})
 	o.ReconcilerFailureQueue.AcceptOnlyFrom(deadletter.Senders{PrincipalArns: []*string{reconciler}})
 	o.ScheduleDLQ.AcceptOnlyFrom(deadletter.Senders{SourceArns: []*string{o.ReconcileSchedule.RuleArn()}})
+	operators := make([]*string, len(o.props.DeadLetterOperatorArns))
+	for i, a := range o.props.DeadLetterOperatorArns {
+		operators[i] = jsii.String(a)
+	}
 	for _, q := range []*deadletter.Queue{o.ParkedQueue, o.StreamFailureQueue, o.ReconcilerFailureQueue, o.ScheduleDLQ} {
 		q.RefuseRedriveSources()
+		q.KeepMessagesFromAllBut(operators)
 	}
 }
 

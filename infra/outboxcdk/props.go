@@ -228,6 +228,15 @@ type Props struct {
 	// GrantWriteEvents writer; otherwise the AWS managed key (aws/dynamodb)
 	// and SSE-SQS are used.
 	EncryptionKey awskms.IKey
+	// DeadLetterOperatorArns are the IAM role ARNs that may delete messages
+	// from, or purge, the construct's dead-letter queues (the parked-records
+	// queue, the two on-failure queues, the schedule's DLQ): every other
+	// principal is refused by an explicit Deny in their queue policies
+	// (deadletter.Queue.KeepMessagesFromAllBut), so a dead letter cannot be
+	// erased silently. Empty: no principal may (the messages leave by
+	// expiry, 14 days, or once an operator is named and deployed). Exact
+	// ARNs.
+	DeadLetterOperatorArns []string
 	// RemovalPolicy applies to the table, queues and log groups. Default
 	// RETAIN.
 	RemovalPolicy awscdk.RemovalPolicy

@@ -11,6 +11,7 @@ import (
 	"github.com/aws/jsii-runtime-go"
 	"github.com/cdklabs/cdk-nag-go/cdknag/v2"
 
+	"github.com/ddb-outbox/ddb-outbox/infra/gofunc"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/app"
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 )
@@ -80,9 +81,14 @@ func (s *OrdersStack) addAPI(removal awscdk.RemovalPolicy) {
 		CreateDefaultStage: jsii.Bool(false),
 		DefaultAuthorizer:  auth,
 	})
+	if s.EncryptionKey != nil {
+		gofunc.AllowLogsToUseKey(s.EncryptionKey)
+	}
+	// the access log (caller ARNs, source IPs) under the stack's key too
 	logs := awslogs.NewLogGroup(s.Stack, jsii.String("HttpApiAccessLogs"), &awslogs.LogGroupProps{
 		Retention:     s.props.AccessLogRetention,
 		RemovalPolicy: removal,
+		EncryptionKey: s.EncryptionKey,
 	})
 	s.Stage = awsapigatewayv2.NewHttpStage(s.Stack, jsii.String("HttpApiStage"), &awsapigatewayv2.HttpStageProps{
 		HttpApi:    s.API,

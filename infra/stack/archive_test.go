@@ -85,7 +85,9 @@ func TestArchiveKeepsEveryOutboxEvent(t *testing.T) {
 	// the replay policy: exactly the replay actions on this archive,
 	// attached to the replay role; the default stack attaches it to no one
 	pol := custom.props(t, custom.id(custom.stack.ReplayPolicy))
-	if !jsonEqual(t, pol["Roles"], []any{"ddb-outbox-replay"}) {
+	// attached to the replay role in its account only (issue 32:
+	// TestReplayPolicyIsAttachedInTheRolesAccountOnly checks the condition)
+	if !mentions(t, pol["Roles"], `["ddb-outbox-replay"]`) {
 		t.Errorf("replay policy attached to %v, want the replay role", pol["Roles"])
 	}
 	archive := getAtt(custom.ofType("AWS::Events::Archive")[0], "Arn")

@@ -38,18 +38,17 @@ func TestProvisionedModeReplacesMaximumConcurrency(t *testing.T) {
 	}
 }
 
-// GIVEN an account whose Lambda concurrency quota leaves nothing to reserve
-// WHEN the stack is built with no reservation anywhere ({"*": -1})
-// THEN without AcceptConsumerThrottles it is refused, naming the consumers'
-// throttled receives; with it the template reserves nothing (the reconciler
-// included) and synth warns about the unreserved consumers.
+// GIVEN no reservation anywhere ({"*": -1}, what the default is since
+// issue 32), and the recommended reservations opted in with a quota
+// WHEN the stacks are built
+// THEN the first reserves nothing (the reconciler included), adds no warning
+// and says in its synth info that nothing is reserved; the second reserves
+// api 20, relay 20, reconciler 1 and each consumer its SQS mapping's peak
+// concurrency (22), and without a quota the same props are refused,
+// naming the setting that gives one.
 func TestReservedConcurrencyIsOptionalEverywhere(t *testing.T) {
 	none := map[string]int{AllFunctions: NoReservedConcurrency}
-	_, err := NewOrdersStack(awscdk.NewApp(nil), "Refused", OrdersStackProps{AssetRoot: assetRoot, ReservedConcurrency: none})
-	if !errors.Is(err, ErrInvalidProps) || !strings.Contains(err.Error(), "maxReceiveCount") || !strings.Contains(err.Error(), "AcceptConsumerThrottles") {
-		t.Errorf("unreserved consumers without AcceptConsumerThrottles: err = %v, want ErrInvalidProps naming maxReceiveCount and AcceptConsumerThrottles", err)
-	}
-	st, err := NewOrdersStack(awscdk.NewApp(nil), "Unreserved", OrdersStackProps{AssetRoot: assetRoot, ReservedConcurrency: none, AcceptConsumerThrottles: true})
+	st, err := NewOrdersStack(awscdk.NewApp(nil), "Unreserved", OrdersStackProps{AssetRoot: assetRoot, ReservedConcurrency: none})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,27 +61,57 @@ func TestReservedConcurrencyIsOptionalEverywhere(t *testing.T) {
 			t.Errorf("function %s reserves %v", id, r)
 		}
 	}
-	warnings := assertions.Annotations_FromStack(st.Stack).FindWarning(jsii.String("*"), assertions.Match_StringLikeRegexp(jsii.String(".*no reserved concurrency.*")))
-	if len(*warnings) != 1 {
-		t.Errorf("%d warnings about unreserved consumers, want 1", len(*warnings))
+	ann := assertions.Annotations_FromStack(st.Stack)
+	if w := ann.FindWarning(jsii.String("*"), assertions.Match_StringLikeRegexp(jsii.String(".*reserved concurrency.*"))); len(*w) != 0 {
+		t.Errorf("%d warnings about reserved concurrency, want none", len(*w))
+	}
+	if i := ann.FindInfo(jsii.String("*"), assertions.Match_StringLikeRegexp(jsii.String(".*Nothing is reserved.*"))); len(*i) != 1 {
+		t.Errorf("%d synth infos saying nothing is reserved, want 1", len(*i))
 	}
 	if got := st.Props().ReservedTotal(); got != 0 {
 		t.Errorf("ReservedTotal = %d, want 0", got)
 	}
+
+	rec := OrdersStackProps{AssetRoot: assetRoot}
+	rec.ReservedConcurrency = rec.RecommendedReservations()
+	if _, err := NewOrdersStack(awscdk.NewApp(nil), "NoQuota", rec); !errors.Is(err, ErrInvalidProps) || !strings.Contains(err.Error(), "ddb-outbox:accountConcurrency") {
+		t.Errorf("recommended reservations without a quota: err = %v, want ErrInvalidProps naming ddb-outbox:accountConcurrency", err)
+	}
+	rec.AccountConcurrency = 1000
+	rst, err := NewOrdersStack(awscdk.NewApp(nil), "Recommended", rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := synth(rst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := float64(config.DefaultConsumerMaxConcurrency)
+	want := map[string]float64{r.id(rst.APIFunction): 20, r.id(rst.Outbox.Relay): 20, r.id(rst.Outbox.Reconciler): 1}
+	for _, name := range consumerNames {
+		want[r.id(rst.Consumers[name].Function)] = c
+	}
+	for id, n := range want {
+		if got := r.props(t, id)["ReservedConcurrentExecutions"]; got != n {
+			t.Errorf("recommended: function %s reserves %v, want %v", id, got, n)
+		}
+	}
 }
 
 // GIVEN the account's Lambda concurrency quota (AccountConcurrency)
-// WHEN the props are validated
-// THEN reservations that leave less than 100 unreserved are refused with the
-// quota the account needs (207 with the defaults: 20 + 20 + 1 + 3 × 22 +
-// 100), consumers without reservation whose mappings could start more
-// invocations than the unreserved pool holds are refused, and the default
-// stack's synth output says what an account needs.
+// WHEN props are validated
+// THEN the recommended reservations (107) need a quota of at least 207
+// (20 + 20 + 1 + 3 × 22 + the 100 Lambda keeps unreserved) and a smaller
+// one is refused with the quota the account needs and how to read it;
+// consumers without reservation whose mappings could start more
+// invocations than the unreserved pool holds are refused; any reservation
+// without a quota is refused.
 func TestPreflightChecksTheAccountConcurrency(t *testing.T) {
-	defaults := OrdersStackProps{AssetRoot: "x"}
-	need := defaults.ReservedTotal() + MinUnreservedConcurrency
+	recommended := OrdersStackProps{AssetRoot: "x"}
+	recommended.ReservedConcurrency = recommended.RecommendedReservations()
+	need := recommended.ReservedTotal() + MinUnreservedConcurrency
 	if want := 20 + 20 + 1 + 3*config.DefaultConsumerMaxConcurrency + 100; need != want {
-		t.Errorf("default stack needs a quota of %d, want %d", need, want)
+		t.Errorf("the recommended reservations need a quota of %d, want %d", need, want)
 	}
 	small := OrdersStackProps{AssetRoot: "x", ConsumerScaling: outboxcdk.SQSScaling{MaxConcurrency: 2}}
 	none := map[string]int{AllFunctions: NoReservedConcurrency}
@@ -92,15 +121,16 @@ func TestPreflightChecksTheAccountConcurrency(t *testing.T) {
 		quota int
 		ok    bool
 	}{
-		{"default quota", defaults, 1000, true},
-		{"just enough", defaults, need, true},
-		{"one short", defaults, need - 1, false},
-		{"new account, defaults", defaults, 100, false},
-		{"quota 10, nothing reserved, consumers at 22", OrdersStackProps{AssetRoot: "x", ReservedConcurrency: none, AcceptConsumerThrottles: true}, 10, false},
-		{"quota 10, nothing reserved, consumers at 2", OrdersStackProps{AssetRoot: "x", ReservedConcurrency: none, AcceptConsumerThrottles: true, ConsumerScaling: small.ConsumerScaling}, 10, true},
-		{"quota 50, nothing reserved, consumers at 22", OrdersStackProps{AssetRoot: "x", ReservedConcurrency: none, AcceptConsumerThrottles: true}, 50, false},
-		{"quota 100, nothing reserved, consumers at 22", OrdersStackProps{AssetRoot: "x", ReservedConcurrency: none, AcceptConsumerThrottles: true}, 100, true},
-		{"unknown quota", defaults, 0, true},
+		{"default quota", recommended, 1000, true},
+		{"just enough", recommended, need, true},
+		{"one short", recommended, need - 1, false},
+		{"new account, recommended", recommended, 100, false},
+		{"recommended, unknown quota", recommended, 0, false},
+		{"quota 10, nothing reserved, consumers at 22", OrdersStackProps{AssetRoot: "x", ReservedConcurrency: none}, 10, false},
+		{"quota 10, nothing reserved, consumers at 2", OrdersStackProps{AssetRoot: "x", ReservedConcurrency: none, ConsumerScaling: small.ConsumerScaling}, 10, true},
+		{"quota 50, nothing reserved, consumers at 22", OrdersStackProps{AssetRoot: "x", ReservedConcurrency: none}, 50, false},
+		{"quota 100, nothing reserved, consumers at 22", OrdersStackProps{AssetRoot: "x", ReservedConcurrency: none}, 100, true},
+		{"default, unknown quota", OrdersStackProps{AssetRoot: "x"}, 0, true},
 	}
 	for _, c := range cases {
 		p := c.p
@@ -113,14 +143,13 @@ func TestPreflightChecksTheAccountConcurrency(t *testing.T) {
 			t.Errorf("%s: Validate() = %v, want ErrInvalidProps", c.name, err)
 		}
 	}
-	p := defaults
+	p := recommended
 	p.AccountConcurrency = 100
 	if err := p.Validate(); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("at least %d", need)) ||
 		!strings.Contains(err.Error(), "get-account-settings") {
 		t.Errorf("error %v does not say the quota the account needs (%d) and how to read it", err, need)
 	}
-	infos := assertions.Annotations_FromStack(def.stack.Stack).FindInfo(jsii.String("*"), assertions.Match_StringLikeRegexp(jsii.String(fmt.Sprintf(".*must be at least %d.*", need))))
-	if len(*infos) != 1 {
-		t.Errorf("default stack: %d synth messages saying the account needs %d, want 1", len(*infos), need)
+	if msg := recommended.AccountRequirement(); !strings.Contains(msg, fmt.Sprintf("must be at least %d", need)) {
+		t.Errorf("AccountRequirement of the recommended reservations = %q, want the quota %d", msg, need)
 	}
 }

@@ -191,9 +191,10 @@ func (s *OrdersStack) addConsumer(name, source string) error {
 		Timeout:       ConsumerTimeout,
 		LogRetention:  props.LogRetention,
 		RemovalPolicy: removal,
-		// at least the mapping's peak concurrency, or none with
-		// AcceptConsumerThrottles (Validate)
+		// none by default; when reserved, at least the mapping's peak
+		// concurrency (Validate)
 		ReservedConcurrency: max(props.ReservedConcurrency[name], 0),
+		EncryptionKey:       s.EncryptionKey,
 		TelemetryLayerArn:   props.TelemetryLayerArn,
 	})
 	if err != nil {
@@ -232,6 +233,8 @@ func (s *OrdersStack) addConsumer(name, source string) error {
 	// only the consumer's role sends to its DLQ (its permanent failures);
 	// SQS's own redrive moves are not refused (deadletter.AcceptOnlyFrom)
 	dlq.AcceptOnlyFrom(deadletter.Senders{PrincipalArns: []*string{fn.Role().RoleArn()}})
+	// the consumer only sends to its DLQ; the operators' redrive deletes
+	dlq.KeepMessagesFromAllBut(s.dlqOperators())
 	c := &Consumer{Function: fn, Table: table, Queue: queue, DLQ: dlq, EventSource: es}
 	s.Consumers[name] = c
 	if ordered(name) {
@@ -273,6 +276,7 @@ func (s *OrdersStack) addRule(r routing.Rule, source string) error {
 	})
 	dlq.AcceptOnlyFrom(deadletter.Senders{SourceArns: []*string{rule.RuleArn()}})
 	dlq.RefuseRedriveSources()
+	dlq.KeepMessagesFromAllBut(s.dlqOperators())
 	s.Rules[r.Name] = rule
 	s.RuleDLQs[r.Name] = dlq
 	s.RuleAlarms[r.Name] = outboxcdk.RuleDeliveryAlarms(s.Stack, cid+"Rule", rule, s.Bus.EventBusName(), "rule "+r.Name+" (to the "+r.Consumer+" queue)")

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ddb-outbox/ddb-outbox/infra/deadletter"
 	"github.com/ddb-outbox/ddb-outbox/infra/outboxcdk"
+	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 )
 
 // Issue 23 (operations on AWS, security) and issue 22 item 4 (consumers that
@@ -356,7 +357,9 @@ func TestEventBridgeKeyGrantIsScoped(t *testing.T) {
 // WHEN the consumers' SQS event source mappings are read
 // THEN their MaximumConcurrency carries 1,000 events/s even if each message
 // took 17 ms alone, at 80 % use (issue 22: the default configuration
-// sustains >= 1,000 events/s), and each consumer reserves at least that.
+// sustains >= 1,000 events/s); the functions reserve nothing by default
+// (issue 32), and a consumer that reserves (RecommendedReservations) is
+// checked against its mapping's peak by TestReservedConcurrency.
 func TestConsumerMappingsCarryTheTargetRate(t *testing.T) {
 	const target, perMessage, utilisation = 1000.0, 0.017, 0.8
 	for name, c := range def.stack.Consumers {
@@ -368,8 +371,11 @@ func TestConsumerMappingsCarryTheTargetRate(t *testing.T) {
 		if want := math.Ceil(target * perMessage / utilisation); mc != want {
 			t.Errorf("%s: MaximumConcurrency %v, want the sizing ceil(%v × %v ÷ %v) = %v", name, mc, target, perMessage, utilisation, want)
 		}
-		if r, _ := def.props(t, fn)["ReservedConcurrentExecutions"].(float64); r < mc {
+		if r, ok := def.props(t, fn)["ReservedConcurrentExecutions"].(float64); ok && r < mc {
 			t.Errorf("%s: reserved concurrency %v below MaximumConcurrency %v", name, r, mc)
 		}
+	}
+	if rec := (OrdersStackProps{}).RecommendedReservations(); rec["ledger"] != config.DefaultConsumerMaxConcurrency {
+		t.Errorf("recommended reservation of a consumer = %d, want its peak %d", rec["ledger"], config.DefaultConsumerMaxConcurrency)
 	}
 }

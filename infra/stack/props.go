@@ -74,39 +74,70 @@ const (
 	DefaultFulfilmentProviderURL = "https://fulfilment.invalid"
 	// NoReservedConcurrency in ReservedConcurrency leaves a function
 	// without reserved concurrency (it shares the account's unreserved
-	// pool): outboxcdk.NoReservedConcurrency.
+	// pool): outboxcdk.NoReservedConcurrency. Every function not named in
+	// ReservedConcurrency has none.
 	NoReservedConcurrency = outboxcdk.NoReservedConcurrency
 	// AllFunctions, as a ReservedConcurrency key, sets every function the
 	// map does not name otherwise, e.g. {"*": -1} for no reservation at all.
 	AllFunctions = "*"
 	// MinUnreservedConcurrency is the part of an account's Lambda
 	// concurrency quota that cannot be reserved (Lambda developer guide,
-	// configuration-concurrency: "You can reserve up to the Unreserved
-	// account concurrency value minus 100").
+	// https://docs.aws.amazon.com/lambda/latest/dg/configuration-concurrency.html:
+	// "You can reserve up to the Unreserved account concurrency value minus
+	// 100"). An account whose quota is 100 or less (a new account's may be
+	// 10, 50 or 100: "New AWS accounts have reduced concurrency and memory
+	// quotas", https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html)
+	// can reserve nothing; a reservation there fails the deploy with
+	// "Specified ReservedConcurrentExecutions for function decreases
+	// account's UnreservedConcurrentExecution below its minimum value".
 	MinUnreservedConcurrency = 100
-	// UnreservedConsumerWarning is the id of the synth warning for a
-	// consumer without reserved concurrency (AcceptConsumerThrottles).
+	// UnreservedConsumerWarning was the id of the synth warning for a
+	// consumer without reserved concurrency.
+	//
+	// Deprecated: since issue 32 no reservation is the default and no
+	// warning is added; AccountRequirement (a synth info message) says what
+	// the consumers can start from the unreserved pool.
 	UnreservedConsumerWarning = "ddb-outbox:unreservedConsumer"
+	// ReservationsRecommended, as the value of the CDK context key
+	// ddb-outbox:reservedConcurrency, reserves RecommendedReservations
+	// (infra/main.go).
+	ReservationsRecommended = "recommended"
 )
 
-// DefaultReservedConcurrency is the reserved concurrency of the api, the
-// relay and the reconciler when ReservedConcurrency does not name them; a
-// consumer's default is its SQS event source mapping's peak concurrency
-// (ConsumerScaling.PeakConcurrency(): config.DefaultConsumerMaxConcurrency,
-// 22), the least that keeps the mapping from being throttled. They bound
-// what a flood of requests or events can cost and keep the rest of the
-// account's concurrency free: 107 in all with the defaults, so the
-// account's Lambda concurrency quota must be at least 207 (Lambda keeps
-// MinUnreservedConcurrency unreserved; the default quota is 1,000, a new
-// account's may be 10, 50 or 100: see OrdersStackProps.AccountConcurrency
-// and docs/PARITY.md). The relay runs one instance per stream shard times
-// the mapping's ParallelizationFactor: with more shards than its
-// reservation, batches wait (the IteratorAge alarm shows it); raise it with
-// the table's write rate.
-var DefaultReservedConcurrency = map[string]int{
+// RecommendedReservedConcurrency is the reserved concurrency recommended
+// for the api, the relay and the reconciler in an account whose Lambda
+// concurrency quota leaves room for it (RecommendedReservations adds the
+// consumers). Nothing is reserved by default: a new account's quota (10, 50
+// or 100) leaves nothing to reserve (MinUnreservedConcurrency), and the
+// stack must deploy there. With these and the consumers' 22 each, 107 are
+// reserved and the quota must be at least 207. Reservations bound what a
+// flood of requests or events can cost and keep the rest of the account's
+// concurrency free; without them every function shares the unreserved
+// pool, and the consumers' SQS event source mappings are bounded by their
+// own MaximumConcurrency (ConsumerScaling). The relay runs one instance per
+// stream shard times the mapping's ParallelizationFactor: with more shards
+// than its reservation, batches wait (the IteratorAge alarm shows it).
+var RecommendedReservedConcurrency = map[string]int{
 	APIFunction:                  20,
 	outboxcdk.RelayFunction:      20,
 	outboxcdk.ReconcilerFunction: outboxcdk.ReconcilerReservedConcurrency,
+}
+
+// RecommendedReservations returns RecommendedReservedConcurrency plus each
+// consumer at its SQS event source mapping's peak concurrency
+// (ConsumerScaling.PeakConcurrency(): the least that keeps the mapping from
+// being throttled), as a ReservedConcurrency value: what the context value
+// ddb-outbox:reservedConcurrency=recommended sets. Validate then needs
+// AccountConcurrency.
+func (p OrdersStackProps) RecommendedReservations() map[string]int {
+	out := make(map[string]int, len(functionNames))
+	for fn, n := range RecommendedReservedConcurrency {
+		out[fn] = n
+	}
+	for _, name := range consumerNames {
+		out[name] = p.ConsumerScaling.PeakConcurrency()
+	}
+	return out
 }
 
 // Throttle is an HTTP API route's throttling: RateLimit requests per second
@@ -188,31 +219,40 @@ type OrdersStackProps struct {
 	// ReservedConcurrency is the reserved concurrency by function name
 	// (api, relay, reconciler, ledger, notifier, fulfilment; AllFunctions
 	// for every function not named), 1..1000 or NoReservedConcurrency;
-	// unnamed functions take DefaultReservedConcurrency (a consumer: its
-	// mapping's ConsumerScaling.PeakConcurrency()). The reconciler's is
-	// outboxcdk.ReconcilerReservedConcurrency (1) or NoReservedConcurrency.
-	// A consumer's must be at least its mapping's peak concurrency, or be
-	// NoReservedConcurrency with AcceptConsumerThrottles.
+	// unnamed functions have none. Default: nothing reserved, so that the
+	// stack deploys in any account, a new one's included
+	// (MinUnreservedConcurrency); RecommendedReservations is the opt-in
+	// set. Any reservation needs AccountConcurrency, which Validate checks
+	// it against. The reconciler's is outboxcdk.ReconcilerReservedConcurrency
+	// (1) or NoReservedConcurrency. A consumer's, when set, must be at least
+	// its mapping's peak concurrency.
 	ReservedConcurrency map[string]int
 	// AccountConcurrency is the Lambda concurrency quota of the account and
 	// region the stack deploys to (`aws lambda get-account-settings --query
 	// AccountLimit.ConcurrentExecutions`), for the preflight check: Validate
-	// refuses reservations that add up to more than AccountConcurrency −
-	// MinUnreservedConcurrency (the deployment would fail with "Specified
-	// ReservedConcurrentExecutions for function decreases account's
-	// UnreservedConcurrentExecution below its minimum value"), and
-	// consumers without a reservation whose mappings together could start
-	// more invocations than the unreserved pool holds. 0: unknown, not
-	// checked (synth reports what the account needs).
+	// refuses reservations without it, reservations that add up to more
+	// than AccountConcurrency − MinUnreservedConcurrency (the deployment
+	// would fail with "Specified ReservedConcurrentExecutions for function
+	// decreases account's UnreservedConcurrentExecution below its minimum
+	// value"), and consumers without a reservation whose mappings together
+	// could start more invocations than the unreserved pool holds (one
+	// message naming the quota and the consumerMaxConcurrency that fits).
+	// 0: unknown; synth reports what the stack reserves (nothing by
+	// default) and what the consumers can start.
 	AccountConcurrency int
-	// AcceptConsumerThrottles lets a consumer run without reserved
-	// concurrency (ReservedConcurrency NoReservedConcurrency). It is
-	// refused otherwise: such a consumer shares the account's unreserved
-	// pool, and when that pool is exhausted for a visibility timeout its
-	// SQS messages are throttled, return to the queue and count toward
+	// AcceptConsumerThrottles let a consumer run without reserved
+	// concurrency when reservations were the default.
+	//
+	// Deprecated: ignored since issue 32. No reservation is the default
+	// (the stack must deploy in a new account, whose quota leaves nothing
+	// to reserve). A consumer without one shares the account's unreserved
+	// pool: when that pool runs out for a visibility timeout its SQS
+	// messages are throttled, return to the queue and count toward
 	// maxReceiveCount, so a busy account can move events to the consumer's
-	// DLQ (alarmed, redrivable; nothing is lost) without any consumer
-	// error (docs/PARITY.md). Synth warns (UnreservedConsumerWarning).
+	// DLQ (alarmed, redrivable; nothing is lost) without any consumer error
+	// (docs/PARITY.md). With AccountConcurrency, Validate refuses consumers
+	// whose mappings together could start more invocations than the pool
+	// holds; RecommendedReservations reserves each consumer's peak.
 	AcceptConsumerThrottles bool
 	// ConsumerScaling is every consumer's SQS event source mapping scaling:
 	// MaximumConcurrency (default config.DefaultConsumerMaxConcurrency) or
@@ -242,11 +282,29 @@ type OrdersStackProps struct {
 	// sends with the caller's permissions). Empty: nobody but the rules can
 	// send to a consumer queue. Exact ARNs, no wildcards.
 	RedriveRoleArns []string
-	// ReplayRoleArns are IAM role ARNs granted what outboxctl backfill and
-	// replays need on the outbox's archive (outboxcdk.Outbox.GrantReplay):
-	// start and describe replays of it, to the bus's rules. Empty: nobody
-	// is granted. Exact ARNs, no wildcards.
+	// ReplayRoleArns are IAM role ARNs
+	// (arn:<partition>:iam::<account>:role/<path/><name>) granted what
+	// outboxctl backfill and replays need on the outbox's archive
+	// (OrdersStack.ReplayPolicy, outboxcdk.Outbox.ReplayStatements): start
+	// and describe replays of it, to the bus's rules. Empty: nobody is
+	// granted. They must be roles of the account the stack deploys to, all
+	// of one account: an EventBridge archive has no resource policy (only
+	// event buses and schema registries have one), so a role of another
+	// account can never be allowed to replay it, and IAM attaches a managed
+	// policy to a role by name, in the policy's own account. Validate
+	// refuses other forms, several accounts, and (with DeployAccount)
+	// another account; the template attaches the policy only when it
+	// deploys to the roles' account (a CloudFormation condition), so a
+	// same-named role of another account never gets it.
 	ReplayRoleArns []string
+	// DeployAccount is the 12-digit account the stack deploys to, when
+	// known at synth (infra/main.go: CDK_DEFAULT_ACCOUNT, which the CDK CLI
+	// sets from the credentials it deploys with,
+	// https://docs.aws.amazon.com/cdk/v2/guide/environments.html), or
+	// StackProps.Env.Account when that is a literal. Validate refuses
+	// ReplayRoleArns of any other account. Empty: not known at synth (the
+	// template checks it at deploy time instead).
+	DeployAccount string
 	// EncryptionKey, when set, is the customer managed KMS key of every
 	// table and queue (outbox construct included, overriding
 	// Outbox.EncryptionKey); CustomerManagedKey creates one in the stack
@@ -301,6 +359,83 @@ func validProviderURL(u string) error {
 	return nil
 }
 
+// roleArnPattern matches an IAM role ARN: partition, 12-digit account, an
+// optional path (/ … /, characters ! to ~) and the role name (1..64 of
+// A–Z, a–z, 0–9 and +=,.@_-) (IAM API reference, Role: Path and RoleName).
+var roleArnPattern = regexp.MustCompile(`^arn:(aws[a-z-]*):iam::([0-9]{12}):role/((?:[!-~]+/)?)([A-Za-z0-9+=,.@_-]{1,64})$`)
+
+// accountPattern matches a 12-digit AWS account id.
+var accountPattern = regexp.MustCompile(`^[0-9]{12}$`)
+
+// RoleAccount returns the account of IAM role ARN arn, or an error when arn
+// is not a role ARN (roleArnPattern).
+func RoleAccount(arn string) (string, error) {
+	m := roleArnPattern.FindStringSubmatch(arn)
+	if m == nil || strings.ContainsAny(arn, "*?") {
+		return "", fmt.Errorf("%q is not an IAM role ARN (arn:aws:iam::<12-digit account>:role/<path/><name>, no wildcards)", arn)
+	}
+	return m[2], nil
+}
+
+// deployAccount returns the account the stack is known to deploy to at
+// synth: DeployAccount, else StackProps.Env.Account when it is a literal
+// 12-digit id, else "".
+func (p OrdersStackProps) deployAccount() string {
+	if p.DeployAccount != "" {
+		return p.DeployAccount
+	}
+	if e := p.StackProps.Env; e != nil && e.Account != nil && accountPattern.MatchString(*e.Account) {
+		return *e.Account
+	}
+	return ""
+}
+
+// replayAccount returns the one account of ReplayRoleArns ("" when there
+// are none or they do not validate).
+func (p OrdersStackProps) replayAccount() string {
+	account := ""
+	for _, a := range p.ReplayRoleArns {
+		acct, err := RoleAccount(a)
+		if err != nil || account != "" && acct != account {
+			return ""
+		}
+		account = acct
+	}
+	return account
+}
+
+// validReplayRoles checks ReplayRoleArns: role ARNs, one account, and the
+// account the stack deploys to when that is known.
+func (p OrdersStackProps) validReplayRoles() []error {
+	var errs []error
+	accounts := map[string][]string{}
+	for _, a := range p.ReplayRoleArns {
+		acct, err := RoleAccount(a)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("ReplayRoleArns: %w", err))
+			continue
+		}
+		accounts[acct] = append(accounts[acct], a)
+	}
+	const why = "an EventBridge archive has no resource policy, so only roles of the account that owns it can replay it"
+	if len(accounts) > 1 {
+		errs = append(errs, fmt.Errorf("ReplayRoleArns name roles of %d accounts (%s): %s; give roles of the account the stack deploys to",
+			len(accounts), strings.Join(slices.Sorted(maps.Keys(accounts)), ", "), why))
+	}
+	if d := p.DeployAccount; d != "" && !accountPattern.MatchString(d) {
+		errs = append(errs, fmt.Errorf("DeployAccount %q is not a 12-digit account id", d))
+	}
+	if d := p.deployAccount(); d != "" {
+		for acct, arns := range accounts {
+			if acct != d {
+				errs = append(errs, fmt.Errorf("ReplayRoleArns: %s in account %s, but the stack deploys to account %s: %s; give a role of account %s",
+					strings.Join(arns, ", "), acct, d, why, d))
+			}
+		}
+	}
+	return errs
+}
+
 // SetDefaults replaces zero fields with their defaults.
 func (p *OrdersStackProps) SetDefaults() {
 	if p.AuthMode == "" {
@@ -340,11 +475,8 @@ func (p *OrdersStackProps) SetDefaults() {
 		p.API5xxRatePercent = DefaultAPI5xxRatePercent
 	}
 	reserved := make(map[string]int, len(functionNames))
-	for fn, n := range DefaultReservedConcurrency {
-		reserved[fn] = n
-	}
-	for _, name := range consumerNames {
-		reserved[name] = p.ConsumerScaling.PeakConcurrency()
+	for _, fn := range functionNames {
+		reserved[fn] = NoReservedConcurrency
 	}
 	if n := p.ReservedConcurrency[AllFunctions]; n != 0 {
 		for _, fn := range functionNames {
@@ -394,58 +526,96 @@ func (p OrdersStackProps) unreservedConsumerPeak() (int, []string) {
 
 // AccountRequirement says, in one message, what the account's Lambda
 // concurrency quota must be for these props (defaults applied): the
-// reservations per function, their total, and the smallest quota that
+// reservations per function and their total; with none (the default) that
+// any quota deploys, and how to opt in; otherwise the smallest quota that
 // leaves MinUnreservedConcurrency unreserved, with the command that shows
-// the quota. NewOrdersStack adds it to the synth output.
+// the quota; and what the consumers without a reservation can start from
+// the unreserved pool. NewOrdersStack adds it to the synth output (info).
 func (p OrdersStackProps) AccountRequirement() string {
 	p.SetDefaults()
-	parts := make([]string, 0, len(functionNames))
-	for _, fn := range functionNames {
-		n := p.ReservedConcurrency[fn]
-		if n == NoReservedConcurrency {
-			parts = append(parts, fn+" none")
-			continue
-		}
-		parts = append(parts, fmt.Sprintf("%s %d", fn, n))
-	}
 	total := p.ReservedTotal()
-	msg := fmt.Sprintf("Reserved concurrency: %s = %d in all.", strings.Join(parts, ", "), total)
+	var msg string
 	if total == 0 {
-		msg += " Nothing is reserved: any account quota deploys."
+		msg = "Reserved concurrency: none. Nothing is reserved: any account quota deploys, a new account's (10, 50 or 100) included. " +
+			"To reserve (api 20, relay 20, reconciler 1, each consumer its mapping's peak), an account's quota must leave room: pass " +
+			"-c ddb-outbox:reservedConcurrency=" + ReservationsRecommended + " -c ddb-outbox:accountConcurrency=<quota> " +
+			"(`aws lambda get-account-settings --query AccountLimit.ConcurrentExecutions`)."
 	} else {
+		parts := make([]string, 0, len(functionNames))
+		for _, fn := range functionNames {
+			n := p.ReservedConcurrency[fn]
+			if n == NoReservedConcurrency {
+				parts = append(parts, fn+" none")
+				continue
+			}
+			parts = append(parts, fmt.Sprintf("%s %d", fn, n))
+		}
+		msg = fmt.Sprintf("Reserved concurrency: %s = %d in all.", strings.Join(parts, ", "), total)
 		msg += fmt.Sprintf(" The account's Lambda concurrency quota must be at least %d (%d + the %d Lambda keeps unreserved); "+
-			"check it with `aws lambda get-account-settings --query AccountLimit.ConcurrentExecutions`, and pass it as "+
-			"-c ddb-outbox:accountConcurrency=<quota> to have synth check it. A smaller quota: request an increase "+
-			"(Service Quotas, Lambda \"Concurrent executions\"), or deploy without reservations "+
-			"(-c ddb-outbox:reservedConcurrency='{\"*\":-1}' -c ddb-outbox:acceptConsumerThrottles=true; see docs/PARITY.md).",
+			"check it with `aws lambda get-account-settings --query AccountLimit.ConcurrentExecutions`. A smaller quota "+
+			"(a new account's is 10, 50 or 100): request an increase (Service Quotas, Lambda \"Concurrent executions\"), or "+
+			"deploy without reservations (the default: leave ddb-outbox:reservedConcurrency unset).",
 			total+MinUnreservedConcurrency, total, MinUnreservedConcurrency)
 	}
 	if peak, names := p.unreservedConsumerPeak(); len(names) > 0 {
-		msg += fmt.Sprintf(" Consumers without reservation (%s) can start %d invocations together from the unreserved pool.", strings.Join(names, ", "), peak)
+		msg += fmt.Sprintf(" Consumers without reservation (%s) can start %d invocations together from the unreserved pool "+
+			"(their SQS event source mappings' MaximumConcurrency or pollers); a throttled message counts toward maxReceiveCount.",
+			strings.Join(names, ", "), peak)
 	}
 	return msg
 }
 
-// preflight checks the reservations against AccountConcurrency (when known)
-// and returns the problems.
+// fittingConsumerMaxConcurrency returns the largest SQS mapping
+// MaximumConcurrency with which n unreserved consumers together start at
+// most pool invocations (0 when not even outboxcdk.MinSQSMaxConcurrency
+// each fits).
+func fittingConsumerMaxConcurrency(pool, n int) int {
+	if n == 0 {
+		return 0
+	}
+	m := min(pool/n, outboxcdk.MaxSQSMaxConcurrency)
+	if m < outboxcdk.MinSQSMaxConcurrency {
+		return 0
+	}
+	return m
+}
+
+// preflight checks the reservations against AccountConcurrency and
+// returns the problems: reservations without a quota to check them
+// against, reservations the quota cannot hold, and unreserved consumers
+// that could start more invocations together than the unreserved pool
+// holds (one message naming the quota and the setting that fits it).
 func (p OrdersStackProps) preflight() []error {
 	if p.AccountConcurrency < 0 {
 		return []error{fmt.Errorf("AccountConcurrency %d is negative (0: unknown)", p.AccountConcurrency)}
 	}
+	total := p.ReservedTotal()
 	if p.AccountConcurrency == 0 {
+		if total > 0 {
+			return []error{fmt.Errorf("the stack reserves %d concurrent executions but the account's Lambda concurrency quota is not given: pass "+
+				"-c ddb-outbox:accountConcurrency=<quota> (`aws lambda get-account-settings --query AccountLimit.ConcurrentExecutions`) so that synth "+
+				"checks it, since a quota that cannot hold the reservations fails the deploy half-way; a new account's quota (10, 50 or 100) holds "+
+				"none: deploy without reservations (the default)", total)}
+		}
 		return nil
 	}
 	var errs []error
-	total := p.ReservedTotal()
 	if total > 0 && total > p.AccountConcurrency-MinUnreservedConcurrency {
 		errs = append(errs, fmt.Errorf("the stack reserves %d concurrent executions but an account quota of %d leaves only %d to reserve "+
 			"(Lambda keeps %d unreserved): %s", total, p.AccountConcurrency, max(p.AccountConcurrency-MinUnreservedConcurrency, 0),
 			MinUnreservedConcurrency, p.AccountRequirement()))
 	}
 	if peak, names := p.unreservedConsumerPeak(); len(names) > 0 && peak > p.AccountConcurrency-total {
-		errs = append(errs, fmt.Errorf("consumers without reserved concurrency (%s) can start %d invocations together, more than the %d "+
-			"the account leaves unreserved: under load they would be throttled for certain; lower ConsumerScaling (context "+
-			"ddb-outbox:consumerMaxConcurrency, at least %d) or raise the quota", strings.Join(names, ", "), peak, p.AccountConcurrency-total, outboxcdk.MinSQSMaxConcurrency))
+		pool := p.AccountConcurrency - total
+		fix := "request a quota increase (Service Quotas, Lambda \"Concurrent executions\"): not even the smallest MaximumConcurrency " +
+			fmt.Sprint(outboxcdk.MinSQSMaxConcurrency) + " fits"
+		if m := fittingConsumerMaxConcurrency(pool, len(names)); m > 0 {
+			fix = fmt.Sprintf("deploy with -c ddb-outbox:consumerMaxConcurrency=%d (%d × %d ≤ %d; instead of provisioned pollers, if set), "+
+				"or request a quota increase", m, len(names), m, pool)
+		}
+		errs = append(errs, fmt.Errorf("with an account quota of %d, consumers without reserved concurrency (%s) can start %d invocations "+
+			"together, more than the %d the account leaves unreserved: under load they would be throttled, and a throttled SQS message "+
+			"counts toward maxReceiveCount until it reaches the DLQ; %s", p.AccountConcurrency, strings.Join(names, ", "), peak, pool, fix))
 	}
 	return errs
 }
@@ -511,11 +681,6 @@ func (p OrdersStackProps) Validate() error {
 			errs = append(errs, fmt.Errorf("ReservedConcurrency: unknown function %q (%v or %q)", fn, functionNames, AllFunctions))
 		case fn == outboxcdk.ReconcilerFunction && n != outboxcdk.ReconcilerReservedConcurrency && n != NoReservedConcurrency:
 			errs = append(errs, fmt.Errorf("ReservedConcurrency: the reconciler runs one at a time (%d) or unreserved (%d), not %d", outboxcdk.ReconcilerReservedConcurrency, NoReservedConcurrency, n))
-		case n == NoReservedConcurrency && consumer && !p.AcceptConsumerThrottles:
-			errs = append(errs, fmt.Errorf("ReservedConcurrency[%s] is none: without reserved concurrency the consumer shares the account's unreserved pool, "+
-				"and when that pool runs out its SQS messages are throttled and count toward maxReceiveCount (%d) until they reach the DLQ; "+
-				"reserve at least its mapping's peak concurrency %d, or set AcceptConsumerThrottles (context ddb-outbox:acceptConsumerThrottles=true) to accept that",
-				fn, config.DefaultConsumerMaxReceiveCount, peak))
 		case n == NoReservedConcurrency:
 		case n < 1 || n > maxReservedConcurrency:
 			errs = append(errs, fmt.Errorf("ReservedConcurrency[%s] %d is outside 1..%d (or %d for none)", fn, n, maxReservedConcurrency, NoReservedConcurrency))
@@ -539,6 +704,7 @@ func (p OrdersStackProps) Validate() error {
 			errs = append(errs, fmt.Errorf("principal ARN %q must be an exact ARN (no wildcards)", a))
 		}
 	}
+	errs = append(errs, p.validReplayRoles()...)
 	if err := validProviderURL(p.FulfilmentProviderURL); err != nil {
 		errs = append(errs, err)
 	}

@@ -88,6 +88,7 @@ func (s *OrdersStack) addResequencer(name string, c *Consumer) {
 	})
 	dlq.AcceptOnlyFrom(deadletter.Senders{SourceArns: []*string{rule.RuleArn()}})
 	dlq.RefuseRedriveSources()
+	dlq.KeepMessagesFromAllBut(s.dlqOperators())
 	c.Resequencer = &Resequencer{SweepSchedule: rule, SweepDLQ: dlq,
 		SweepAlarms: outboxcdk.RuleDeliveryAlarms(s.Stack, id, rule, nil, "consumer "+name+"'s resequencer sweep schedule")}
 	c.Rules = append(c.Rules, rule)

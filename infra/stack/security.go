@@ -227,24 +227,47 @@ func (s *OrdersStack) addAbuseAlarms() {
 // trimFloat formats a percentage in its shortest form ("10", "0.5").
 func trimFloat(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
 
+// ReplayRolesConditionID is the logical id of the CloudFormation condition
+// that attaches ReplayPolicy only in the replay roles' account, when the
+// account the stack deploys to is not known at synth.
+const ReplayRolesConditionID = "ReplayRolesInThisAccount"
+
 // addReplayPolicy creates ReplayPolicy, the managed policy of the
 // operators who replay the outbox's archive (outboxctl backfill and
-// replays), attached to the roles of roleArns (by name; a role of another
-// account cannot be attached here). None when the outbox has no archive.
+// replays), and attaches it to the roles of roleArns (role ARNs of one
+// account, paths allowed: OrdersStackProps.Validate). IAM attaches a
+// managed policy by role name, in the policy's account, so the roles are
+// imported by ARN (awsiam.Role_FromRoleArn, which takes the name after the
+// path) and attached only in their account: when the deploying account is
+// known at synth (OrdersStackProps.DeployAccount, StackProps.Env), Validate
+// has already refused any other; when it is not, the Roles property is
+// Fn::If on the condition ReplayRolesConditionID (AWS::AccountId = the
+// roles' account), so that a deploy to another account attaches nothing
+// to a same-named role there. None when the outbox has no archive.
 func (s *OrdersStack) addReplayPolicy(roleArns []string) {
 	sts := s.Outbox.ReplayStatements()
 	if len(sts) == 0 {
 		return
 	}
-	var roles []awsiam.IRole
+	names := make([]*string, 0, len(roleArns))
 	for i, arn := range roleArns {
-		roles = append(roles, awsiam.Role_FromRoleArn(s.Stack, jsii.String(fmt.Sprintf("ReplayRole%d", i)), jsii.String(arn), &awsiam.FromRoleArnOptions{Mutable: jsii.Bool(true)}))
+		role := awsiam.Role_FromRoleArn(s.Stack, jsii.String(fmt.Sprintf("ReplayRole%d", i)), jsii.String(arn), &awsiam.FromRoleArnOptions{Mutable: jsii.Bool(false)})
+		names = append(names, role.RoleName())
 	}
 	s.ReplayPolicy = awsiam.NewManagedPolicy(s.Stack, jsii.String("ReplayPolicy"), &awsiam.ManagedPolicyProps{
 		Description: jsii.String("ddb-outbox: replay the outbox's archive to one consumer's rule (outboxctl backfill, replays)"),
 		Statements:  &sts,
-		Roles:       &roles,
 	})
+	if len(names) > 0 {
+		var roles any = names
+		if s.props.deployAccount() == "" {
+			cond := awscdk.NewCfnCondition(s.Stack, jsii.String(ReplayRolesConditionID), &awscdk.CfnConditionProps{
+				Expression: awscdk.Fn_ConditionEquals(awscdk.Aws_ACCOUNT_ID(), jsii.String(s.props.replayAccount())),
+			})
+			roles = awscdk.Fn_ConditionIf(cond.LogicalId(), names, awscdk.Aws_NO_VALUE())
+		}
+		s.ReplayPolicy.Node().DefaultChild().(awsiam.CfnManagedPolicy).AddPropertyOverride(jsii.String("Roles"), roles)
+	}
 	cdknag.NagSuppressions_AddResourceSuppressions(s.ReplayPolicy, &[]*cdknag.NagPackSuppression{{
 		Id: jsii.String("AwsSolutions-IAM5"),
 		Reason: jsii.String("replay names are chosen when a backfill starts (replay/*), the consumer rule a backfill names is " +

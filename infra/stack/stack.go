@@ -18,8 +18,9 @@
 // its EventBridge rules (and the redrive roles); consumers expect events
 // from the stack's account (config.EnvExpectedEventAccount); the API offers
 // route-scoped caller policies, per-route throttles and 4xx/5xx-rate alarms;
-// every function has reserved concurrency by default (optional, with a
-// preflight against the account's quota) and a Throttles alarm; every
+// every function has a Throttles alarm and, opt-in, reserved concurrency
+// checked at synth against the account's quota (none by default, so that
+// a new account's quota deploys the stack); every
 // dead-letter queue accepts only its own source; every alarm notifies the
 // alarm topic; tables have deletion protection unless the stack is a
 // throw-away one (Destroy); a customer managed KMS key can encrypt every
@@ -185,6 +186,9 @@ func NewOrdersStack(scope constructs.Construct, id string, props OrdersStackProp
 	op.RemovalPolicy = removal
 	op.LogRetention = props.LogRetention
 	op.TelemetryLayerArn = props.TelemetryLayerArn
+	// the operators who redrive the DLQs are the only ones who may delete
+	// from them (deadletter.Queue.KeepMessagesFromAllBut)
+	op.DeadLetterOperatorArns = props.RedriveRoleArns
 	ob, err := outboxcdk.New(st, "Outbox", op)
 	if err != nil {
 		return nil, err
@@ -202,6 +206,7 @@ func NewOrdersStack(scope constructs.Construct, id string, props OrdersStackProp
 		LogRetention:        props.LogRetention,
 		RemovalPolicy:       removal,
 		ReservedConcurrency: max(props.ReservedConcurrency[APIFunction], 0),
+		EncryptionKey:       s.EncryptionKey,
 		TelemetryLayerArn:   props.TelemetryLayerArn,
 	})
 	if err != nil {
@@ -243,17 +248,31 @@ func NewOrdersStack(scope constructs.Construct, id string, props OrdersStackProp
 }
 
 // addPreflightNotes puts OrdersStackProps.AccountRequirement in the synth
-// output (an info message), and a warning naming each consumer that runs
-// without reserved concurrency (AcceptConsumerThrottles).
+// output (an info message): what the stack reserves (nothing by default),
+// what the account's quota must be for it, and what the consumers without
+// reservation can start from the unreserved pool.
 func (s *OrdersStack) addPreflightNotes() {
 	awscdk.Annotations_Of(s.Stack).AddInfo(jsii.String(s.props.AccountRequirement()))
-	if _, names := s.props.unreservedConsumerPeak(); len(names) > 0 {
-		awscdk.Annotations_Of(s.Stack).AddWarningV2(jsii.String(UnreservedConsumerWarning), jsii.String(fmt.Sprintf(
-			"Consumers %v have no reserved concurrency (AcceptConsumerThrottles): when the account's unreserved concurrency runs out, "+
-				"their SQS messages are throttled and count toward maxReceiveCount %d, and events can reach their DLQs without a consumer error "+
-				"(alarmed, redrivable). Reserve at least %d for each when the account allows it.",
-			names, config.DefaultConsumerMaxReceiveCount, s.props.ConsumerScaling.PeakConcurrency())), nil)
+	if s.Outbox.Archive != nil {
+		awscdk.Annotations_Of(s.Stack).AddInfo(jsii.String(ArchiveRetentionNote(s.Outbox.Props().ArchiveRetentionDays)))
 	}
+}
+
+// ArchiveRetentionNote says, for the synth output, how long the outbox's
+// event archive keeps personal data (days > 0, or
+// outboxcdk.KeepArchiveForever): every published order event, with its
+// customer_id and cancellation reasons, the setting that changes it, and
+// that EventBridge cannot erase a single event from an archive (its API
+// has no per-event delete: CreateArchive, DescribeArchive, ListArchives,
+// UpdateArchive, DeleteArchive), with the procedure's place.
+func ArchiveRetentionNote(days int) string {
+	how := fmt.Sprintf("for %d days", days)
+	if days == outboxcdk.KeepArchiveForever {
+		how = "forever"
+	}
+	return "The event archive keeps every published event, personal data included (customer_id, cancellation reasons), " + how +
+		" (-c ddb-outbox:archiveRetentionDays=<days>, -1 forever, -2 no archive). EventBridge cannot erase one event from an archive: " +
+		"shorten the retention or delete and recreate the archive (docs/ARCHIVE.md, \"Personal data and erasure\")."
 }
 
 // Props returns the stack's effective props (defaults applied).
@@ -386,4 +405,15 @@ func idOf(name string) string {
 		out = append(out, c)
 	}
 	return string(out)
+}
+
+// dlqOperators returns OrdersStackProps.RedriveRoleArns, the roles that may
+// delete from and purge the stack's dead-letter queues
+// (deadletter.Queue.KeepMessagesFromAllBut): the operators who redrive them.
+func (s *OrdersStack) dlqOperators() []*string {
+	out := make([]*string, len(s.props.RedriveRoleArns))
+	for i, a := range s.props.RedriveRoleArns {
+		out[i] = jsii.String(a)
+	}
+	return out
 }

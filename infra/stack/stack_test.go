@@ -247,8 +247,9 @@ func TestApplicationTables(t *testing.T) {
 			t.Errorf("%s TTL attribute = %v, want %q", c.name, ttl, c.ttl)
 		}
 	}
-	if n := len(def.ofType("AWS::DynamoDB::Table")); n != 7 {
-		t.Errorf("%d tables, want 7", n)
+	// no shared dedup table: each consumer's state is in its own (e622f57)
+	if n := len(def.ofType("AWS::DynamoDB::Table")); n != 6 {
+		t.Errorf("%d tables, want 6", n)
 	}
 }
 
@@ -892,11 +893,14 @@ func TestStackPropsValidation(t *testing.T) {
 		{"reconciler unreserved", OrdersStackProps{AssetRoot: "x", ReservedConcurrency: map[string]int{"reconciler": NoReservedConcurrency}}, true},
 		{"consumer below mapping concurrency", OrdersStackProps{AssetRoot: "x", ReservedConcurrency: map[string]int{"ledger": 1}}, false},
 		{"consumer below its own mapping concurrency", OrdersStackProps{AssetRoot: "x", ConsumerScaling: outboxcdk.SQSScaling{MaxConcurrency: 40}, ReservedConcurrency: map[string]int{"ledger": 30}}, false},
-		{"consumer at its own mapping concurrency", OrdersStackProps{AssetRoot: "x", ConsumerScaling: outboxcdk.SQSScaling{MaxConcurrency: 2}, ReservedConcurrency: map[string]int{"ledger": 2}}, true},
+		{"consumer at its own mapping concurrency", OrdersStackProps{AssetRoot: "x", ConsumerScaling: outboxcdk.SQSScaling{MaxConcurrency: 2}, ReservedConcurrency: map[string]int{"ledger": 2}, AccountConcurrency: 1000}, true},
 		{"consumer below provisioned peak", OrdersStackProps{AssetRoot: "x", ConsumerScaling: outboxcdk.SQSScaling{Provisioned: &outboxcdk.ProvisionedPollers{Minimum: 2, Maximum: 5}}, ReservedConcurrency: map[string]int{"ledger": 49}}, false},
-		{"consumer unreserved, not accepted", OrdersStackProps{AssetRoot: "x", ReservedConcurrency: map[string]int{"ledger": NoReservedConcurrency}}, false},
-		{"consumer unreserved, accepted", OrdersStackProps{AssetRoot: "x", ReservedConcurrency: map[string]int{"ledger": NoReservedConcurrency}, AcceptConsumerThrottles: true}, true},
-		{"nothing reserved", OrdersStackProps{AssetRoot: "x", ReservedConcurrency: map[string]int{AllFunctions: NoReservedConcurrency}, AcceptConsumerThrottles: true}, true},
+		// issue 32: no reservation is the default; a consumer without one
+		// is no longer refused (AcceptConsumerThrottles is ignored)
+		{"consumer unreserved", OrdersStackProps{AssetRoot: "x", ReservedConcurrency: map[string]int{"ledger": NoReservedConcurrency}}, true},
+		{"nothing reserved", OrdersStackProps{AssetRoot: "x", ReservedConcurrency: map[string]int{AllFunctions: NoReservedConcurrency}}, true},
+		{"reservation without a quota", OrdersStackProps{AssetRoot: "x", ReservedConcurrency: map[string]int{"api": 5}}, false},
+		{"reservation with a quota", OrdersStackProps{AssetRoot: "x", ReservedConcurrency: map[string]int{"api": 5}, AccountConcurrency: 105}, true},
 		{"both scaling modes", OrdersStackProps{AssetRoot: "x", ConsumerScaling: outboxcdk.SQSScaling{MaxConcurrency: 5, Provisioned: &outboxcdk.ProvisionedPollers{Minimum: 2, Maximum: 5}}}, false},
 		{"max concurrency 1", OrdersStackProps{AssetRoot: "x", ConsumerScaling: outboxcdk.SQSScaling{MaxConcurrency: 1}}, false},
 		{"alarm topic", OrdersStackProps{AssetRoot: "x", AlarmTopicArn: "arn:aws:sns:eu-west-1:123456789012:ops"}, true},

@@ -43,11 +43,17 @@
 //     sent there and each message's RULE_ARN, TARGET_ARN and body say it is
 //     the rule's event for that queue; anything else is listed and left.
 //     A receive, send and delete per message (SQS requests only).
+//   - CheckAlarmNotifies: does an alarm of the deployed stack reach its SNS
+//     topic? It sets one alarm to ALARM (SetAlarmState), reads the alarm's
+//     history (DescribeAlarmHistory) until the SNS action's result appears,
+//     and sets it back to OK: the post-deploy check (outboxctl alarms test;
+//     AWS only, the local stack has no CloudWatch).
 //   - Queues: the dead-letter queues by kind, named by URL or found by name
 //     prefix (ListQueues) with the local stack's naming: <prefix>-parked,
 //     <prefix>-relay-onfailure, <prefix>-<consumer>-dlq,
 //     <prefix>-<rule>-rule-dlq.
 //
 // Clients are the narrow interfaces below, with the SDK's exact signatures:
-// *dynamodb.Client, *sqs.Client and *eventbridge.Client satisfy them.
+// *dynamodb.Client, *sqs.Client, *eventbridge.Client and *cloudwatch.Client
+// satisfy them.
 package operator
