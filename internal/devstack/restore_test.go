@@ -137,4 +137,3 @@ func TestRestoreLedgerFromBackupThenBackfill(t *testing.T) {
 	}
 	t.Logf("backup %d items; entries %d (live %d); balances %v", n, len(got.Entries), len(want.Entries), got.Balances)
 }
-
