@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/ddb-outbox/ddb-outbox/internal/operator"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/order"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/routing"
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
@@ -105,6 +106,38 @@ func consumerBuffered(ctx context.Context, w io.Writer, client *dynamodb.Client,
 	}
 	fmt.Fprintf(w, "%d buffered event(s) of %d aggregate(s) for consumer %s\n", len(all), len(aggs), consumer)
 	return nil
+}
+
+// runConsumerStateCopy copies a consumer's dedup state from the shared
+// dedup table of earlier versions into its own table
+// (operator.CopyConsumerState).
+func runConsumerStateCopy(ctx context.Context, e *cmdEnv, args []string) error {
+	fs := e.newFlags("consumer-state-copy")
+	table, consumer := dedupFlags(fs)
+	from := fs.String("from-table", os.Getenv(config.EnvDedupTable), "the table that held the consumer's state: the shared dedup table of earlier versions (default $"+config.EnvDedupTable+")")
+	dryRun := fs.Bool("dry-run", false, "count what would be copied, write nothing")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	t, err := needDedup("consumer-state-copy", *table, *consumer)
+	if err != nil {
+		return err
+	}
+	if *from == "" {
+		return usageErr("consumer-state-copy: -from-table is required (or $%s)", config.EnvDedupTable)
+	}
+	ctx, c, done, err := e.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	n, err := operator.CopyConsumerState(ctx, c.ddb, *from, t, *consumer, time.Now(), *dryRun)
+	verb := "copied"
+	if *dryRun {
+		verb = "would copy"
+	}
+	fmt.Fprintf(e.out, "%s %s's state from %s to %s: %s\n", verb, *consumer, *from, t, n)
+	return err
 }
 
 // runConsumerBaseline declares an ordered consumer's starting point per

@@ -15,7 +15,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/google/uuid"
 
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/ledger"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/order"
+	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/ddbtest"
 	"github.com/ddb-outbox/ddb-outbox/pkg/dedup"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
@@ -101,5 +103,60 @@ func TestConsumerBufferedAndBaseline(t *testing.T) {
 		if _, err := w.ctl(t, args...); !errors.Is(err, errUsage) {
 			t.Errorf("%v: err = %v, want a usage error", args, err)
 		}
+	}
+}
+
+// TestConsumerStateCopy: consumer-state-copy moves the ledger's buffered
+// event and gate from the old shared dedup table into its own table
+// (-dry-run first writes nothing), where consumer-buffered then finds
+// them; it refuses to run without -from-table.
+func TestConsumerStateCopy(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	a, err := dedup.NewApplier(w.ddb, dedup.Config{Table: w.dedupTable, Consumer: "ledger", Ordered: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := dedup.NewResequencer(a, func(ctx context.Context, ev events.EventBridgeEvent) error {
+		env, err := dedup.DecodeEnvelope(ev)
+		if err != nil {
+			return err
+		}
+		_, err = a.ApplyEvent(ctx, env, nil)
+		return err
+	}, dedup.ResequencerConfig{Metrics: io.Discard}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, seq := range []int64{1, 3} {
+		env, err := outbox.NewEnvelope(outbox.Aggregate{Type: order.AggregateType, ID: "o-c", Sequence: seq},
+			outbox.Event{Type: order.EventOrderShipped, Version: 1, Payload: map[string]any{"order_id": "o-c"}}, outbox.Metadata{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		detail, _ := env.Detail()
+		if err := r.Handle(ctx, events.EventBridgeEvent{ID: uuid.NewString(), DetailType: env.EventType, Source: "s", Detail: detail}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	own := ddbtest.Name("ctl-ledger")
+	(&ddbtest.Env{DDB: w.ddb}).CreateTable(t, ledger.CreateTableInput(own))
+	out, err := w.ctl(t, "consumer-state-copy", "-from-table", w.dedupTable, "-consumer", "ledger", "-consumer-table", own, "-dry-run")
+	if err != nil || !strings.Contains(out, "would copy ledger's state") || !strings.Contains(out, "gates=1 buffered=1") {
+		t.Fatalf("dry run: %v\n%s", err, out)
+	}
+	if out, _ := w.ctl(t, "consumer-buffered", "-consumer", "ledger", "-consumer-table", own); !strings.Contains(out, "0 buffered event(s)") {
+		t.Fatalf("the dry run wrote:\n%s", out)
+	}
+	out, err = w.ctl(t, "consumer-state-copy", "-from-table", w.dedupTable, "-consumer", "ledger", "-consumer-table", own)
+	if err != nil || !strings.Contains(out, "copied ledger's state") || !strings.Contains(out, "gates=1 buffered=1") {
+		t.Fatalf("copy: %v\n%s", err, out)
+	}
+	if out, _ := w.ctl(t, "consumer-buffered", "-consumer", "ledger", "-consumer-table", own); !strings.Contains(out, "Order o-c\tsequence 3\twaits for 2..2") {
+		t.Fatalf("after the copy:\n%s", out)
+	}
+	t.Setenv(config.EnvDedupTable, "")
+	if _, err := w.ctl(t, "consumer-state-copy", "-consumer", "ledger", "-consumer-table", own); !errors.Is(err, errUsage) {
+		t.Fatalf("without -from-table: %v, want a usage error", err)
 	}
 }

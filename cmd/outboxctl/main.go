@@ -11,6 +11,7 @@
 //	outboxctl [-endpoint URL] rule-dlq-redrive  -dlq RULE_DLQ -queue QUEUE -rule RULE [-bus B] [-source S] [-max 0] [-dry-run] [-unrestricted-dlq]
 //	outboxctl [-endpoint URL] consumer-buffered -consumer C [-consumer-table T]
 //	outboxctl [-endpoint URL] consumer-baseline -consumer C [-consumer-table T] (-aggregate ID -last N | -from-orders-table T)
+//	outboxctl [-endpoint URL] consumer-state-copy -from-table D -consumer C [-consumer-table T] [-dry-run]
 //	outboxctl [-endpoint URL] backfill -archive A -rule R [-bus B] [-from T] [-to T] [-settle 10m] [-orders-table T]
 //	outboxctl [-endpoint URL] replays  [-prefix P]
 //	outboxctl [-endpoint URL] history  -table T AGGREGATE_ID
@@ -123,6 +124,8 @@ func init() {
 			"outboxctl -endpoint http://127.0.0.1:4580 consumer-buffered -consumer ledger -consumer-table dev-ledger", runConsumerBuffered},
 		{"consumer-baseline", "declare an ordered consumer's starting point: -aggregate ID -last N, or every order at its version (-from-orders-table)",
 			"outboxctl -endpoint http://127.0.0.1:4580 consumer-baseline -consumer ledger -consumer-table dev-ledger -from-orders-table dev-orders", runConsumerBaseline},
+		{"consumer-state-copy", "copy a consumer's dedup state (markers, ordering gates, buffered events) from the shared dedup table of earlier versions into its own table, never overwriting; run it with the consumer stopped, before it starts on the new table",
+			"outboxctl -endpoint http://127.0.0.1:4580 consumer-state-copy -from-table dev-dedup -consumer ledger -consumer-table dev-ledger", runConsumerStateCopy},
 		{"backfill", "replay the archive's events of a time range to one consumer's rule only (a new or rebuilt consumer), reporting progress until the replay ends; says which of the rule's event types the archive's pattern leaves out, and with -orders-table which orders began before what the archive holds (its creation, retention window, -from)",
 			"outboxctl -endpoint http://127.0.0.1:4580 backfill -archive dev-archive -rule ledger-order-payments -bus dev-bus -settle 30s", runBackfill},
 		{"replays", "list the bus's replays: name, state, progress, last event replayed, range",

@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/ledger"
 )
@@ -33,6 +35,11 @@ func (s *Stack) ReadLedger(ctx context.Context, table string, l *ledger.Ledger) 
 			return st, fmt.Errorf("devstack: scan %s: %w", table, err)
 		}
 		for _, it := range page.Items {
+			// the table also holds the ledger's dedup state (markers,
+			// ordering items, buffer): entries only
+			if pk, _ := it[ledger.AttrPK].(*types.AttributeValueMemberS); pk == nil || !strings.HasPrefix(pk.Value, ledger.EntryPrefix) {
+				continue
+			}
 			var e ledger.Entry
 			if err := attributevalue.UnmarshalMap(it, &e); err != nil {
 				return st, fmt.Errorf("devstack: ledger item of %s: %w", table, err)

@@ -26,7 +26,11 @@ const (
 	EnvOutboxTable = "OUTBOX_TABLE_NAME"
 	// EnvOrdersTable is the orders (business) table name (read by api).
 	EnvOrdersTable = "ORDERS_TABLE_NAME"
-	// EnvDedupTable is the consumers' dedup marker table name (read by consumers).
+	// EnvDedupTable names a table holding a consumer's dedup state apart
+	// from its effects: the shared dedup table of versions before each
+	// consumer kept its state in its own table (read by outboxctl
+	// consumer-state-copy as its -from-table default). The example's
+	// consumers no longer read it.
 	EnvDedupTable = "DEDUP_TABLE_NAME"
 	// EnvLedgerTable is the ledger consumer's table name.
 	EnvLedgerTable = "LEDGER_TABLE_NAME"

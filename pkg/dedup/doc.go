@@ -43,14 +43,32 @@
 //     predecessor by the invocation that applies the predecessor, each in
 //     its own transaction; without a Resequencer, or past its limits, it
 //     is returned as a *GapError and held by ConsumerConfig.Hold
-//     (docs/ORDERING.md). Ordering items never expire; a marker found for
-//     an event the gate is one short of makes the gate adopt it (a
-//     consumer switched from unordered: replaying the history starts it),
-//     and SetBaseline declares a starting point.
+//     (docs/ORDERING.md). Ordering items never expire.
+//   - An ordered Apply takes one decision when DynamoDB cancels its
+//     transaction (decide.go; docs/ORDERING.md "The decision table"): the
+//     cancellation reasons first — the marker, then the gate, which decides
+//     even when an effect's condition failed with it (ReasonUnjudged), then
+//     permanent codes, then an effect's condition that failed while the
+//     gate held (the effect's answer) — then the ordering item read against
+//     the arrival: applied or not, behind / next / ahead of the gate,
+//     events waiting or not. An applied event next is adopted (the gate
+//     advances without applying it again), one ahead is kept in the buffer
+//     as applied and adopted in turn: history replayed in any order closes
+//     the gate. SetBaseline declares a starting point, never covering an
+//     event the consumer already holds.
+//   - A buffered event that fails when its turn comes (an error, a panic,
+//     a timeout) is isolated from the delivery that drains it: counted,
+//     dead-lettered on its own after ResequencerConfig.DrainMaxFailures or
+//     on the draining delivery's last receive; it leaves the buffer only
+//     applied or with a copy on a DLQ.
+//   - A consumer's state (markers, ordering items, buffer) lives in its
+//     own table beside its effects (ConsumerConfig.Dedup.Table defaults to
+//     ConsumerConfig.Table; WithStateIndex): only its role writes it, and a
+//     backup restores effects and state as one unit.
 //
 // # Example
 //
-//	a, err := dedup.NewApplier(client, dedup.Config{Table: "dedup", Consumer: "ledger"})
+//	a, err := dedup.NewApplier(client, dedup.Config{Table: "ledger", Consumer: "ledger"}) // the consumer's own table
 //	env, err := dedup.DecodeEnvelope(ev) // ev is an events.EventBridgeEvent
 //	applied, err := a.Apply(ctx, env, []types.TransactWriteItem{{Update: addToBalance}})
 //	switch {
