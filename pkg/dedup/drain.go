@@ -128,7 +128,7 @@ func (r *Resequencer) applyBuffered(ctx context.Context, ref aggRef, item Buffer
 		_, err := r.deadLetterBuffered(ctx, ref, item, p, shortOf(item.Sequence))
 		return false, err
 	}
-	outcome, herr, kind := r.run(ctx, ev, item)
+	outcome, kind, herr := r.run(ctx, ev, item)
 	if herr == nil && outcome == 0 {
 		herr = sqsconsumer.Permanent(ReasonNotApplied, fmt.Errorf("dedup: %s acknowledged buffered event %s (sequence %d of %s %s) without applying it",
 			r.a.cfg.Consumer, item.EventID, item.Sequence, ref.typ, ref.id))
@@ -172,10 +172,10 @@ func shortOf(seq int64) *expression.ConditionBuilder {
 // (child of the run that drains it, when tracing is on), with the drain
 // target set (its transaction deletes the buffer item), bounded by
 // DrainTimeout and with panics recovered. It returns the outcome the
-// handler's Apply recorded, the handler's error, and the reason a failure
-// would be dead-lettered with (ReasonDrainFailed, ReasonDrainPanic,
-// ReasonDrainTimeout).
-func (r *Resequencer) run(ctx context.Context, ev events.EventBridgeEvent, item BufferedEvent) (Outcome, error, string) {
+// handler's Apply recorded, the reason a failure would be dead-lettered
+// with (ReasonDrainFailed, ReasonDrainPanic, ReasonDrainTimeout), and the
+// handler's error.
+func (r *Resequencer) run(ctx context.Context, ev events.EventBridgeEvent, item BufferedEvent) (Outcome, string, error) {
 	rctx, cancel := context.WithTimeout(ctx, r.cfg.DrainTimeout)
 	defer cancel()
 	st := &applyState{r: r, ev: &ev, drain: &drainTarget{seq: item.Sequence, eventID: item.EventID}}
@@ -216,19 +216,19 @@ func (r *Resequencer) run(ctx context.Context, ev events.EventBridgeEvent, item 
 		case res.panic != nil:
 			r.log.ErrorContext(ctx, "dedup: handler panicked on a buffered event", "event_id", item.EventID,
 				"sequence", item.Sequence, "panic", fmt.Sprint(res.panic), "stack", string(res.stack))
-			return 0, fmt.Errorf("dedup: handler panicked on buffered event %s: %v", item.EventID, res.panic), ReasonDrainPanic
+			return 0, ReasonDrainPanic, fmt.Errorf("dedup: handler panicked on buffered event %s: %v", item.EventID, res.panic)
 		case res.err != nil && errors.Is(rctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil:
-			return st.outcome, fmt.Errorf("dedup: buffered event %s took longer than %s: %w", item.EventID, r.cfg.DrainTimeout, res.err), ReasonDrainTimeout
+			return st.outcome, ReasonDrainTimeout, fmt.Errorf("dedup: buffered event %s took longer than %s: %w", item.EventID, r.cfg.DrainTimeout, res.err)
 		}
-		return st.outcome, res.err, ReasonDrainFailed
+		return st.outcome, ReasonDrainFailed, res.err
 	case <-rctx.Done():
 		// The handler ignores its context: abandon it. Should it still
 		// commit, its transaction is the event's one apply (marker), and a
 		// dead-lettered copy is a duplicate.
 		if ctx.Err() != nil {
-			return 0, fmt.Errorf("dedup: buffered event %s: the drain ran out of time: %w", item.EventID, ctx.Err()), ReasonDrainFailed
+			return 0, ReasonDrainFailed, fmt.Errorf("dedup: buffered event %s: the drain ran out of time: %w", item.EventID, ctx.Err())
 		}
-		return 0, fmt.Errorf("dedup: buffered event %s took longer than %s", item.EventID, r.cfg.DrainTimeout), ReasonDrainTimeout
+		return 0, ReasonDrainTimeout, fmt.Errorf("dedup: buffered event %s took longer than %s", item.EventID, r.cfg.DrainTimeout)
 	}
 }
 

@@ -323,8 +323,7 @@ func (c *faultyConsumer) handle(ctx context.Context, ev events.EventBridgeEvent)
 	if env, err := dedup.DecodeEnvelope(ev); err == nil && env.Sequence == c.seq.Load() {
 		switch c.mode {
 		case "panic":
-			var m map[string]int
-			m["boom"]++ // a nil map: the consumer's bug
+			panic("a bug in the consumer's handler") // recovered by the drain, never by the caller
 		case "error":
 			return errors.New("downstream refused the event")
 		case "hang":
