@@ -93,7 +93,7 @@ chaos: deps $(OUTBOXDEV) ## fault-injection audit: 10,000 orders by default (SEE
 	exec $(OUTBOXDEV) chaos $(CHAOS_ARGS) $(ARGS)
 
 # make chaos-history SEED=7 ORDERS=800 (or ARGS='-seed 7 -epoch 2 -v ...')
-chaos-history: deps $(OUTBOXDEV) ## history paths under faults, audited: replays, late consumer, switch to ordered, restore, failing drains and DLQ sends, concurrent adjacent events; 1,600 orders by default (SEED=, RATE=, ORDERS=, or ARGS='...')
+chaos-history: deps $(OUTBOXDEV) ## history paths under faults, audited: replays, late consumer, switch to ordered, restore, failing drains and DLQ sends, concurrent adjacent events; 3,200 orders by default (SEED=, RATE=, ORDERS=, or ARGS='...')
 	exec $(OUTBOXDEV) chaos-history $(CHAOS_ARGS) $(ARGS)
 
 bench: deps build $(OUTBOXDEV) ## measure the cost of an event and print the report under results/ (ARGS='...')

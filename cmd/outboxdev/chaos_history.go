@@ -19,7 +19,7 @@ import (
 func runChaosHistory(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("chaos-history", flag.ExitOnError)
 	var cfg chaos.HistoryConfig
-	fs.IntVar(&cfg.Orders, "orders", 1600, "orders in all")
+	fs.IntVar(&cfg.Orders, "orders", 3200, "orders in all")
 	fs.IntVar(&cfg.EpochOrders, "epoch-orders", 400, "orders per epoch (each epoch runs every history path on a fresh Dynoxide)")
 	fs.IntVar(&cfg.Concurrency, "concurrency", 6, "concurrent HTTP clients")
 	fs.Int64Var(&cfg.Seed, "seed", 1, "seed of faults and scenarios")

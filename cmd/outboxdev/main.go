@@ -7,7 +7,7 @@
 //	outboxdev dev  [-addr 127.0.0.1:8080] [-endpoint URL] [-reconcile-every 30s]
 //	outboxdev demo [-orders 300] [-concurrency 8] [-seed 1] [-endpoint URL]
 //	outboxdev chaos [-orders 10000] [-epoch-orders 500] [-seed 1] [-rate 0.05] [-epoch N]
-//	outboxdev chaos-history [-orders 1600] [-epoch-orders 400] [-seed 1] [-rate 0.02] [-epoch N]
+//	outboxdev chaos-history [-orders 3200] [-epoch-orders 400] [-seed 1] [-rate 0.02] [-epoch N]
 //	outboxdev bench [-loads 25,50,max] [-orders 1500] [-poll 50ms] [-out results]
 //
 // Without -endpoint (or AWS_ENDPOINT_URL_DYNAMODB) an in-memory Dynoxide is

@@ -63,7 +63,7 @@ import (
 // HistoryConfig shapes a history run. Zero values take the defaults; a
 // negative rate turns that injection off.
 type HistoryConfig struct {
-	// Orders is the total number of orders (default 1,600), EpochOrders
+	// Orders is the total number of orders (default 3,200), EpochOrders
 	// the orders per epoch, each on a fresh Dynoxide (default 400).
 	Orders, EpochOrders int
 	// Concurrency is the number of concurrent HTTP clients (default 6).
@@ -105,7 +105,7 @@ func (c *HistoryConfig) setDefaults() {
 		}
 	}
 	if c.Orders == 0 {
-		c.Orders = 1600
+		c.Orders = 3200
 	}
 	if c.EpochOrders == 0 {
 		c.EpochOrders = 400
