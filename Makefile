@@ -11,7 +11,7 @@ TOOLS := bin/tools
 export CDK_DISABLE_VERSION_CHECK := true
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: help deps dev demo test test-unit test-infra build synth chaos bench fuzz mutation clean FORCE lint apicheck licenses trace-screenshot console-screenshot
+.PHONY: help deps dev demo test test-unit test-infra build synth chaos chaos-history bench fuzz mutation clean FORCE lint apicheck licenses trace-screenshot console-screenshot
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -91,6 +91,10 @@ CHAOS_ARGS := $(if $(SEED),-seed $(SEED)) $(if $(RATE),-rate $(RATE)) $(if $(ORD
 
 chaos: deps $(OUTBOXDEV) ## fault-injection audit: 10,000 orders by default (SEED=, RATE=, ORDERS=, or ARGS='...')
 	exec $(OUTBOXDEV) chaos $(CHAOS_ARGS) $(ARGS)
+
+# make chaos-history SEED=7 ORDERS=800 (or ARGS='-seed 7 -epoch 2 -v ...')
+chaos-history: deps $(OUTBOXDEV) ## history paths under faults, audited: replays, late consumer, switch to ordered, restore, failing drains and DLQ sends, concurrent adjacent events; 3,200 orders by default (SEED=, RATE=, ORDERS=, or ARGS='...')
+	exec $(OUTBOXDEV) chaos-history $(CHAOS_ARGS) $(ARGS)
 
 bench: deps build $(OUTBOXDEV) ## measure the cost of an event and print the report under results/ (ARGS='...')
 	exec $(OUTBOXDEV) bench $(ARGS)

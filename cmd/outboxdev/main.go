@@ -7,6 +7,7 @@
 //	outboxdev dev  [-addr 127.0.0.1:8080] [-endpoint URL] [-reconcile-every 30s]
 //	outboxdev demo [-orders 300] [-concurrency 8] [-seed 1] [-endpoint URL]
 //	outboxdev chaos [-orders 10000] [-epoch-orders 500] [-seed 1] [-rate 0.05] [-epoch N]
+//	outboxdev chaos-history [-orders 3200] [-epoch-orders 400] [-seed 1] [-rate 0.02] [-epoch N]
 //	outboxdev bench [-loads 25,50,max] [-orders 1500] [-poll 50ms] [-out results]
 //
 // Without -endpoint (or AWS_ENDPOINT_URL_DYNAMODB) an in-memory Dynoxide is
@@ -38,6 +39,8 @@ func main() {
 		err = runDemo(ctx, args)
 	case "chaos":
 		err = runChaos(ctx, args)
+	case "chaos-history":
+		err = runChaosHistory(ctx, args)
 	case "bench":
 		err = runBench(ctx, args)
 	case "trace-screenshot":
@@ -63,6 +66,9 @@ commands:
   dev    run the whole stack locally and serve the API until interrupted
   demo   drive orders through the local stack, audit the tables, print a summary
   chaos  the same under seeded fault injection at every boundary, in epochs
+  chaos-history  the history paths under faults: archive replays, a late consumer
+         with starting points, a switch to ordered, a restore from a backup,
+         failing drains, refused DLQ sends, adjacent sequences at once
   bench  measure throughput, latency, calls and cost per event, store saturation,
          write-path latency and Lambda init; report under results/
   trace-screenshot  one order traced into Jaeger (a reconciler re-send and the

@@ -36,6 +36,53 @@ func drainRedriveAndAudit(ctx context.Context, s *devstack.Stack, inj *faults.In
 		return devstack.Audit{}, c, err
 	}
 	inj.EndOutages()
+	c.parked = map[string][]int64{}
+	// A sweep can dead-letter a buffered event (its drain failed for good,
+	// or its earlier DLQ send failed and it was kept): redrive again until
+	// a sweep leaves every DLQ empty (bounded passes).
+	for pass := 0; pass < maxSettlePasses; pass++ {
+		if err := redriveRounds(ctx, s, &c); err != nil {
+			return devstack.Audit{}, c, err
+		}
+		// What a crash left in a resequencer buffer (an invocation that died
+		// between applying an event and applying its buffered successors) the
+		// next sweep tick applies, as the schedule would within a minute.
+		if err := sweepBuffers(ctx, s); err != nil {
+			return devstack.Audit{}, c, err
+		}
+		if dlqsEmpty(s) {
+			break
+		}
+	}
+	for _, p := range s.Consumers {
+		// counted last: every message that reached a DLQ, the ones that
+		// came back during the rounds included
+		c.deadLettered += int(p.DLQ.Sent())
+	}
+	a, err := drainAndAudit(ctx, s)
+	return a, c, err
+}
+
+// maxSettlePasses bounds drainRedriveAndAudit's passes of redrive rounds
+// and sweeps.
+const maxSettlePasses = 4
+
+// dlqsEmpty reports whether no consumer DLQ holds a message (visible or in
+// flight).
+func dlqsEmpty(s *devstack.Stack) bool {
+	for _, p := range s.Consumers {
+		if p.DLQ.Len() > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// redriveRounds redrives, round after round, the parked records an
+// ordered consumer waits for and every consumer DLQ, draining after each,
+// until a round moves nothing (bounded by maxRedriveRounds); it adds what
+// it moved to c.
+func redriveRounds(ctx context.Context, s *devstack.Stack, c *dlqCounts) error {
 	// An event redriven can fail again while the pipeline settles (an
 	// ordered consumer waiting for an event redriven with it, a
 	// cancellation that overtook its payment): like an operator, redrive
@@ -43,11 +90,10 @@ func drainRedriveAndAudit(ctx context.Context, s *devstack.Stack, inj *faults.In
 	// first redrives the parked records an ordered consumer waits for (a
 	// record can be parked during the rounds too: a re-send refused for
 	// good) and lets the reconciler publish them, then the consumer DLQs.
-	c.parked = map[string][]int64{}
 	for round := 0; round < maxRedriveRounds; round++ {
 		parked, n, err := redriveParkedPredecessors(ctx, s)
 		if err != nil {
-			return devstack.Audit{}, c, err
+			return err
 		}
 		for agg, seqs := range parked {
 			c.parked[agg] = append(c.parked[agg], seqs...)
@@ -58,7 +104,7 @@ func drainRedriveAndAudit(ctx context.Context, s *devstack.Stack, inj *faults.In
 			// record pending; its losses are the held events the DLQ
 			// redrive below brings back)
 			if _, err := drainAndAudit(ctx, s); err != nil {
-				return devstack.Audit{}, c, err
+				return err
 			}
 		}
 		// The consumers' DLQs are independent: redrive them at once, so
@@ -94,28 +140,16 @@ func drainRedriveAndAudit(ctx context.Context, s *devstack.Stack, inj *faults.In
 			})
 		}
 		if err := g.Wait(); err != nil {
-			return devstack.Audit{}, c, err
+			return err
 		}
 		if moved == 0 {
-			break
+			return nil
 		}
 		if err := s.Drain(ctx); err != nil {
-			return devstack.Audit{}, c, err
+			return err
 		}
 	}
-	// What a crash left in a resequencer buffer (an invocation that died
-	// between applying an event and applying its buffered successors) the
-	// next sweep tick applies, as the schedule would within a minute.
-	if err := sweepBuffers(ctx, s); err != nil {
-		return devstack.Audit{}, c, err
-	}
-	for _, p := range s.Consumers {
-		// counted last: every message that reached a DLQ, the ones that
-		// came back during the rounds included
-		c.deadLettered += int(p.DLQ.Sent())
-	}
-	a, err := drainAndAudit(ctx, s)
-	return a, c, err
+	return nil
 }
 
 // sweepBuffers does what the sweep schedule does every minute, until no
@@ -180,7 +214,7 @@ const maxSweepRounds = 6
 // gateLast reads the last sequence consumer applied for e's aggregate
 // (retried: the audit's reads meet injected faults too).
 func gateLast(ctx context.Context, s *devstack.Stack, consumer string, e dedup.BufferedEvent) (int64, error) {
-	a, err := dedup.NewApplier(s.DDB, dedup.Config{Table: s.StateTables[consumer], Consumer: consumer, Ordered: true})
+	a, err := dedup.NewApplier(s.DDB, dedup.Config{Table: s.StateTables[consumer], Consumer: s.StateConsumer(consumer), Ordered: true})
 	if err != nil {
 		return 0, err
 	}

@@ -270,7 +270,7 @@ func runEpoch(ctx context.Context, cfg Config, epoch, orders int, rep *Report) e
 			}
 		}
 	}
-	witnessed, inversions, problems := witness.audit()
+	witnessed, inversions, problems := witness.audit(nil)
 	rep.OrderedCommitsWitnessed += witnessed
 	rep.AppliedOutOfOrder += inversions
 	a.Problems = append(a.Problems, problems...)

@@ -15,7 +15,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go/middleware"
 
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/ledger"
 	"github.com/ddb-outbox/ddb-outbox/pkg/dedup"
+	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
 )
 
 // orderWitness checks promise I4 (an ordered consumer applies an
@@ -44,6 +46,15 @@ import (
 // call's duration is caught (a late bus delivery is 100–600 ms, a redriven
 // dead letter seconds).
 //
+// Ordering items are told apart by table and key ("<table>/<key>"): a
+// ledger restored from a backup keeps the lost one's consumer name in a
+// table of its own.
+//
+// It keeps the same commit window for every ledger-shaped entry a
+// transaction puts ("ENTRY#<event_id>" items, in any table): the effect
+// log the history audit reads refunds and payments from
+// (refundsBeforePayments).
+//
 // It also follows the resequencer (dedup.Resequencer): every committed
 // transaction that puts a buffer item (an early event stored) or deletes
 // one together with a gate (a buffered event applied after its
@@ -56,6 +67,19 @@ type orderWitness struct {
 	buffered   map[string]time.Time     // buffer key → first committed Put
 	bufferSent map[string]time.Time     // buffer key → first Put attempt not refused
 	drained    map[string]time.Time     // buffer key → first committed apply
+	entries    map[string]*commitWindow // "<table>/ENTRY#<event_id>" → when it committed
+	// gateAndEffect counts, by table, ordered transactions DynamoDB
+	// cancelled with the gate's condition and an effect's condition
+	// failing together (an effect that depends on its predecessor's,
+	// meeting it while it commits: the gate decides).
+	gateAndEffect map[string]int
+}
+
+// commitWindow bounds when a write committed: no earlier than earliest
+// (the first attempt not refused was sent), no later than latest (the
+// first committed attempt answered; zero: not known to have committed).
+type commitWindow struct {
+	earliest, latest time.Time
 }
 
 type outcome int
@@ -73,15 +97,19 @@ type gateAttempt struct {
 }
 
 func newOrderWitness() *orderWitness {
-	return &orderWitness{attempts: map[string][]gateAttempt{}, buffered: map[string]time.Time{}, bufferSent: map[string]time.Time{}, drained: map[string]time.Time{}}
+	return &orderWitness{attempts: map[string][]gateAttempt{}, buffered: map[string]time.Time{}, bufferSent: map[string]time.Time{}, drained: map[string]time.Time{},
+		entries: map[string]*commitWindow{}, gateAndEffect: map[string]int{}}
 }
 
 // txInfo is what the witness reads from one TransactWriteItems input.
 type txInfo struct {
 	gate       gateRef
 	hasGate    bool
+	gateIndex  int      // the gate's action index
+	gateTable  string   // the gate's table
 	bufPuts    []string // buffer items put
 	bufApplied []string // buffer items deleted with a gate (applied)
+	entries    []string // "<table>/ENTRY#…" items put
 }
 
 type witnessGateKey struct{}
@@ -90,7 +118,7 @@ type witnessGateKey struct{}
 func (w *orderWitness) option(st *middleware.Stack) error {
 	if err := st.Initialize.Add(middleware.InitializeMiddlewareFunc("chaos.orderWitness.gate", func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
 		if p, ok := in.Parameters.(*dynamodb.TransactWriteItemsInput); ok {
-			if info := inspect(p); info.hasGate || len(info.bufPuts) > 0 {
+			if info := inspect(p); info.hasGate || len(info.bufPuts) > 0 || len(info.entries) > 0 {
 				ctx = middleware.WithStackValue(ctx, witnessGateKey{}, info)
 			}
 		}
@@ -115,8 +143,19 @@ func (w *orderWitness) option(st *middleware.Stack) error {
 		}
 		if info.hasGate {
 			w.record(info.gate.key, gateAttempt{seq: info.gate.seq, sent: sent, done: time.Now(), outcome: o})
+			if te, ok := outbox.AsTxError(outbox.TranslateTxError(err)); err != nil && ok && te.ConditionFailed(info.gateIndex) && !te.ConditionFailed(dedup.MarkerIndex) {
+				for i := dedup.MarkerIndex + 1; i < info.gateIndex; i++ {
+					if te.ConditionFailed(i) {
+						w.mu.Lock()
+						w.gateAndEffect[info.gateTable]++
+						w.mu.Unlock()
+						break
+					}
+				}
+			}
 		}
 		w.recordBuffer(info, sent, o)
+		w.recordEntries(info, sent, o)
 		return out, md, err
 	}), middleware.After)
 }
@@ -161,17 +200,91 @@ func (w *orderWitness) recordBuffer(info txInfo, sent time.Time, o outcome) {
 	}
 }
 
+// recordEntries notes the commit window of the entries a transaction puts.
+func (w *orderWitness) recordEntries(info txInfo, sent time.Time, o outcome) {
+	if o == refused || len(info.entries) == 0 {
+		return
+	}
+	now := time.Now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, k := range info.entries {
+		cw := w.entries[k]
+		if cw == nil {
+			cw = &commitWindow{earliest: sent}
+			w.entries[k] = cw
+		}
+		if o == committed && cw.latest.IsZero() {
+			cw.latest = now
+		}
+	}
+}
+
+// entryWindow returns the commit window of the entry of eventID in table,
+// and false when no transaction putting it was seen (an entry copied from
+// a backup, or never booked).
+func (w *orderWitness) entryWindow(table, eventID string) (commitWindow, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	cw, ok := w.entries[table+"/"+entryPrefix+eventID]
+	if !ok {
+		return commitWindow{}, false
+	}
+	return *cw, true
+}
+
+// heldBefore returns the lowest sequence of aggregate aggregateID that
+// consumer certainly held in its buffer before t (its buffer Put answered
+// 200 before t), and 0 when none. Buffer keys name the consumer, not the
+// table: use it for a consumer name no other table shares.
+func (w *orderWitness) heldBefore(consumer, aggregateType, aggregateID string, t time.Time) int64 {
+	prefix := consumer + dedup.BufferInfix + aggregateType + "#" + aggregateID + "#"
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var low int64
+	for k, at := range w.buffered {
+		rest, ok := strings.CutPrefix(k, prefix)
+		if !ok || !at.Before(t) {
+			continue
+		}
+		if seq, err := strconv.ParseInt(rest, 10, 64); err == nil && (low == 0 || seq < low) {
+			low = seq
+		}
+	}
+	return low
+}
+
+// gateAndEffectFailed returns how many ordered transactions on table were
+// cancelled with the gate's and an effect's conditions failing together.
+func (w *orderWitness) gateAndEffectFailed(table string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.gateAndEffect[table]
+}
+
+// entryPrefix is the key prefix of ledger-shaped entries (ledger.EntryPrefix;
+// the funds consumer's entries use it too).
+const entryPrefix = ledger.EntryPrefix
+
 // inspect reads a transaction: the ordering gate an ordered Apply's
 // transaction sets (gateOf), the buffer items it puts, and those it deletes
 // together with a gate (a buffered event applied).
 func inspect(p *dynamodb.TransactWriteItemsInput) txInfo {
 	var info txInfo
-	info.gate.key, info.gate.seq, info.hasGate = gateOf(p)
+	info.gate.key, info.gate.seq, info.gateIndex, info.hasGate = gateOf(p)
+	if info.hasGate {
+		info.gateTable = aws.ToString(p.TransactItems[info.gateIndex].Update.TableName)
+	}
 	for _, it := range p.TransactItems {
 		switch {
 		case it.Put != nil:
-			if pk, _ := it.Put.Item[dedup.AttrPK].(*types.AttributeValueMemberS); pk != nil && strings.Contains(pk.Value, dedup.BufferInfix) {
+			pk, _ := it.Put.Item[dedup.AttrPK].(*types.AttributeValueMemberS)
+			switch {
+			case pk == nil:
+			case strings.Contains(pk.Value, dedup.BufferInfix):
 				info.bufPuts = append(info.bufPuts, pk.Value)
+			case strings.HasPrefix(pk.Value, entryPrefix):
+				info.entries = append(info.entries, aws.ToString(it.Put.TableName)+"/"+pk.Value)
 			}
 		case it.Delete != nil && info.hasGate:
 			if pk, _ := it.Delete.Key[dedup.AttrPK].(*types.AttributeValueMemberS); pk != nil && strings.Contains(pk.Value, dedup.BufferInfix) {
@@ -182,13 +295,14 @@ func inspect(p *dynamodb.TransactWriteItemsInput) txInfo {
 	return info
 }
 
-// gateOf returns the ordering item key and the sequence a transaction sets
-// as the aggregate's last applied sequence: the value its Update of an
+// gateOf returns the ordering item ("<table>/<key>"), the sequence a
+// transaction sets as the aggregate's last applied sequence and the index
+// of that action: the value its Update of an
 // ordering item assigns to dedup.AttrLastSequence ("SET #n = :v"). A
 // resequencer buffer write also updates the ordering item but sets no
 // last_sequence (it only reads it in its condition): it is no gate.
-func gateOf(p *dynamodb.TransactWriteItemsInput) (string, int64, bool) {
-	for _, it := range p.TransactItems {
+func gateOf(p *dynamodb.TransactWriteItemsInput) (string, int64, int, bool) {
+	for i, it := range p.TransactItems {
 		u := it.Update
 		if u == nil {
 			continue
@@ -198,10 +312,10 @@ func gateOf(p *dynamodb.TransactWriteItemsInput) (string, int64, bool) {
 			continue
 		}
 		if seq, ok := assigned(u, dedup.AttrLastSequence); ok {
-			return pk.Value, seq, true
+			return aws.ToString(u.TableName) + "/" + pk.Value, seq, i, true
 		}
 	}
-	return "", 0, false
+	return "", 0, -1, false
 }
 
 // assigned returns the number an update expression's SET assigns to attr.
@@ -263,8 +377,12 @@ func (w *orderWitness) bufferStats(alarmAfter time.Duration) (buffered, drained 
 
 // audit returns how many sequences it saw committed, the inversions (a
 // higher sequence certainly committed before a lower one of the same
-// ordering item) and up to 20 descriptions of them.
-func (w *orderWitness) audit() (witnessed, inversions int, problems []string) {
+// ordering item) and up to 20 descriptions of them. floor gives, by
+// ordering item ("<table>/<key>"), a starting point: the sequences at or
+// below it were applied elsewhere (a backup's) or belong to the time
+// before a starting point, so this table never commits them and an
+// attempt on them (a duplicate) bounds no commit. nil: none.
+func (w *orderWitness) audit(floor map[string]int64) (witnessed, inversions int, problems []string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	keys := make([]string, 0, len(w.attempts))
@@ -299,6 +417,9 @@ func (w *orderWitness) audit() (witnessed, inversions int, problems []string) {
 		}
 		sort.Slice(seqs, func(i, j int) bool { return seqs[i] < seqs[j] })
 		for i, lo := range seqs {
+			if lo <= floor[k] {
+				continue
+			}
 			for _, hi := range seqs[i+1:] {
 				l, h := by[lo], by[hi]
 				if h.latest.IsZero() || l.earliest.IsZero() || !h.latest.Before(l.earliest) {

@@ -60,13 +60,13 @@ func TestOrderWitnessRecordsCommittedGates(t *testing.T) {
 			t.Fatalf("Apply sequence %d = %v, %v", seq, applied, err)
 		}
 	}
-	key := dedup.SequenceKey("ledger", "Order", "o-1")
+	key := "dedup/" + dedup.SequenceKey("ledger", "Order", "o-1")
 	got := w.attempts[key]
 	if len(got) != 3 || got[0].seq != 1 || got[1].seq != 2 || got[2].seq != 3 || got[0].done.After(got[1].sent) ||
 		got[0].outcome != committed || got[1].outcome != committed || got[2].outcome != refused {
 		t.Fatalf("attempts on %s = %+v; want sequences 1, 2 committed, then 3 refused", key, got)
 	}
-	if n, inv, _ := w.audit(); n != 2 || inv != 0 {
+	if n, inv, _ := w.audit(nil); n != 2 || inv != 0 {
 		t.Errorf("audit = %d witnessed, %d inversions; want 2, 0", n, inv)
 	}
 }
@@ -84,26 +84,33 @@ func TestOrderWitnessAudit(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
 		attempts   []gateAttempt
+		floor      int64 // a starting point
 		witnessed  int
 		inversions int
 	}{
-		{"in order", []gateAttempt{att(1, 0, 1, committed), att(2, 2, 3, committed), att(3, 4, 5, committed)}, 3, 0},
-		{"2 answered before 1 was sent", []gateAttempt{att(1, 10, 20, committed), att(2, 0, 5, committed)}, 2, 1},
-		{"3 before 1 and 2", []gateAttempt{att(1, 10, 11, committed), att(2, 12, 13, committed), att(3, 0, 5, committed)}, 3, 2},
-		{"overlapping calls", []gateAttempt{att(1, 10, 40, committed), att(2, 5, 35, committed)}, 2, 0},
+		{"in order", []gateAttempt{att(1, 0, 1, committed), att(2, 2, 3, committed), att(3, 4, 5, committed)}, 0, 3, 0},
+		{"2 answered before 1 was sent", []gateAttempt{att(1, 10, 20, committed), att(2, 0, 5, committed)}, 0, 2, 1},
+		{"3 before 1 and 2", []gateAttempt{att(1, 10, 11, committed), att(2, 12, 13, committed), att(3, 0, 5, committed)}, 0, 3, 2},
+		{"overlapping calls", []gateAttempt{att(1, 10, 40, committed), att(2, 5, 35, committed)}, 0, 2, 0},
 		// 1's answer was lost (unknown) at 0..2, 2 committed at 5..6, the SDK's
 		// retry of 1 got DynamoDB's idempotent 200 at 10..11.
-		{"late idempotent 200", []gateAttempt{att(1, 0, 2, unknown), att(2, 5, 6, committed), att(1, 10, 11, committed)}, 2, 0},
+		{"late idempotent 200", []gateAttempt{att(1, 0, 2, unknown), att(2, 5, 6, committed), att(1, 10, 11, committed)}, 0, 2, 0},
 		// 1 was refused at 0..1 (a gap: nothing written), committed at 10..11;
 		// 2 answered at 6: an inversion.
-		{"refused attempt is not a bound", []gateAttempt{att(1, 0, 1, refused), att(2, 5, 6, committed), att(1, 10, 11, committed)}, 2, 1},
-		{"never committed", []gateAttempt{att(1, 10, 11, unknown), att(2, 0, 5, refused)}, 0, 0},
+		{"refused attempt is not a bound", []gateAttempt{att(1, 0, 1, refused), att(2, 5, 6, committed), att(1, 10, 11, committed)}, 0, 2, 1},
+		{"never committed", []gateAttempt{att(1, 10, 11, unknown), att(2, 0, 5, refused)}, 0, 0, 0},
+		// A starting point after 1: 2 and 3 are this table's; 1's late
+		// attempt (a replayed duplicate whose answer was lost) bounds no
+		// commit. Without the starting point it reads as two inversions.
+		{"duplicate below a starting point", []gateAttempt{att(2, 0, 1, committed), att(3, 2, 3, committed), att(1, 10, 11, unknown)}, 1, 2, 0},
+		{"the same without it", []gateAttempt{att(2, 0, 1, committed), att(3, 2, 3, committed), att(1, 10, 11, unknown)}, 0, 2, 2},
+		{"an inversion above a starting point", []gateAttempt{att(2, 10, 11, committed), att(3, 0, 5, committed)}, 1, 2, 1},
 	} {
 		w := newOrderWitness()
 		for _, a := range tc.attempts {
 			w.record("ledger#SEQ#Order#o-1", a)
 		}
-		n, inv, problems := w.audit()
+		n, inv, problems := w.audit(map[string]int64{"ledger#SEQ#Order#o-1": tc.floor})
 		if n != tc.witnessed || inv != tc.inversions || len(problems) != inv {
 			t.Errorf("%s: audit = %d witnessed, %d inversions, %q; want %d, %d", tc.name, n, inv, problems, tc.witnessed, tc.inversions)
 		}
@@ -113,7 +120,7 @@ func TestOrderWitnessAudit(t *testing.T) {
 	w.record("ledger#SEQ#Order#o-1", att(2, 0, 5, committed))
 	w.record("notifier#SEQ#Order#o-1", att(1, 0, 1, committed))
 	w.record("notifier#SEQ#Order#o-1", att(2, 2, 3, committed))
-	if _, inv, problems := w.audit(); inv != 1 || !strings.Contains(problems[0], "ledger#SEQ#Order#o-1: sequence 2 committed") {
+	if _, inv, problems := w.audit(nil); inv != 1 || !strings.Contains(problems[0], "ledger#SEQ#Order#o-1: sequence 2 committed") {
 		t.Errorf("two consumers: %d inversions, %q; want 1 on the ledger's item", inv, problems)
 	}
 }
@@ -160,7 +167,7 @@ func TestOrderWitnessFollowsTheResequencer(t *testing.T) {
 	deliver(0)
 	deliver(2)
 	deliver(1)
-	witnessed, inversions, problems := w.audit()
+	witnessed, inversions, problems := w.audit(nil)
 	if witnessed != 3 || inversions != 0 {
 		t.Fatalf("witnessed %d gates, %d inversions %v; want 3, 0", witnessed, inversions, problems)
 	}

@@ -3,8 +3,10 @@ package devstack
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
+	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
@@ -108,6 +110,21 @@ type LedgerSpec struct {
 	// (default Name). A ledger restored from a backup keeps the lost one's,
 	// so it finds the markers, gates and buffer the backup holds.
 	StateConsumer string
+	// Ordering is the ledger's ordered-apply mode (default the ledger's,
+	// dedup.Ordered). Its rule gets the resequencer sweep schedule either
+	// way, so SwitchLedger can make it ordered later.
+	Ordering dedup.Ordering
+}
+
+// ledgerSlot is a ledger added with AddLedgerWith: the handler its queue
+// runs reads the current ledger, so SwitchLedger can replace it.
+type ledgerSlot struct {
+	spec    LedgerSpec // Table and StateConsumer set
+	current atomic.Pointer[ledger.Ledger]
+}
+
+func (l *ledgerSlot) handle(ctx context.Context, ev events.EventBridgeEvent) error {
+	return l.current.Load().Handle(ctx, ev)
 }
 
 // AddLedgerWith adds the ledger spec describes (see AddLedger).
@@ -126,29 +143,67 @@ func (s *Stack) AddLedgerWith(ctx context.Context, spec LedgerSpec) (*ledger.Led
 	if err := w.Wait(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(table)}, timeoutTable); err != nil {
 		return nil, nil, fmt.Errorf("devstack: wait for table %s: %w", table, err)
 	}
-	st := s.Settings
-	l, err := ledger.New(s.DDB, ledger.Config{
-		Table:          table,
-		Dedup:          dedup.Config{Retention: st.DedupRetention, Consumer: consumer},
-		ExpectedSource: st.Source, ExpectedAccount: st.ExpectedAccount, GapMaxReceives: st.ConsumerGapMaxReceives,
-		Resequencer: dedup.ResequencerConfig{Metrics: st.Metrics},
-		Logger:      s.log.With("fn", name),
-	})
+	spec.Table, spec.StateConsumer = table, consumer
+	slot := &ledgerSlot{spec: spec}
+	l, err := s.newLedger(spec, spec.Ordering)
 	if err != nil {
 		return nil, nil, err
 	}
+	slot.current.Store(l)
 	var ledgerRule routing.Rule
 	for _, r := range routing.Rules() {
 		if r.Consumer == routing.ConsumerLedger {
 			ledgerRule = r
 		}
 	}
-	c, err := s.AddConsumer(ConsumerSpec{Name: name, Rule: name + "-order-events", Pattern: ledgerRule.Pattern(st.Source),
-		Handler: l.Handle, Ordered: ledgerRule.Ordered, StateTable: table, StateConsumer: consumer})
+	c, err := s.AddConsumer(ConsumerSpec{Name: name, Rule: name + "-order-events", Pattern: ledgerRule.Pattern(s.Settings.Source),
+		Handler: slot.handle, Ordered: ledgerRule.Ordered, StateTable: table, StateConsumer: consumer})
 	if err != nil {
 		return nil, nil, err
 	}
+	if s.ledgers == nil {
+		s.ledgers = map[string]*ledgerSlot{}
+	}
+	s.ledgers[name] = slot
 	return l, c, nil
+}
+
+// newLedger builds the ledger spec describes (Table and StateConsumer
+// set) with ordering, configured like the stack's own.
+func (s *Stack) newLedger(spec LedgerSpec, ordering dedup.Ordering) (*ledger.Ledger, error) {
+	st := s.Settings
+	return ledger.New(s.DDB, ledger.Config{
+		Table:          spec.Table,
+		Dedup:          dedup.Config{Retention: st.DedupRetention, Consumer: spec.StateConsumer},
+		ExpectedSource: st.Source, ExpectedAccount: st.ExpectedAccount, GapMaxReceives: st.ConsumerGapMaxReceives,
+		Ordering:    ordering,
+		Resequencer: dedup.ResequencerConfig{Metrics: st.Metrics},
+		Logger:      s.log.With("fn", spec.Name),
+	})
+}
+
+// SwitchLedger switches the ordered-apply mode of a ledger added with
+// AddLedgerWith, as a team redeploys its consumer with another
+// configuration: the same queue, rule, table and consumer name, a new
+// ledger with ordering. Deliveries already running finish with the old
+// one. Switched from unordered to ordered, the ledger has no gate for
+// the orders it applied unordered: their new events wait in its buffer
+// until their history is replayed to it (a backfill), which the gate
+// adopts in turn (docs/ORDERING.md). It returns the new ledger, or an
+// error for a name AddLedgerWith did not add or a configuration ledger.New
+// refuses.
+func (s *Stack) SwitchLedger(name string, ordering dedup.Ordering) (*ledger.Ledger, error) {
+	slot, ok := s.ledgers[name]
+	if !ok {
+		return nil, fmt.Errorf("devstack: no ledger %q added with AddLedgerWith", name)
+	}
+	l, err := s.newLedger(slot.spec, ordering)
+	if err != nil {
+		return nil, err
+	}
+	slot.current.Store(l)
+	s.log.Info("ledger switched", "consumer", name, "ordering", l.Config().Ordering)
+	return l, nil
 }
 
 // timeoutTable bounds the wait for a new table to become ACTIVE.

@@ -46,6 +46,9 @@ type Audit struct {
 	// Lost counts committed changes without an outbox record, and events
 	// not parked that a consumer that should have applied did not.
 	Lost int
+	// LedgerLost counts the events (also in Lost) the ledger should have
+	// booked and did not.
+	LedgerLost int
 	// Ghost counts outbox records without a committed change, and consumer
 	// effects for events that do not exist.
 	Ghost int
@@ -53,6 +56,10 @@ type Audit struct {
 	// sum of paid minus refunded amounts in the events (money moved twice or
 	// not at all), plus ledger entries for one event booked more than once.
 	DoubleApplied int
+	// BalanceMismatch counts the currencies (also in DoubleApplied) whose
+	// ledger balance differs from the sum of paid minus refunded amounts in
+	// the events.
+	BalanceMismatch int
 	// Problems describes each violation found (at most 20).
 	Problems []string
 	// Balances are the ledger balances by currency, in minor units.
@@ -229,6 +236,7 @@ func (s *Stack) Audit(ctx context.Context) (Audit, error) {
 		}
 		if needsLedger[id] && entries[id] == 0 {
 			a.Lost++
+			a.LedgerLost++
 			a.problem("lost: event %s (%s) was not booked by the ledger", id, e.typ)
 		}
 	}
@@ -262,6 +270,7 @@ func (s *Stack) Audit(ctx context.Context) (Audit, error) {
 	for _, c := range names {
 		if a.Balances[c] != expected[c] {
 			a.DoubleApplied++
+			a.BalanceMismatch++
 			a.problem("balance %s is %d, events say %d", c, a.Balances[c], expected[c])
 		}
 	}

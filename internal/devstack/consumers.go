@@ -79,7 +79,11 @@ func newConsumerPath(name string, h localrt.EventHandler, settings app.Settings,
 	// Retries come back after ConsumerRetryBase doubling, capped at the
 	// queue's visibility timeout, as on AWS.
 	settings.ConsumerRetryMax = opts.ConsumerVisibilityTimeout
-	handler, err := app.NewConsumerHandler(settings, name, sqsconsumer.EventHandler(h), consumerQueues{dlq: dlq, queue: q}, log.With("fn", name))
+	var dlqSend sqsconsumer.MessageSender = dlq
+	if opts.WrapConsumerDLQ != nil {
+		dlqSend = opts.WrapConsumerDLQ(name, dlqSend)
+	}
+	handler, err := app.NewConsumerHandler(settings, name, sqsconsumer.EventHandler(h), consumerQueues{dlq: dlqSend, queue: q}, log.With("fn", name))
 	if err != nil {
 		return nil, fmt.Errorf("devstack: consumer %s: %w", name, err)
 	}
@@ -101,7 +105,8 @@ func newConsumerPath(name string, h localrt.EventHandler, settings app.Settings,
 // consumerQueues is what a consumer's handler calls: SendMessage on its DLQ,
 // ChangeMessageVisibility on its queue (one SQS client does both on AWS).
 type consumerQueues struct {
-	dlq, queue *localrt.SQSQueue
+	dlq   sqsconsumer.MessageSender // the DLQ, through Options.WrapConsumerDLQ
+	queue *localrt.SQSQueue
 }
 
 func (c consumerQueues) SendMessage(ctx context.Context, in *sqs.SendMessageInput, opts ...func(*sqs.Options)) (*sqs.SendMessageOutput, error) {

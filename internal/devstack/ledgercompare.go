@@ -57,32 +57,63 @@ func (s *Stack) ReadLedger(ctx context.Context, table string, l *ledger.Ledger) 
 	return st, nil
 }
 
-// DiffLedgers lists every difference of got from want, sorted: an entry
-// missing, different or extra, a balance different or extra.
-func DiffLedgers(want, got LedgerState) []string {
-	var d []string
+// LedgerDiff is how a ledger's state differs from the state it should
+// have, by kind; each is a sorted list of descriptions.
+type LedgerDiff struct {
+	// Missing are entries it should have booked and did not.
+	Missing []string
+	// Extra are entries it booked that it should not have (an event it
+	// does not owe, or booked under an event id nobody published).
+	Extra []string
+	// Different are entries booked with other values (amount, direction,
+	// currency, order, sequence, type).
+	Different []string
+	// Balances are currencies whose balance differs (or exists where none
+	// should).
+	Balances []string
+}
+
+// CompareLedgers compares got with want, the state it should have.
+func CompareLedgers(want, got LedgerState) LedgerDiff {
+	var d LedgerDiff
 	for id, w := range want.Entries {
 		if g, ok := got.Entries[id]; !ok {
-			d = append(d, fmt.Sprintf("entry %s (%s %d %s of order %s seq %d) missing", id, w.Direction, w.AmountMinor, w.Currency, w.OrderID, w.Sequence))
+			d.Missing = append(d.Missing, fmt.Sprintf("entry %s (%s %d %s of order %s seq %d) missing", id, w.Direction, w.AmountMinor, w.Currency, w.OrderID, w.Sequence))
 		} else if g != w {
-			d = append(d, fmt.Sprintf("entry %s: %+v, want %+v", id, g, w))
+			d.Different = append(d.Different, fmt.Sprintf("entry %s: %+v, want %+v", id, g, w))
 		}
 	}
 	for id := range got.Entries {
 		if _, ok := want.Entries[id]; !ok {
-			d = append(d, "entry "+id+" booked only by the new ledger")
+			d.Extra = append(d.Extra, "entry "+id+" booked, but not owed")
 		}
 	}
 	for c, w := range want.Balances {
 		if got.Balances[c] != w {
-			d = append(d, fmt.Sprintf("balance %s: %d, want %d", c, got.Balances[c], w))
+			d.Balances = append(d.Balances, fmt.Sprintf("balance %s: %d, want %d", c, got.Balances[c], w))
 		}
 	}
 	for c, g := range got.Balances {
 		if _, ok := want.Balances[c]; !ok && g != 0 {
-			d = append(d, fmt.Sprintf("balance %s: %d, want none", c, g))
+			d.Balances = append(d.Balances, fmt.Sprintf("balance %s: %d, want none", c, g))
 		}
 	}
-	sort.Strings(d)
+	for _, l := range [][]string{d.Missing, d.Extra, d.Different, d.Balances} {
+		sort.Strings(l)
+	}
 	return d
+}
+
+// All returns every difference, sorted.
+func (d LedgerDiff) All() []string {
+	all := append(append(append(append([]string(nil), d.Missing...), d.Extra...), d.Different...), d.Balances...)
+	sort.Strings(all)
+	return all
+}
+
+// DiffLedgers lists every difference of got from want, sorted: an entry
+// missing, different or extra, a balance different or extra
+// (CompareLedgers).
+func DiffLedgers(want, got LedgerState) []string {
+	return CompareLedgers(want, got).All()
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/ddb-outbox/ddb-outbox/pkg/localrt"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
 	"github.com/ddb-outbox/ddb-outbox/pkg/relay"
+	"github.com/ddb-outbox/ddb-outbox/pkg/sqsconsumer"
 )
 
 // Options configure a local stack. Zero values take the defaults.
@@ -88,6 +89,12 @@ type Options struct {
 	// WrapConsumer, when set, wraps each consumer's SQS handler as its event
 	// source mapping invokes it (a crash after the handler answered).
 	WrapConsumer func(consumer string, h localrt.SQSHandler) localrt.SQSHandler
+	// WrapConsumerDLQ, when set, wraps the SendMessage a consumer's handler
+	// calls to dead-letter an event on its DLQ (sqsconsumer's permanent
+	// failures, the resequencer's buffered events that cannot be applied):
+	// fault injection, a DLQ send that fails. The queue's own redrive
+	// policy (maxReceiveCount) moves messages without it, as SQS does.
+	WrapConsumerDLQ func(consumer string, dlq sqsconsumer.MessageSender) sqsconsumer.MessageSender
 	// ConsumerFunctionTimeout is each consumer's function timeout (default
 	// config.DefaultConsumerTimeout, 30 s). ConsumerVisibilityTimeout is its
 	// queue's visibility timeout (default ConsumerVisibilityTimeoutFactor x

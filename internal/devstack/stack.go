@@ -71,6 +71,8 @@ type Stack struct {
 	// stateConsumers: a consumer whose state is keyed by another name (a
 	// ledger restored from a backup keeps the lost one's).
 	stateConsumers map[string]string
+	// ledgers are the ledgers AddLedgerWith added, by consumer name.
+	ledgers        map[string]*ledgerSlot
 	ParkedQueue    *localrt.MemoryQueue
 	OnFailureQueue *localrt.MemoryQueue
 	// AWSURL is the AWS front's URL (empty without Options.AWSAddr).

@@ -44,8 +44,12 @@ func (r *Resequencer) drain(ctx context.Context, ref aggRef) (int, error) {
 		if !st.IsBuffered(next) {
 			return n, nil
 		}
-		if err := ctx.Err(); err != nil {
-			return n, err
+		if ctx.Err() != nil {
+			// The draining invocation is out of time: what is left waits,
+			// durably, for the next delivery of the aggregate or the sweep.
+			r.log.WarnContext(ctx, "dedup: drain cut by the invocation's deadline; the sweep or the next event drains the rest",
+				"aggregate_type", ref.typ, "aggregate_id", ref.id, "next", next)
+			return n, nil
 		}
 		item, err := r.getBuffered(ctx, ref, next)
 		if err != nil {
@@ -141,6 +145,13 @@ func (r *Resequencer) applyBuffered(ctx context.Context, ref aggRef, item Buffer
 		return true, nil
 	}
 	p, permanent := sqsconsumer.AsPermanent(herr)
+	if !permanent && ctx.Err() != nil {
+		// The draining invocation ran out of time, not the event: neither
+		// counted nor dead-lettered; it waits for the next drain or sweep.
+		r.log.WarnContext(ctx, "dedup: drain cut by the invocation's deadline; the buffered event waits for the sweep or the next event",
+			"event_id", item.EventID, "aggregate_id", ref.id, "sequence", item.Sequence, "error", herr)
+		return false, nil
+	}
 	if !permanent {
 		failures, err := r.countFailure(ctx, item, herr)
 		if err != nil {

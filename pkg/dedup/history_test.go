@@ -477,3 +477,49 @@ func TestDrainKeepsAnEventWhoseDLQSendFails(t *testing.T) {
 		t.Fatalf("buffered %+v, want event 4 alone", b)
 	}
 }
+
+// TestDrainCutByTheDeadlineIsNotPoison: the invocation that applies event
+// 2 runs out of time while event 3 — innocent, only slow — is being
+// applied from the buffer, on event 2's last receive. Event 3 is neither
+// counted as failed nor dead-lettered (found by chaos-history: a false
+// resequencer_drain_failed that would page); event 2's delivery succeeds;
+// the next sweep applies event 3.
+func TestDrainCutByTheDeadlineIsNotPoison(t *testing.T) {
+	f := newSeqFixture(t)
+	base := f.consumer(t, nil, dedup.ResequencerConfig{SweepMinAge: time.Nanosecond})
+	fc := &faultyConsumer{seqConsumer: base, mode: "hang"}
+	r, err := dedup.NewResequencer(base.a, fc.handle, dedup.ResequencerConfig{SweepMinAge: time.Nanosecond}, quietLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dlq := &fakeDLQ{}
+	h, err := sqsconsumer.New(r.Handle, sqsconsumer.Config{Name: "seq", DLQ: dlq, DLQURL: "https://sqs.eu-west-1.amazonaws.com/123456789012/seq-dlq", Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := history(t, "deadline", 3)
+	if resp, err := h.Handle(context.Background(), sqsBatch(t, evs[0], evs[2])); err != nil || len(resp.BatchItemFailures) != 0 {
+		t.Fatalf("first batch: %+v, %v", resp, err)
+	}
+	fc.seq.Store(3)
+	ctx, cancel := context.WithTimeout(context.Background(), 600*time.Millisecond)
+	defer cancel()
+	resp, err := h.Handle(ctx, receive(t, evs[1], 5)) // its last receive
+	if err != nil || len(resp.BatchItemFailures) != 0 {
+		t.Fatalf("event 2: %+v, %v; want its delivery done", resp, err)
+	}
+	if len(dlq.sent) != 0 {
+		t.Fatalf("dead-lettered %d messages; the slow event 3 is not poison", len(dlq.sent))
+	}
+	b := f.buffered(t)
+	if len(b) != 1 || b[0].Sequence != 3 || b[0].Failures != 0 {
+		t.Fatalf("buffered %+v, want event 3 waiting, no failure counted", b)
+	}
+	fc.seq.Store(0)
+	if rep, err := r.Sweep(context.Background()); err != nil || rep.Drained != 1 {
+		t.Fatalf("Sweep = %+v, %v; want event 3 applied", rep, err)
+	}
+	if got := f.applied(t, "deadline"); !slices.Equal(got, want(3)) {
+		t.Fatalf("applied %v, want 1..3", got)
+	}
+}
