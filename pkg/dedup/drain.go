@@ -45,11 +45,7 @@ func (r *Resequencer) drain(ctx context.Context, ref aggRef) (int, error) {
 			return n, nil
 		}
 		if ctx.Err() != nil {
-			// The draining invocation is out of time: what is left waits,
-			// durably, for the next delivery of the aggregate or the sweep.
-			r.log.WarnContext(ctx, "dedup: drain cut by the invocation's deadline; the sweep or the next event drains the rest",
-				"aggregate_type", ref.typ, "aggregate_id", ref.id, "next", next)
-			return n, nil
+			return n, r.cut(ctx, ref, next, ctx.Err())
 		}
 		item, err := r.getBuffered(ctx, ref, next)
 		if err != nil {
@@ -58,12 +54,20 @@ func (r *Resequencer) drain(ctx context.Context, ref aggRef) (int, error) {
 		var done bool
 		switch {
 		case item == nil:
-			// The set names it but the item is gone: only a hand edit can do
-			// that (both change in one transaction). Unblock the set.
-			r.log.ErrorContext(ctx, "dedup: buffered sequence without its buffer item; removing it from the set",
-				"aggregate_type", ref.typ, "aggregate_id", ref.id, "sequence", next)
-			if err := r.unbuffer(ctx, ref, next, nil); err != nil {
+			// Another drain applied it between the two reads (its
+			// transaction removes the item and the set's member together):
+			// read the gate again. Only when the set still names it is the
+			// item really gone — a hand edit — and the set is unblocked.
+			again, err := r.a.ReadGate(ctx, ref.typ, ref.id)
+			if err != nil {
 				return n, err
+			}
+			if again.IsBuffered(next) {
+				r.log.ErrorContext(ctx, "dedup: buffered sequence without its buffer item; removing it from the set",
+					"aggregate_type", ref.typ, "aggregate_id", ref.id, "sequence", next)
+				if err := r.unbuffer(ctx, ref, next, nil); err != nil {
+					return n, err
+				}
 			}
 		case item.Applied:
 			moved, err := r.a.adopt(ctx, item.envelope(), true)
@@ -88,6 +92,22 @@ func (r *Resequencer) drain(ctx context.Context, ref aggRef) (int, error) {
 			return n, err
 		}
 	}
+}
+
+// cut answers a drain cut short by the draining invocation's own deadline
+// (not the buffered event's failure: nothing is counted or dead-lettered).
+// Below its last receive the delivery is retried (an error: its
+// redelivery, a duplicate, drains again at once); on its last receive it
+// succeeds (nil) — failing it would move the predecessor's message, an
+// applied event, to the DLQ — and what is left waits for the next event of
+// the aggregate or the sweep.
+func (r *Resequencer) cut(ctx context.Context, ref aggRef, seq int64, cause error) error {
+	if m, ok := sqsconsumer.MessageFromContext(ctx); !ok || sqsconsumer.ReceiveCount(m) < r.cfg.LastReceive {
+		return fmt.Errorf("dedup: drain of %s %s cut at sequence %d by the invocation's deadline (a redelivery drains it): %w", ref.typ, ref.id, seq, cause)
+	}
+	r.log.WarnContext(ctx, "dedup: drain cut by the invocation's deadline on the delivery's last receive; the sweep or the next event drains the rest",
+		"aggregate_type", ref.typ, "aggregate_id", ref.id, "sequence", seq, "error", cause)
+	return nil
 }
 
 // Defaults of the drain's bounds (ResequencerConfig).
@@ -124,7 +144,8 @@ const (
 // draining delivery's last receive, ReasonDrainFailed, ReasonDrainPanic or
 // ReasonDrainTimeout) or kept because that DLQ send failed; and an error
 // for a failure below those bounds (counted on the buffer item): the
-// draining delivery is retried.
+// draining delivery is retried. A run cut by the draining invocation's own
+// deadline is not the event's failure (cut).
 func (r *Resequencer) applyBuffered(ctx context.Context, ref aggRef, item BufferedEvent) (bool, error) {
 	var ev events.EventBridgeEvent
 	if err := json.Unmarshal([]byte(item.Body), &ev); err != nil {
@@ -147,10 +168,8 @@ func (r *Resequencer) applyBuffered(ctx context.Context, ref aggRef, item Buffer
 	p, permanent := sqsconsumer.AsPermanent(herr)
 	if !permanent && ctx.Err() != nil {
 		// The draining invocation ran out of time, not the event: neither
-		// counted nor dead-lettered; it waits for the next drain or sweep.
-		r.log.WarnContext(ctx, "dedup: drain cut by the invocation's deadline; the buffered event waits for the sweep or the next event",
-			"event_id", item.EventID, "aggregate_id", ref.id, "sequence", item.Sequence, "error", herr)
-		return false, nil
+		// counted nor dead-lettered.
+		return false, r.cut(ctx, ref, item.Sequence, herr)
 	}
 	if !permanent {
 		failures, err := r.countFailure(ctx, item, herr)

@@ -480,10 +480,11 @@ func TestDrainKeepsAnEventWhoseDLQSendFails(t *testing.T) {
 
 // TestDrainCutByTheDeadlineIsNotPoison: the invocation that applies event
 // 2 runs out of time while event 3 — innocent, only slow — is being
-// applied from the buffer, on event 2's last receive. Event 3 is neither
-// counted as failed nor dead-lettered (found by chaos-history: a false
-// resequencer_drain_failed that would page); event 2's delivery succeeds;
-// the next sweep applies event 3.
+// applied from the buffer. Event 3 is neither counted as failed nor
+// dead-lettered (found by chaos-history: a false resequencer_drain_failed
+// that would page); below its last receive event 2's delivery is retried,
+// on its last receive it succeeds (an applied event must not reach the
+// DLQ) and the next sweep applies event 3.
 func TestDrainCutByTheDeadlineIsNotPoison(t *testing.T) {
 	f := newSeqFixture(t)
 	base := f.consumer(t, nil, dedup.ResequencerConfig{SweepMinAge: time.Nanosecond})
@@ -502,9 +503,21 @@ func TestDrainCutByTheDeadlineIsNotPoison(t *testing.T) {
 		t.Fatalf("first batch: %+v, %v", resp, err)
 	}
 	fc.seq.Store(3)
+	// Below its last receive, event 2's delivery is retried (its
+	// redelivery drains again at once), nothing counted against event 3.
 	ctx, cancel := context.WithTimeout(context.Background(), 600*time.Millisecond)
 	defer cancel()
-	resp, err := h.Handle(ctx, receive(t, evs[1], 5)) // its last receive
+	resp, err := h.Handle(ctx, receive(t, evs[1], 2))
+	if err != nil || len(resp.BatchItemFailures) != 1 {
+		t.Fatalf("event 2 on receive 2: %+v, %v; want it retried", resp, err)
+	}
+	if b := f.buffered(t); len(b) != 1 || b[0].Failures != 0 || len(dlq.sent) != 0 {
+		t.Fatalf("after a cut drain: buffered %+v, dead-lettered %d; want event 3 waiting, uncounted", b, len(dlq.sent))
+	}
+	// On its last receive, event 2's delivery succeeds and event 3 waits.
+	ctx, cancel = context.WithTimeout(context.Background(), 600*time.Millisecond)
+	defer cancel()
+	resp, err = h.Handle(ctx, receive(t, evs[1], 5))
 	if err != nil || len(resp.BatchItemFailures) != 0 {
 		t.Fatalf("event 2: %+v, %v; want its delivery done", resp, err)
 	}
