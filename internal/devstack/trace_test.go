@@ -71,6 +71,12 @@ func TestTraceOfOneOrder(t *testing.T) {
 		ID string `json:"id"`
 	}
 	post(t, s.URL+"/orders", `{"customer_id":"c-1","amount_minor":1999,"currency":"EUR"}`, &created)
+	// OrderPlaced applied everywhere first: an OrderPaid that overtakes it
+	// (a loaded machine) is held by the ordered consumers and applied from
+	// the buffer under OrderPlaced's trace, not under its own publish.
+	if err := s.Drain(ctx); err != nil {
+		t.Fatalf("drain: %v", err)
+	}
 	target.Store(&created.ID)
 	post(t, s.URL+"/orders/"+created.ID+"/pay", "", nil)
 
