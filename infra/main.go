@@ -25,7 +25,7 @@ const (
 	ctxStackName      = "ddb-outbox:stackName"      // string, default DefaultStackName
 	ctxAssetRoot      = "ddb-outbox:assetRoot"      // path, default <dir of cdk.json>/dist
 	ctxAuthMode       = "ddb-outbox:authMode"       // IAM (default) or NONE
-	ctxEventSource    = "ddb-outbox:eventSource"    // default config.DefaultEventSource
+	ctxEventSource    = "ddb-outbox:eventSource"    // default appenv.EventSource
 	ctxDestroy        = "ddb-outbox:destroy"        // bool, default false
 	ctxNag            = "ddb-outbox:nag"            // bool, default true
 	ctxBatchSize      = "ddb-outbox:batchSize"      // int, 1..10000

@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ddb-outbox/ddb-outbox/internal/operator"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/appenv"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/order"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/routing"
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
@@ -28,7 +29,7 @@ import (
 // default: that variable for those two).
 func dedupFlags(fs *flag.FlagSet) (table, consumer *string) {
 	table = fs.String("consumer-table", "", "the consumer's own table, holding its dedup markers, ordering gates and buffer (default for ledger $"+
-		config.EnvLedgerTable+", for notifier $"+config.EnvNotificationsTable+")")
+		appenv.EnvLedgerTable+", for notifier $"+appenv.EnvNotificationsTable+")")
 	consumer = fs.String("consumer", "", "the ordered consumer (e.g. ledger, notifier)")
 	return table, consumer
 }
@@ -50,7 +51,7 @@ func needDedup(name, table, consumer string) (string, error) {
 
 // consumerTableEnv names the variable holding each example consumer's
 // table.
-var consumerTableEnv = map[string]string{routing.ConsumerLedger: config.EnvLedgerTable, routing.ConsumerNotifier: config.EnvNotificationsTable}
+var consumerTableEnv = map[string]string{routing.ConsumerLedger: appenv.EnvLedgerTable, routing.ConsumerNotifier: appenv.EnvNotificationsTable}
 
 // runConsumerBuffered lists what waits in an ordered consumer's resequencer
 // buffer, with the range each aggregate waits for.

@@ -17,6 +17,7 @@ import (
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/ddb-outbox/ddb-outbox/internal/operator"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/appenv"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/order"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/routing"
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
@@ -160,8 +161,8 @@ func runShow(ctx context.Context, e *cmdEnv, args []string) error {
 	table := tableFlag(fs)
 	sel := selectFlags(fs)
 	consumerTables := fs.String("consumer-tables", defaultConsumerTables(), "show which consumers applied each event: CONSUMER=TABLE pairs, comma-separated, each consumer's own table (its dedup markers live beside its effects; default from $"+
-		config.EnvLedgerTable+" and $"+config.EnvNotificationsTable+")")
-	idemTable := fs.String("idempotency-table", os.Getenv(config.EnvIdempotencyTable), "idempotency table: show the idempotency record of each event of the consumers with effects outside DynamoDB (default $"+config.EnvIdempotencyTable+")")
+		appenv.EnvLedgerTable+" and $"+appenv.EnvNotificationsTable+")")
+	idemTable := fs.String("idempotency-table", os.Getenv(appenv.EnvIdempotencyTable), "idempotency table: show the idempotency record of each event of the consumers with effects outside DynamoDB (default $"+appenv.EnvIdempotencyTable+")")
 	idemConsumers := fs.String("idempotent-consumers", routing.ConsumerFulfilment, "with -idempotency-table: those consumers (their idempotency namespaces), comma-separated")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -209,7 +210,7 @@ func runReplay(ctx context.Context, e *cmdEnv, args []string) error {
 	sel := selectFlags(fs)
 	direct := fs.Bool("direct", false, "PutEvents the stored envelope now through the relay's publisher, from your principal (the local stack; on AWS the bus policy admits only the relay and reconciler roles), instead of making the record pending for the reconciler")
 	bus := fs.String("bus", os.Getenv(config.EnvEventBusName), "with -direct: event bus name or ARN the relay publishes to (default $"+config.EnvEventBusName+")")
-	source := fs.String("source", config.String(config.EnvEventSource, config.DefaultEventSource), "with -direct: event Source, as the relay sets it (default $"+config.EnvEventSource+" or "+config.DefaultEventSource+")")
+	source := fs.String("source", config.String(config.EnvEventSource, appenv.EventSource), "with -direct: event Source, as the relay sets it (default $"+config.EnvEventSource+" or "+appenv.EventSource+")")
 	if err := parse(fs, args); err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ddb-outbox/ddb-outbox/internal/operator"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/appenv"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/order"
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 )
@@ -47,8 +48,8 @@ func runBackfill(ctx context.Context, e *cmdEnv, args []string) error {
 	settle := fs.Duration("settle", operator.DefaultArchiveSettle, "start the replay only once -to is this old: EventBridge archives events with a delay and advises 10 minutes (negative: at once)")
 	name := fs.String("name", "", "the replay's name (default backfill-<rule>-<time>)")
 	poll := fs.Duration("poll", operator.DefaultReplayPoll, "how often to report the replay's progress")
-	ordersTable := fs.String("orders-table", os.Getenv(config.EnvOrdersTable), "check which orders began before what the archive holds (its creation, its retention window, -from; a Scan): their history is not in it (default $"+config.EnvOrdersTable+")")
-	source := fs.String("source", config.String(config.EnvEventSource, config.DefaultEventSource), "the Source the outbox publishes with, to judge the archive's pattern against the rule's (default $"+config.EnvEventSource+" or "+config.DefaultEventSource+")")
+	ordersTable := fs.String("orders-table", os.Getenv(appenv.EnvOrdersTable), "check which orders began before what the archive holds (its creation, its retention window, -from; a Scan): their history is not in it (default $"+appenv.EnvOrdersTable+")")
+	source := fs.String("source", config.String(config.EnvEventSource, appenv.EventSource), "the Source the outbox publishes with, to judge the archive's pattern against the rule's (default $"+config.EnvEventSource+" or "+appenv.EventSource+")")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -110,7 +111,7 @@ func printStartGap(ctx context.Context, e *cmdEnv, c clients, o operator.Backfil
 			fmt.Fprintln(e.out, line)
 		}
 	}
-	fmt.Fprintln(e.out, "start point not checked: give -orders-table (or $"+config.EnvOrdersTable+") to list the orders that began before what the archive holds (its creation, its retention window, -from): their first events are not in it")
+	fmt.Fprintln(e.out, "start point not checked: give -orders-table (or $"+appenv.EnvOrdersTable+") to list the orders that began before what the archive holds (its creation, its retention window, -from): their first events are not in it")
 	return nil
 }
 

@@ -16,9 +16,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	ebtypes "github.com/aws/aws-sdk-go-v2/service/eventbridge/types"
 
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/appenv"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/order"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/routing"
-	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/localrt"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
 )
@@ -62,16 +62,16 @@ func TestHistory(t *testing.T) {
 // notifier's) and reports progress until COMPLETED; replays lists it;
 // usage and unknown names are clear errors.
 func TestBackfillAndReplays(t *testing.T) {
-	t.Setenv(config.EnvOrdersTable, "")
+	t.Setenv(appenv.EnvOrdersTable, "")
 	w := newWorld(t)
 	ctx := context.Background()
 	if _, err := w.bus.CreateArchive(ctx, &eventbridge.CreateArchiveInput{ArchiveName: aws.String("ctl-archive"), EventSourceArn: aws.String(w.bus.ARN()),
-		EventPattern: aws.String(`{"source":["` + config.DefaultEventSource + `"]}`)}); err != nil {
+		EventPattern: aws.String(`{"source":["` + appenv.EventSource + `"]}`)}); err != nil {
 		t.Fatal(err)
 	}
 	var entries []ebtypes.PutEventsRequestEntry
 	for _, typ := range []string{"OrderPlaced", "OrderPaid", "OrderShipped"} {
-		entries = append(entries, ebtypes.PutEventsRequestEntry{EventBusName: aws.String("ctl-bus"), Source: aws.String(config.DefaultEventSource),
+		entries = append(entries, ebtypes.PutEventsRequestEntry{EventBusName: aws.String("ctl-bus"), Source: aws.String(appenv.EventSource),
 			DetailType: aws.String(typ), Detail: aws.String(`{"event_id":"` + typ + `"}`), Time: aws.Time(time.Now())})
 	}
 	if out, err := w.bus.PutEvents(ctx, &eventbridge.PutEventsInput{Entries: entries}); err != nil || out.FailedEntryCount != 0 {
@@ -141,7 +141,7 @@ var keptRE = regexp.MustCompile(`oldest kept event time ([^)]+)\)`)
 // takes only payments and cancellations is reported as leaving out the
 // other types the notifier's rule receives — even without -orders-table.
 func TestBackfillStartPointNamesTheBindingLimit(t *testing.T) {
-	t.Setenv(config.EnvOrdersTable, "")
+	t.Setenv(appenv.EnvOrdersTable, "")
 	var offset atomic.Int64
 	w := newWorld(t, func(c *localrt.BusConfig) {
 		c.Now = func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
@@ -163,7 +163,7 @@ func TestBackfillStartPointNamesTheBindingLimit(t *testing.T) {
 	}
 	offset.Store(int64(-401 * day)) // the archive was created 401 days ago
 	if _, err := w.bus.CreateArchive(ctx, &eventbridge.CreateArchiveInput{ArchiveName: aws.String("ctl-payments"), EventSourceArn: aws.String(w.bus.ARN()), RetentionDays: aws.Int32(30),
-		EventPattern: aws.String(`{"source":["` + config.DefaultEventSource + `"],"detail-type":["OrderPaid","OrderCancelled"]}`)}); err != nil {
+		EventPattern: aws.String(`{"source":["` + appenv.EventSource + `"],"detail-type":["OrderPaid","OrderCancelled"]}`)}); err != nil {
 		t.Fatal(err)
 	}
 	offset.Store(0)

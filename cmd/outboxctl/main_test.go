@@ -22,8 +22,8 @@ import (
 
 	"github.com/ddb-outbox/ddb-outbox/internal/devstack"
 	"github.com/ddb-outbox/ddb-outbox/internal/operator"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/appenv"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/routing"
-	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/ddbtest"
 	"github.com/ddb-outbox/ddb-outbox/pkg/dedup"
 	"github.com/ddb-outbox/ddb-outbox/pkg/idempotency"
@@ -170,7 +170,7 @@ func newWorld(t *testing.T, busOpts ...func(*localrt.BusConfig)) *world {
 		}
 	}
 	onFailure := localrt.NewMemoryQueue("https://sqs.us-east-1.amazonaws.com/000000000000/ctl-relay-onfailure")
-	busCfg := localrt.BusConfig{Name: "ctl-bus", Rules: routing.BusRules(config.DefaultEventSource), ArchiveDelay: time.Millisecond}
+	busCfg := localrt.BusConfig{Name: "ctl-bus", Rules: routing.BusRules(appenv.EventSource), ArchiveDelay: time.Millisecond}
 	for _, o := range busOpts {
 		o(&busCfg)
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/ddb-outbox/ddb-outbox/internal/operator"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/appenv"
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/sqsconsumer"
 )
@@ -18,7 +19,7 @@ func runRuleDLQRedrive(ctx context.Context, e *cmdEnv, args []string) error {
 	queue := fs.String("queue", "", "the consumer queue, the rule's target, to send the events back to: URL or queue name")
 	rule := fs.String("rule", "", "the rule: its ARN, or its name on -bus (stack output <Rule>RuleArn)")
 	bus := fs.String("bus", os.Getenv(config.EnvEventBusName), "with a rule name: its event bus (default $"+config.EnvEventBusName+")")
-	source := fs.String("source", config.String(config.EnvEventSource, config.DefaultEventSource), "the Source the outbox publishes with: a message whose event has another is left (default $"+config.EnvEventSource+" or "+config.DefaultEventSource+")")
+	source := fs.String("source", config.String(config.EnvEventSource, appenv.EventSource), "the Source the outbox publishes with: a message whose event has another is left (default $"+config.EnvEventSource+" or "+appenv.EventSource+")")
 	maxMsgs := fs.Int("max", 0, "move at most this many messages (0: all); with -dry-run list at most this many (0: 1000)")
 	dryRun := fs.Bool("dry-run", false, "list what would be moved and what would be left (and why); move nothing")
 	unrestricted := fs.Bool("unrestricted-dlq", false, "move on the messages' attributes alone even when the DLQ's policy lets others than the rule send (then anyone allowed to send could have forged them)")

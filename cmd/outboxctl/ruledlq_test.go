@@ -14,8 +14,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/smithy-go"
 
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/appenv"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/routing"
-	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/dynoxide"
 	"github.com/ddb-outbox/ddb-outbox/pkg/localrt"
 	"github.com/ddb-outbox/ddb-outbox/pkg/sqsconsumer"
@@ -53,7 +53,7 @@ func TestRuleDLQRedrive(t *testing.T) {
 	target.on.Store(true)
 	w.bus.SubscribeQueue(routing.ConsumerLedger, target, w.queue.URL())
 	out, err := w.bus.PutEvents(ctx, &eventbridge.PutEventsInput{Entries: []ebtypes.PutEventsRequestEntry{{
-		EventBusName: aws.String("ctl-bus"), Source: aws.String(config.DefaultEventSource), DetailType: aws.String("OrderPaid"),
+		EventBusName: aws.String("ctl-bus"), Source: aws.String(appenv.EventSource), DetailType: aws.String("OrderPaid"),
 		Detail: aws.String(`{"event_id":"ev-9","event_type":"OrderPaid","aggregate_type":"Order","aggregate_id":"o-9","sequence":2}`),
 	}}})
 	if err != nil || out.FailedEntryCount != 0 {

@@ -16,7 +16,7 @@ import (
 	"github.com/ddb-outbox/ddb-outbox/internal/bench"
 	"github.com/ddb-outbox/ddb-outbox/internal/callcount"
 	"github.com/ddb-outbox/ddb-outbox/internal/devstack"
-	"github.com/ddb-outbox/ddb-outbox/pkg/config"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/appenv"
 	"github.com/ddb-outbox/ddb-outbox/pkg/dynoxide"
 	"github.com/ddb-outbox/ddb-outbox/pkg/localrt"
 )
@@ -66,7 +66,7 @@ func (b *benchRun) store(ctx context.Context) error {
 		return err
 	}
 	defer func() { _ = bus.Close(context.Background()) }()
-	dw := bench.DualWriter{DDB: dclient, EB: callcount.CountingPutEvents(dual, bus), Table: "dual-orders", Bus: "dual-bus", Source: config.DefaultEventSource}
+	dw := bench.DualWriter{DDB: dclient, EB: callcount.CountingPutEvents(dual, bus), Table: "dual-orders", Bus: "dual-bus", Source: appenv.EventSource}
 	orders := b.f.naiveOrders
 	progress("dual write: %d orders (PutItem/UpdateItem then PutEvents, no outbox)", orders)
 	for i := 0; i < orders; i++ {

@@ -3,6 +3,7 @@ package outboxcdk
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
@@ -129,8 +130,11 @@ type Props struct {
 	// reconciler/bootstrap (the repository's dist/ after `make build`).
 	// Required.
 	AssetRoot string
-	// EventSource is the EventBridge Source of published events. Default
-	// config.DefaultEventSource.
+	// EventSource is the EventBridge Source of published events: the
+	// team's own reverse-DNS name (e.g. "com.example.wallet"), which its
+	// writers (outbox.WriterConfig.Source) and consumers
+	// (dedup.ConsumerConfig.ExpectedSource) use too. Required (Validate);
+	// the construct sets config.EnvEventSource from it.
 	EventSource string
 	// PendingShards is the number of pending index partitions, 1..256.
 	// Default config.DefaultPendingShards.
@@ -268,9 +272,6 @@ func (p Props) StreamGiveUpTime() time.Duration {
 
 // SetDefaults replaces zero fields with their defaults.
 func (p *Props) SetDefaults() {
-	if p.EventSource == "" {
-		p.EventSource = config.DefaultEventSource
-	}
 	if p.PendingShards == 0 {
 		p.PendingShards = config.DefaultPendingShards
 	}
@@ -332,6 +333,11 @@ func (p Props) Validate() error {
 	var errs []error
 	bad := func(format string, a ...any) {
 		errs = append(errs, fmt.Errorf(format, a...))
+	}
+	if p.EventSource == "" {
+		bad("EventSource is required: the EventBridge source of your outbox's events, e.g. com.example.wallet (writers and consumers use the same)")
+	} else if strings.HasPrefix(p.EventSource, "aws.") {
+		bad("EventSource %q starts with \"aws.\", which EventBridge refuses for PutEvents", p.EventSource)
 	}
 	whole := func(name string, d time.Duration) {
 		if d%time.Second != 0 {

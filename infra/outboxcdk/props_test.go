@@ -16,7 +16,9 @@ import (
 // never calls it (so these tests start no jsii kernel).
 type fakeBus struct{ awsevents.IEventBus }
 
-func valid() Props { return Props{EventBus: fakeBus{}, AssetRoot: "dist"} }
+func valid() Props {
+	return Props{EventBus: fakeBus{}, AssetRoot: "dist", EventSource: "com.example.test"}
+}
 
 func TestSetDefaults(t *testing.T) {
 	p := valid()
@@ -24,7 +26,7 @@ func TestSetDefaults(t *testing.T) {
 	if p.BatchSize != DefaultBatchSize || p.RetryAttempts != DefaultRetryAttempts ||
 		p.MaxRecordAge != DefaultMaxRecordAge || p.ParallelizationFactor != 1 ||
 		p.ReconcileRate != DefaultReconcileRate || p.PendingShards != config.DefaultPendingShards ||
-		p.EventSource != config.DefaultEventSource || p.MaxEntryBytes != config.DefaultMaxEntryBytes ||
+		p.EventSource != "com.example.test" || p.MaxEntryBytes != config.DefaultMaxEntryBytes ||
 		p.MaxBatchingWindow != 0 || p.ArchiveRetentionDays != config.DefaultArchiveRetentionDays {
 		t.Errorf("defaults = %+v", p)
 	}
@@ -39,6 +41,8 @@ func TestValidate(t *testing.T) {
 		{"defaults", func(*Props) {}, ""},
 		{"no bus", func(p *Props) { p.EventBus = nil }, "EventBus is required"},
 		{"no asset root", func(p *Props) { p.AssetRoot = "" }, "AssetRoot is required"},
+		{"no event source", func(p *Props) { p.EventSource = "" }, "EventSource is required"},
+		{"an aws. event source", func(p *Props) { p.EventSource = "aws.orders" }, "starts with \"aws.\""},
 		{"archive 30 days", func(p *Props) { p.ArchiveRetentionDays = 30 }, ""},
 		{"archive forever", func(p *Props) { p.ArchiveRetentionDays = KeepArchiveForever }, ""},
 		{"no archive", func(p *Props) { p.ArchiveRetentionDays = NoArchive }, ""},
@@ -136,7 +140,7 @@ func TestMinRelayTimeout(t *testing.T) {
 
 func TestValidateListsEveryProblem(t *testing.T) {
 	err := Props{BatchSize: -1, ParallelizationFactor: 99}.Validate()
-	for _, want := range []string{"EventBus", "AssetRoot", "BatchSize", "ParallelizationFactor"} {
+	for _, want := range []string{"EventBus", "AssetRoot", "EventSource", "BatchSize", "ParallelizationFactor"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate() = %v, want it to mention %s", err, want)
 		}

@@ -39,7 +39,7 @@ func topicPolicyStatements(t *testing.T, s *synthesized, topic string) []any {
 // other Allow is in the policy.
 func TestAlarmTopicLetsTheAccountsAlarmsPublish(t *testing.T) {
 	bare := awscdk.NewStack(awscdk.NewApp(nil), jsii.String("BareTopic"), nil)
-	if _, err := outboxcdk.New(bare, "Outbox", outboxcdk.Props{EventBus: awsevents.NewEventBus(bare, jsii.String("Bus"), nil), AssetRoot: assetRoot}); err != nil {
+	if _, err := outboxcdk.New(bare, "Outbox", outboxcdk.Props{EventBus: awsevents.NewEventBus(bare, jsii.String("Bus"), nil), AssetRoot: assetRoot, EventSource: "com.example.test"}); err != nil {
 		t.Fatal(err)
 	}
 	alone, err := synth(&OrdersStack{Stack: bare})

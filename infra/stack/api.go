@@ -13,7 +13,7 @@ import (
 
 	"github.com/ddb-outbox/ddb-outbox/infra/gofunc"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/app"
-	"github.com/ddb-outbox/ddb-outbox/pkg/config"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/appenv"
 )
 
 // Function names: functions/<name> compiled to <AssetRoot>/<name>/bootstrap.
@@ -44,12 +44,12 @@ var Routes = []Route{
 }
 
 // callerModes maps the auth mode to the api function's
-// config.EnvAPICallerMode: behind IAM authorization only an IAM principal is
+// appenv.EnvAPICallerMode: behind IAM authorization only an IAM principal is
 // a caller; an open demo API serves unauthenticated requests as the
 // anonymous caller (api.CallersOpenDemo).
 var callerModes = map[AuthMode]string{
-	AuthIAM:  config.APICallerModeIAMOnly,
-	AuthNone: config.APICallerModeOpenDemo,
+	AuthIAM:  appenv.APICallerModeIAMOnly,
+	AuthNone: appenv.APICallerModeOpenDemo,
 }
 
 // accessLog implements awsapigatewayv2.IAccessLogSettings.

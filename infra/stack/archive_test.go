@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/ddb-outbox/ddb-outbox/infra/outboxcdk"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/appenv"
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 )
 
@@ -24,9 +25,9 @@ func TestArchiveKeepsEveryOutboxEvent(t *testing.T) {
 		source string
 		days   float64
 	}{
-		{"default", def, config.DefaultEventSource, config.DefaultArchiveRetentionDays},
+		{"default", def, appenv.EventSource, config.DefaultArchiveRetentionDays},
 		{"custom", custom, "com.example.custom", 30},
-		{"drop-in", dropIn, config.DefaultEventSource, config.DefaultArchiveRetentionDays},
+		{"drop-in", dropIn, appenv.EventSource, config.DefaultArchiveRetentionDays},
 	} {
 		s := c.s
 		ids := s.ofType("AWS::Events::Archive")

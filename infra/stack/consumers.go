@@ -21,6 +21,7 @@ import (
 	"github.com/ddb-outbox/ddb-outbox/infra/gofunc"
 	"github.com/ddb-outbox/ddb-outbox/infra/outboxcdk"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/app"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/appenv"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/fulfilment"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/ledger"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/notifier"
@@ -116,23 +117,23 @@ type consumerSpec struct {
 // otherwise).
 var consumerSpecs = map[string]consumerSpec{
 	routing.ConsumerLedger: {
-		table:       consumerTable{"LedgerTable", ledger.AttrPK, app.ResourceLedgerTable, config.EnvLedgerTable},
+		table:       consumerTable{"LedgerTable", ledger.AttrPK, app.ResourceLedgerTable, appenv.EnvLedgerTable},
 		description: "Event consumer ledger: applies each order event once (dedup marker + side effect in one transaction), fed by its SQS queue.",
 		dedup:       true,
 	},
 	routing.ConsumerNotifier: {
-		table:       consumerTable{"NotificationsTable", notifier.AttrPK, app.ResourceNotificationsTable, config.EnvNotificationsTable},
+		table:       consumerTable{"NotificationsTable", notifier.AttrPK, app.ResourceNotificationsTable, appenv.EnvNotificationsTable},
 		description: "Event consumer notifier: applies each order event once (dedup marker + side effect in one transaction), fed by its SQS queue.",
 		dedup:       true,
 		extra: func(s *OrdersStack, _ string, fn awslambda.Function) map[app.Resource]*string {
 			// how long a notification (customer data) is kept; 0 keeps it forever
-			fn.AddEnvironment(jsii.String(config.EnvNotificationRetentionSeconds),
+			fn.AddEnvironment(jsii.String(appenv.EnvNotificationRetentionSeconds),
 				jsii.String(fmt.Sprint(int64(max(s.props.NotificationRetention, 0)/time.Second))), nil)
 			return nil
 		},
 	},
 	routing.ConsumerFulfilment: {
-		table: consumerTable{"ShipmentsTable", fulfilment.AttrPK, app.ResourceShipmentsTable, config.EnvShipmentsTable},
+		table: consumerTable{"ShipmentsTable", fulfilment.AttrPK, app.ResourceShipmentsTable, appenv.EnvShipmentsTable},
 		description: "Event consumer fulfilment: creates and cancels shipments at the fulfilment provider's HTTP API, " +
 			"each effect guarded by an idempotency record, fed by its SQS queue.",
 		extra: (*OrdersStack).addFulfilmentResources,

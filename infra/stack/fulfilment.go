@@ -8,7 +8,7 @@ import (
 	"github.com/cdklabs/cdk-nag-go/cdknag/v2"
 
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/app"
-	"github.com/ddb-outbox/ddb-outbox/pkg/config"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/appenv"
 	"github.com/ddb-outbox/ddb-outbox/pkg/idempotency"
 )
 
@@ -53,9 +53,9 @@ func (s *OrdersStack) addFulfilmentResources(_ string, fn awslambda.Function) ma
 			"FulfilmentProviderURL is the placeholder "+DefaultFulfilmentProviderURL+" (it never resolves): every paid order's "+
 				"shipment fails and reaches the fulfilment DLQ. Set -c ddb-outbox:fulfilmentProviderUrl=https://... before a real deployment."), nil)
 	}
-	fn.AddEnvironment(jsii.String(config.EnvIdempotencyTable), s.IdempotencyTable.TableName(), nil)
-	fn.AddEnvironment(jsii.String(config.EnvProviderURL), jsii.String(props.FulfilmentProviderURL), nil)
-	fn.AddEnvironment(jsii.String(config.EnvProviderSecretARN), s.ProviderSecret.SecretArn(), nil)
+	fn.AddEnvironment(jsii.String(appenv.EnvIdempotencyTable), s.IdempotencyTable.TableName(), nil)
+	fn.AddEnvironment(jsii.String(appenv.EnvProviderURL), jsii.String(props.FulfilmentProviderURL), nil)
+	fn.AddEnvironment(jsii.String(appenv.EnvProviderSecretARN), s.ProviderSecret.SecretArn(), nil)
 	return map[app.Resource]*string{
 		app.ResourceIdempotencyTable: s.IdempotencyTable.TableArn(),
 		app.ResourceProviderSecret:   s.ProviderSecret.SecretArn(),

@@ -12,9 +12,9 @@ import (
 	"github.com/cdklabs/cdk-nag-go/cdknag/v2"
 
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/app"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/appenv"
 
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/routing"
-	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/idempotency"
 )
 
@@ -140,11 +140,11 @@ func TestIdempotencyTableHasTTL(t *testing.T) {
 // default stack, with the placeholder URL, warns at synth.
 func TestFulfilmentProviderSettings(t *testing.T) {
 	env := get(custom.props(t, custom.id(custom.stack.Consumers[routing.ConsumerFulfilment].Function)), "Environment", "Variables")
-	if got := get(env, config.EnvProviderURL); got != customProviderURL {
-		t.Errorf("%s = %v, want %s", config.EnvProviderURL, got, customProviderURL)
+	if got := get(env, appenv.EnvProviderURL); got != customProviderURL {
+		t.Errorf("%s = %v, want %s", appenv.EnvProviderURL, got, customProviderURL)
 	}
-	if got := get(env, config.EnvProviderSecretARN); got != customProviderSecret {
-		t.Errorf("%s = %v, want %s", config.EnvProviderSecretARN, got, customProviderSecret)
+	if got := get(env, appenv.EnvProviderSecretARN); got != customProviderSecret {
+		t.Errorf("%s = %v, want %s", appenv.EnvProviderSecretARN, got, customProviderSecret)
 	}
 	warnings := func(s *synthesized) int {
 		return len(*assertions.Annotations_FromStack(s.stack.Stack).FindWarning(jsii.String("*"),

@@ -67,7 +67,7 @@ func TestEveryAlarmNotifiesTheAlarmTopic(t *testing.T) {
 
 	// the construct alone, no topic given: it creates one
 	bare := awscdk.NewStack(awscdk.NewApp(nil), jsii.String("Bare"), nil)
-	if _, err := outboxcdk.New(bare, "Outbox", outboxcdk.Props{EventBus: awsevents.NewEventBus(bare, jsii.String("Bus"), nil), AssetRoot: assetRoot}); err != nil {
+	if _, err := outboxcdk.New(bare, "Outbox", outboxcdk.Props{EventBus: awsevents.NewEventBus(bare, jsii.String("Bus"), nil), AssetRoot: assetRoot, EventSource: "com.example.test"}); err != nil {
 		t.Fatal(err)
 	}
 	alone, err := synth(&OrdersStack{Stack: bare})

@@ -16,8 +16,8 @@ import (
 
 	"github.com/ddb-outbox/ddb-outbox/infra/outboxcdk"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/app"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/appenv"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/notifier"
-	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/dedup"
 )
 
@@ -145,7 +145,7 @@ type OrdersStackProps struct {
 	// AuthMode is the HTTP API authorization. Default AuthIAM.
 	AuthMode AuthMode
 	// EventSource is the EventBridge Source of published order events.
-	// Default config.DefaultEventSource.
+	// Default appenv.EventSource.
 	EventSource string
 	// Outbox tunes the outbox construct. Its EventBus, AssetRoot,
 	// EventSource, RemovalPolicy and LogRetention are set by the stack.
@@ -285,7 +285,7 @@ type OrdersStackProps struct {
 	NotificationsTTLAttribute string
 	// NotificationRetention is how long a notification (customer data) is
 	// kept, whole seconds (the notifier's NOTIFICATION_RETENTION_SECONDS).
-	// Default config.DefaultNotificationRetention (90 days); negative keeps
+	// Default appenv.DefaultNotificationRetention (90 days); negative keeps
 	// notifications forever.
 	NotificationRetention time.Duration
 	// FulfilmentProviderURL is the fulfilment provider's API base URL (the
@@ -402,6 +402,9 @@ func (p OrdersStackProps) validReplayRoles() []error {
 
 // SetDefaults replaces zero fields with their defaults.
 func (p *OrdersStackProps) SetDefaults() {
+	if p.EventSource == "" {
+		p.EventSource = appenv.EventSource // the example's own source
+	}
 	if p.AuthMode == "" {
 		p.AuthMode = AuthIAM
 	}
@@ -412,7 +415,7 @@ func (p *OrdersStackProps) SetDefaults() {
 		p.FulfilmentProviderURL = DefaultFulfilmentProviderURL
 	}
 	if p.NotificationRetention == 0 {
-		p.NotificationRetention = config.DefaultNotificationRetention
+		p.NotificationRetention = appenv.DefaultNotificationRetention
 	}
 	if p.ConsumerMaxEventAge == 0 {
 		p.ConsumerMaxEventAge = DefaultConsumerMaxEventAge

@@ -12,6 +12,7 @@ import (
 	"github.com/aws/jsii-runtime-go"
 
 	"github.com/ddb-outbox/ddb-outbox/infra/outboxcdk"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/appenv"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/notifier"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/routing"
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
@@ -537,9 +538,9 @@ func TestNotificationsTTL(t *testing.T) {
 			t.Errorf("%s notifications TTL = %v, want %v", *s.stack.StackName(), got, want)
 		}
 	}
-	got := get(def.props(t, def.id(def.stack.Consumers[routing.ConsumerNotifier].Function)), "Environment", "Variables", config.EnvNotificationRetentionSeconds)
-	if got != fmt.Sprint(int64(config.DefaultNotificationRetention/time.Second)) {
-		t.Errorf("%s = %v, want the default retention in seconds", config.EnvNotificationRetentionSeconds, got)
+	got := get(def.props(t, def.id(def.stack.Consumers[routing.ConsumerNotifier].Function)), "Environment", "Variables", appenv.EnvNotificationRetentionSeconds)
+	if got != fmt.Sprint(int64(appenv.DefaultNotificationRetention/time.Second)) {
+		t.Errorf("%s = %v, want the default retention in seconds", appenv.EnvNotificationRetentionSeconds, got)
 	}
 }
 

@@ -49,9 +49,9 @@ import (
 	"github.com/ddb-outbox/ddb-outbox/infra/gofunc"
 	"github.com/ddb-outbox/ddb-outbox/infra/outboxcdk"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/app"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/appenv"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/order"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/routing"
-	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 )
 
 // OrdersStack is the synthesized application stack and its main parts.
@@ -180,9 +180,7 @@ func NewOrdersStack(scope constructs.Construct, id string, props OrdersStackProp
 	op.ReconcilerReservedConcurrency = props.ReservedConcurrency[outboxcdk.ReconcilerFunction]
 	op.EventBus = s.Bus
 	op.AssetRoot = props.AssetRoot
-	if props.EventSource != "" {
-		op.EventSource = props.EventSource
-	}
+	op.EventSource = props.EventSource // SetDefaults: the example's own
 	op.RemovalPolicy = removal
 	op.LogRetention = props.LogRetention
 	op.TelemetryLayerArn = props.TelemetryLayerArn
@@ -212,8 +210,8 @@ func NewOrdersStack(scope constructs.Construct, id string, props OrdersStackProp
 	if err != nil {
 		return nil, err
 	}
-	s.APIFunction.AddEnvironment(jsii.String(config.EnvOrdersTable), s.OrdersTable.TableName(), nil)
-	s.APIFunction.AddEnvironment(jsii.String(config.EnvAPICallerMode), jsii.String(callerModes[props.AuthMode]), nil)
+	s.APIFunction.AddEnvironment(jsii.String(appenv.EnvOrdersTable), s.OrdersTable.TableName(), nil)
+	s.APIFunction.AddEnvironment(jsii.String(appenv.EnvAPICallerMode), jsii.String(callerModes[props.AuthMode]), nil)
 	ob.GrantWriteEvents(s.APIFunction)
 	// the outbox Put is granted by GrantWriteEvents (outboxcdk.WriteEventsActions)
 	if err := s.grantCode(s.APIFunction, app.FunctionAPI, map[app.Resource]*string{

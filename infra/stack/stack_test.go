@@ -25,6 +25,7 @@ import (
 	"github.com/ddb-outbox/ddb-outbox/infra/deadletter"
 	"github.com/ddb-outbox/ddb-outbox/infra/gofunc"
 	"github.com/ddb-outbox/ddb-outbox/infra/outboxcdk"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/appenv"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/fulfilment"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/ledger"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/notifier"
@@ -142,6 +143,7 @@ func setup(m *testing.M) (int, error) {
 	topic := awssns.NewTopic(bare, jsii.String("Alerts"), nil)
 	dropInOb, err = outboxcdk.New(bare, "TeamOutbox", outboxcdk.Props{
 		EventBus:               bus,
+		EventSource:            appenv.EventSource,
 		AssetRoot:              dir,
 		AlarmTopic:             topic,
 		OldestPendingThreshold: 20 * time.Minute,
@@ -406,8 +408,8 @@ func TestConsumerRulesMatchRouting(t *testing.T) {
 			t.Errorf("rule %s (%s) is not on the bus", r.Name, id)
 			continue
 		}
-		if !jsonEqual(t, p["EventPattern"], r.Pattern(config.DefaultEventSource)) {
-			t.Errorf("rule %s pattern = %v, want %v", r.Name, p["EventPattern"], normalize(t, r.Pattern(config.DefaultEventSource)))
+		if !jsonEqual(t, p["EventPattern"], r.Pattern(appenv.EventSource)) {
+			t.Errorf("rule %s pattern = %v, want %v", r.Name, p["EventPattern"], normalize(t, r.Pattern(appenv.EventSource)))
 		}
 		targets, _ := p["Targets"].([]any)
 		if len(targets) != 1 {
@@ -490,7 +492,7 @@ func TestEnvironmentVariables(t *testing.T) {
 	outboxEnv := map[string]any{
 		config.EnvOutboxTable:   ref(def.id(ob.Table)),
 		config.EnvPendingShards: strconv.Itoa(config.DefaultPendingShards),
-		config.EnvEventSource:   config.DefaultEventSource,
+		config.EnvEventSource:   appenv.EventSource,
 		config.EnvMaxEntryBytes: strconv.Itoa(config.DefaultMaxEntryBytes),
 	}
 	publish := map[string]any{
@@ -510,7 +512,7 @@ func TestEnvironmentVariables(t *testing.T) {
 	consumer := func(name, env string) map[string]any {
 		return map[string]any{
 			env:                      ref(def.id(s.Consumers[name].Table)),
-			config.EnvEventSource:    config.DefaultEventSource,
+			config.EnvEventSource:    appenv.EventSource,
 			config.EnvConsumerDLQURL: ref(def.id(s.Consumers[name].DLQ.Queue)),
 			// events from another account are refused
 			config.EnvExpectedEventAccount: ref("AWS::AccountId"),
@@ -521,8 +523,8 @@ func TestEnvironmentVariables(t *testing.T) {
 		want map[string]any
 	}{
 		"api": {def.id(s.APIFunction), merge(outboxEnv, map[string]any{
-			config.EnvOrdersTable:   ref(def.id(s.OrdersTable)),
-			config.EnvAPICallerMode: config.APICallerModeIAMOnly,
+			appenv.EnvOrdersTable:   ref(def.id(s.OrdersTable)),
+			appenv.EnvAPICallerMode: appenv.APICallerModeIAMOnly,
 		})},
 		"relay": {def.id(ob.Relay), merge(outboxEnv, publish)},
 		"reconciler": {def.id(ob.Reconciler), merge(outboxEnv, publish, map[string]any{
@@ -530,15 +532,15 @@ func TestEnvironmentVariables(t *testing.T) {
 			config.EnvReconcileBudgetSeconds: strconv.Itoa(int(config.DefaultReconcileBudget / time.Second)),
 		})},
 		// their dedup state lives in their own table: no DEDUP_TABLE_NAME
-		"ledger": {def.id(s.Consumers[routing.ConsumerLedger].Function), consumer(routing.ConsumerLedger, config.EnvLedgerTable)},
-		"notifier": {def.id(s.Consumers[routing.ConsumerNotifier].Function), merge(consumer(routing.ConsumerNotifier, config.EnvNotificationsTable), map[string]any{
-			config.EnvNotificationRetentionSeconds: strconv.Itoa(int(config.DefaultNotificationRetention / time.Second)),
+		"ledger": {def.id(s.Consumers[routing.ConsumerLedger].Function), consumer(routing.ConsumerLedger, appenv.EnvLedgerTable)},
+		"notifier": {def.id(s.Consumers[routing.ConsumerNotifier].Function), merge(consumer(routing.ConsumerNotifier, appenv.EnvNotificationsTable), map[string]any{
+			appenv.EnvNotificationRetentionSeconds: strconv.Itoa(int(appenv.DefaultNotificationRetention / time.Second)),
 		})},
 		// no dedup table: its idempotency records live in their own table
-		"fulfilment": {def.id(s.Consumers[routing.ConsumerFulfilment].Function), merge(consumer(routing.ConsumerFulfilment, config.EnvShipmentsTable), map[string]any{
-			config.EnvIdempotencyTable:  ref(def.id(s.IdempotencyTable)),
-			config.EnvProviderURL:       DefaultFulfilmentProviderURL,
-			config.EnvProviderSecretARN: ref(def.id(s.ProviderSecret)),
+		"fulfilment": {def.id(s.Consumers[routing.ConsumerFulfilment].Function), merge(consumer(routing.ConsumerFulfilment, appenv.EnvShipmentsTable), map[string]any{
+			appenv.EnvIdempotencyTable:  ref(def.id(s.IdempotencyTable)),
+			appenv.EnvProviderURL:       DefaultFulfilmentProviderURL,
+			appenv.EnvProviderSecretARN: ref(def.id(s.ProviderSecret)),
 		})},
 	}
 	for name, c := range cases {
@@ -556,9 +558,9 @@ func TestEnvironmentVariables(t *testing.T) {
 		t.Errorf("custom api %s = %v", config.EnvEventSource, got)
 	}
 	// auth mode NONE: the api serves unauthenticated requests as the anonymous caller
-	got = get(custom.props(t, custom.id(custom.stack.APIFunction)), "Environment", "Variables", config.EnvAPICallerMode)
-	if got != config.APICallerModeOpenDemo {
-		t.Errorf("custom api %s = %v, want %s", config.EnvAPICallerMode, got, config.APICallerModeOpenDemo)
+	got = get(custom.props(t, custom.id(custom.stack.APIFunction)), "Environment", "Variables", appenv.EnvAPICallerMode)
+	if got != appenv.APICallerModeOpenDemo {
+		t.Errorf("custom api %s = %v, want %s", appenv.EnvAPICallerMode, got, appenv.APICallerModeOpenDemo)
 	}
 }
 

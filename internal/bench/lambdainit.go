@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/appenv"
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 )
 
@@ -207,10 +208,10 @@ func InitEnv(endpoint string) []string {
 		"AWS_EC2_METADATA_DISABLED=true", "AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null",
 		"AWS_LAMBDA_FUNCTION_NAME=bench", "AWS_LAMBDA_FUNCTION_MEMORY_SIZE=128", "AWS_LAMBDA_FUNCTION_VERSION=$LATEST",
 		"AWS_LAMBDA_LOG_GROUP_NAME=/aws/lambda/bench", "AWS_LAMBDA_LOG_STREAM_NAME=bench",
-		config.EnvOutboxTable + "=bench-outbox", config.EnvOrdersTable + "=bench-orders", config.EnvDedupTable + "=bench-dedup",
-		config.EnvLedgerTable + "=bench-ledger", config.EnvNotificationsTable + "=bench-notifications",
-		config.EnvShipmentsTable + "=bench-shipments", config.EnvIdempotencyTable + "=bench-idempotency",
-		config.EnvProviderURL + "=" + endpoint,
+		config.EnvOutboxTable + "=bench-outbox", appenv.EnvOrdersTable + "=bench-orders", config.EnvDedupTable + "=bench-dedup",
+		appenv.EnvLedgerTable + "=bench-ledger", appenv.EnvNotificationsTable + "=bench-notifications",
+		appenv.EnvShipmentsTable + "=bench-shipments", appenv.EnvIdempotencyTable + "=bench-idempotency",
+		appenv.EnvProviderURL + "=" + endpoint,
 		config.EnvEventBusName + "=bench-bus", config.EnvParkedQueueURL + "=" + queue + "parked",
 		config.EnvConsumerDLQURL + "=" + queue + "consumer-dlq",
 	}

@@ -30,6 +30,7 @@ import (
 
 	"github.com/ddb-outbox/ddb-outbox/internal/localstate"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/app"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/appenv"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/fulfilment"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/ledger"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/notifier"
@@ -203,7 +204,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		ReconcileBudget:          opts.ReconcileEvery / 2,
 		PublishedRetention:       7 * 24 * time.Hour,
 		DedupRetention:           7 * 24 * time.Hour,
-		NotificationRetention:    config.DefaultNotificationRetention,
+		NotificationRetention:    appenv.DefaultNotificationRetention,
 		// an ordered consumer's held event reaches the DLQ with its reason
 		// (sequence_gap) on the queue's last receive
 		ConsumerGapMaxReceives: opts.ConsumerMaxReceiveCount,

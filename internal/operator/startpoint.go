@@ -13,8 +13,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/appenv"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/order"
-	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/localrt"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
 )
@@ -52,7 +52,7 @@ type ReachOptions struct {
 	// Bus is the event bus name of Rule when Rule is a name.
 	Bus string
 	// Source is the Source the outbox publishes its events with
-	// (config.EnvEventSource); default config.DefaultEventSource.
+	// (config.EnvEventSource); default appenv.EventSource.
 	Source string
 	// EventTypes are the event types the outbox publishes; default
 	// order.EventTypes.
@@ -119,7 +119,7 @@ func CheckArchiveReach(ctx context.Context, api ReplayAPI, o ReachOptions) (Arch
 		o.Now = time.Now
 	}
 	if o.Source == "" {
-		o.Source = config.DefaultEventSource
+		o.Source = appenv.EventSource
 	}
 	if len(o.EventTypes) == 0 {
 		o.EventTypes = order.EventTypes

@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/appenv"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/order"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/routing"
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
@@ -38,7 +39,7 @@ func TestArchiveReachAndStartGap(t *testing.T) {
 	day := 24 * time.Hour
 	var offset atomic.Int64 // the bus clock runs at now + offset
 	clock := func() time.Time { return now.Add(time.Duration(offset.Load())) }
-	bus, err := localrt.NewBus(localrt.BusConfig{Name: "ops-bus", Rules: routing.BusRules(config.DefaultEventSource), Now: clock})
+	bus, err := localrt.NewBus(localrt.BusConfig{Name: "ops-bus", Rules: routing.BusRules(appenv.EventSource), Now: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +55,7 @@ func TestArchiveReachAndStartGap(t *testing.T) {
 	}
 	putItem(t, env.DDB, table, order.KeyPrefixIdempotency+"x#k", order.KindIdempotency, "", now.Add(-600*day))
 
-	source := config.DefaultEventSource
+	source := appenv.EventSource
 	ledgerRule, fulfilmentRule := "ledger-order-payments", "fulfilment-order-payments"
 	tests := []struct {
 		name      string
@@ -146,7 +147,7 @@ func TestArchiveReachAndStartGap(t *testing.T) {
 func TestArchiveReachErrors(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	bus, err := localrt.NewBus(localrt.BusConfig{Name: "ops-bus", Rules: routing.BusRules(config.DefaultEventSource)})
+	bus, err := localrt.NewBus(localrt.BusConfig{Name: "ops-bus", Rules: routing.BusRules(appenv.EventSource)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ package config
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"time"
@@ -24,18 +25,12 @@ import (
 const (
 	// EnvOutboxTable is the outbox table name (read by api, relay, reconciler).
 	EnvOutboxTable = "OUTBOX_TABLE_NAME"
-	// EnvOrdersTable is the orders (business) table name (read by api).
-	EnvOrdersTable = "ORDERS_TABLE_NAME"
 	// EnvDedupTable names a table holding a consumer's dedup state apart
 	// from its effects: the shared dedup table of versions before each
 	// consumer kept its state in its own table (read by outboxctl
 	// consumer-state-copy as its -from-table default). The example's
 	// consumers no longer read it.
 	EnvDedupTable = "DEDUP_TABLE_NAME"
-	// EnvLedgerTable is the ledger consumer's table name.
-	EnvLedgerTable = "LEDGER_TABLE_NAME"
-	// EnvNotificationsTable is the notifier consumer's table name.
-	EnvNotificationsTable = "NOTIFICATIONS_TABLE_NAME"
 	// EnvEventBusName is the EventBridge bus name or ARN the relay publishes to.
 	EnvEventBusName = "EVENT_BUS_NAME"
 	// EnvEventSource is the EventBridge Source of published events.
@@ -57,10 +52,6 @@ const (
 	// EnvDedupRetentionSeconds is the dedup marker TTL in seconds; it must
 	// outlive the redelivery window (default 7 days).
 	EnvDedupRetentionSeconds = "DEDUP_RETENTION_SECONDS"
-	// EnvNotificationRetentionSeconds is how long, in seconds, the notifier
-	// keeps a notification (customer data) before its TTL expires it; 0
-	// keeps notifications forever.
-	EnvNotificationRetentionSeconds = "NOTIFICATION_RETENTION_SECONDS"
 	// EnvMaxEntryBytes is the EventBridge entry size limit in bytes (default
 	// 262144, 256 KB; AWS has announced larger payloads for event buses).
 	EnvMaxEntryBytes = "MAX_ENTRY_BYTES"
@@ -69,29 +60,12 @@ const (
 	// forged, unsupported version) are sent there at once with a reason,
 	// instead of burning the queue's receive count.
 	EnvConsumerDLQURL = "CONSUMER_DLQ_URL"
-	// EnvShipmentsTable is the fulfilment consumer's shipments table (pk =
-	// order id; the provider's shipment id is visible there).
-	EnvShipmentsTable = "SHIPMENTS_TABLE_NAME"
-	// EnvIdempotencyTable is the table of pkg/idempotency records of
-	// consumers whose effect is outside DynamoDB (fulfilment).
-	EnvIdempotencyTable = "IDEMPOTENCY_TABLE_NAME"
-	// EnvProviderURL is the fulfilment provider's API base URL.
-	EnvProviderURL = "FULFILMENT_PROVIDER_URL"
-	// EnvProviderSecretARN is the Secrets Manager secret holding the
-	// provider's API token (on AWS); empty sends no Authorization header.
-	EnvProviderSecretARN = "FULFILMENT_PROVIDER_SECRET_ARN" //nolint:gosec // G101: the name of an env var, not a credential
 	// EnvExpectedEventAccount is the 12-digit AWS account id every event a
 	// consumer applies must carry in its EventBridge "account" field (read
 	// by consumers; dedup.ConsumerConfig.ExpectedAccount). The CDK stack
 	// sets it to the stack's account; empty (locally, where the bus uses
 	// 000000000000) checks no account.
 	EnvExpectedEventAccount = "EXPECTED_EVENT_ACCOUNT"
-	// EnvAPICallerMode selects where the api function takes the caller
-	// identity from (api.Config.Callers): APICallerModeAuto (default),
-	// APICallerModeIAMOnly or APICallerModeOpenDemo. The CDK stack sets
-	// APICallerModeIAMOnly for the IAM auth mode and APICallerModeOpenDemo
-	// for the NONE auth mode.
-	EnvAPICallerMode = "API_CALLER_MODE"
 	// EnvTracing turns OpenTelemetry tracing on in a function: TracingOn
 	// ("otlp") exports spans over OTLP/HTTP to the endpoint the standard
 	// OTEL_EXPORTER_OTLP_ENDPOINT names (on AWS: the ADOT collector layer's
@@ -104,20 +78,6 @@ const (
 const (
 	TracingOff = "off"
 	TracingOn  = "otlp"
-)
-
-// Values of EnvAPICallerMode (see internal/orders/api.CallerMode).
-const (
-	// APICallerModeAuto is api.CallersAuto: the IAM principal behind API
-	// Gateway, the X-Caller stand-in over plain HTTP.
-	APICallerModeAuto = "auto"
-	// APICallerModeIAMOnly is api.CallersIAMOnly: only an API Gateway IAM
-	// principal; anything else is 401.
-	APICallerModeIAMOnly = "iam-only"
-	// APICallerModeOpenDemo is api.CallersOpenDemo: unauthenticated API
-	// Gateway requests are served as the anonymous caller (auth mode NONE,
-	// demos only).
-	APICallerModeOpenDemo = "open-demo"
 )
 
 // Consumer delivery: EventBridge rule → one SQS queue per consumer → Lambda
@@ -259,11 +219,8 @@ const (
 	// (docs/ARCHIVE.md).
 	DefaultArchiveRetentionDays = 365
 	DefaultDedupRetention       = 7 * 24 * time.Hour
-	// DefaultNotificationRetention is how long notifications are kept.
-	DefaultNotificationRetention = 90 * 24 * time.Hour
-	DefaultMaxEntryBytes         = 256 * 1024
-	DefaultEventSource           = "com.ddb-outbox.orders"
-	MaxPendingShards             = 256
+	DefaultMaxEntryBytes        = 256 * 1024
+	MaxPendingShards            = 256
 )
 
 // MinReconcileAfter is the shortest stale age (ReconcileAfter,
@@ -323,4 +280,34 @@ func Seconds(name string, def time.Duration) (time.Duration, error) {
 		return 0, fmt.Errorf("config: %s=%q is not a whole number of seconds", name, v)
 	}
 	return time.Duration(n) * time.Second, nil
+}
+
+// EnvMetrics turns the library's CloudWatch embedded-metric-format lines
+// (relay, reconciler, resequencer sweep) on ("on") or off ("off") wherever
+// the process runs; unset, they are on in AWS Lambda and off elsewhere
+// (MetricsWriter).
+const EnvMetrics = "OUTBOX_METRICS"
+
+// EnvLambdaFunctionName is set by AWS Lambda in every function's
+// environment (Lambda developer guide, "Defined runtime environment
+// variables"): its presence tells that the process runs in Lambda.
+const EnvLambdaFunctionName = "AWS_LAMBDA_FUNCTION_NAME"
+
+// MetricsWriter is the default destination of the library's embedded
+// metric format lines: os.Stdout — Lambda's log stream, which CloudWatch
+// turns into metrics — when EnvMetrics is "on", or unset while the process
+// runs in AWS Lambda (EnvLambdaFunctionName set); io.Discard otherwise (a
+// team's tests and local runs print no metric JSON). Set a component's
+// Metrics field to override it.
+func MetricsWriter() io.Writer {
+	switch os.Getenv(EnvMetrics) {
+	case "on":
+		return os.Stdout
+	case "off":
+		return io.Discard
+	}
+	if os.Getenv(EnvLambdaFunctionName) != "" {
+		return os.Stdout
+	}
+	return io.Discard
 }

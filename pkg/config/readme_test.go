@@ -25,35 +25,38 @@ func TestREADMEConfigurationListsEveryVariable(t *testing.T) {
 		t.Fatal("README has no Configuration section before Deploy")
 	}
 	section := string(readme[start:end])
-	f, err := parser.ParseFile(token.NewFileSet(), "config.go", nil, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
 	n := 0
-	for _, d := range f.Decls {
-		g, ok := d.(*ast.GenDecl)
-		if !ok || g.Tok != token.CONST {
-			continue
+	// The library's variables, and the example application's own.
+	for _, file := range []string{"config.go", "../../internal/orders/appenv/appenv.go"} {
+		f, err := parser.ParseFile(token.NewFileSet(), file, nil, 0)
+		if err != nil {
+			t.Fatal(err)
 		}
-		for _, spec := range g.Specs {
-			vs := spec.(*ast.ValueSpec)
-			for i, name := range vs.Names {
-				if !strings.HasPrefix(name.Name, "Env") || i >= len(vs.Values) {
-					continue
-				}
-				lit, ok := vs.Values[i].(*ast.BasicLit)
-				if !ok || lit.Kind != token.STRING {
-					continue
-				}
-				v, _ := strconv.Unquote(lit.Value)
-				n++
-				if !strings.Contains(section, "`"+v+"`") {
-					t.Errorf("%s (%s) is missing from the README's Configuration table", name.Name, v)
+		for _, d := range f.Decls {
+			g, ok := d.(*ast.GenDecl)
+			if !ok || g.Tok != token.CONST {
+				continue
+			}
+			for _, spec := range g.Specs {
+				vs := spec.(*ast.ValueSpec)
+				for i, name := range vs.Names {
+					if !strings.HasPrefix(name.Name, "Env") || i >= len(vs.Values) {
+						continue
+					}
+					lit, ok := vs.Values[i].(*ast.BasicLit)
+					if !ok || lit.Kind != token.STRING {
+						continue
+					}
+					v, _ := strconv.Unquote(lit.Value)
+					n++
+					if !strings.Contains(section, "`"+v+"`") {
+						t.Errorf("%s (%s) is missing from the README's Configuration table", name.Name, v)
+					}
 				}
 			}
 		}
 	}
 	if n < 20 {
-		t.Fatalf("found only %d Env constants in config.go: the parse is wrong", n)
+		t.Fatalf("found only %d Env constants in config.go and appenv.go: the parse is wrong", n)
 	}
 }

@@ -1,7 +1,9 @@
 package config_test
 
 import (
+	"io"
 	"math"
+	"os"
 	"testing"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
@@ -28,5 +30,22 @@ func TestDefaultConsumerMaxConcurrencyFollowsThePlan(t *testing.T) {
 		t.Errorf("%d × (1 / %s) × %d %% = %.0f messages/s, below the target %d/s", config.DefaultConsumerMaxConcurrency,
 			config.ConsumerPlannedMessageTime, config.ConsumerPlanningUtilisationPercent, perSecond*float64(config.ConsumerPlanningUtilisationPercent)/100,
 			config.ConsumerTargetEventsPerSecond)
+	}
+}
+
+// TestMetricsWriter: metric lines go to stdout in Lambda and nowhere
+// elsewhere, unless OUTBOX_METRICS says on or off.
+func TestMetricsWriter(t *testing.T) {
+	for _, tc := range []struct {
+		lambda, metrics string
+		stdout          bool
+	}{
+		{"", "", false}, {"fn", "", true}, {"", "on", true}, {"fn", "off", false}, {"", "off", false}, {"fn", "on", true},
+	} {
+		t.Setenv(config.EnvLambdaFunctionName, tc.lambda)
+		t.Setenv(config.EnvMetrics, tc.metrics)
+		if got := config.MetricsWriter() == io.Writer(os.Stdout); got != tc.stdout {
+			t.Errorf("AWS_LAMBDA_FUNCTION_NAME=%q OUTBOX_METRICS=%q: stdout %v, want %v", tc.lambda, tc.metrics, got, tc.stdout)
+		}
 	}
 }

@@ -42,9 +42,9 @@ type ConsumerConfig struct {
 	// Logger receives one line per handled event. Default slog.Default().
 	Logger *slog.Logger
 	// ExpectedSource is the EventBridge "source" every event must carry: the
-	// Source the relay publishes with (config.EnvEventSource). Default
-	// config.DefaultEventSource. Events with another source are refused by
-	// CheckOrigin (ErrForeignSource).
+	// Source the relay publishes with (config.EnvEventSource). Required.
+	// Events with another source are refused by CheckOrigin
+	// (ErrForeignSource).
 	ExpectedSource string
 	// ExpectedAccount, when set, is the 12-digit AWS account id every event's
 	// "account" must equal: the account of the relay's bus. Empty: the
@@ -116,10 +116,7 @@ const (
 // (docs/SECURITY-MODEL.md).
 func (c ConsumerConfig) CheckOrigin(ev events.EventBridgeEvent) error {
 	src := c.ExpectedSource
-	if src == "" {
-		src = config.DefaultEventSource
-	}
-	if ev.Source != src {
+	if src == "" || ev.Source != src {
 		return fmt.Errorf("%w: event %s has source %q, want %q", ErrForeignSource, ev.ID, clip(ev.Source, 256), src)
 	}
 	if c.ExpectedAccount != "" && ev.AccountID != c.ExpectedAccount {
@@ -187,8 +184,7 @@ func (c Consumer) Resequence(h sqsconsumer.EventHandler) (*Resequencer, error) {
 
 // NewConsumer applies the defaults (Dedup.Consumer = name; Dedup.Table =
 // Table; Dedup.MaxAttempts
-// = maxAttempts when unset and maxAttempts > 0; ExpectedSource =
-// config.DefaultEventSource; Ordering = ordering when unset, or Ordered
+// = maxAttempts when unset and maxAttempts > 0; Ordering = ordering when unset, or Ordered
 // when Dedup.Ordered is set; GapMaxReceives =
 // config.DefaultConsumerGapMaxReceives), sets Dedup.Ordered from Ordering,
 // validates cfg and builds the Applier. Errors name the consumer: a nil
@@ -214,9 +210,6 @@ func NewConsumer(name string, client TransactWriter, cfg ConsumerConfig, maxAtte
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
-	}
-	if cfg.ExpectedSource == "" {
-		cfg.ExpectedSource = config.DefaultEventSource
 	}
 	if cfg.Ordering == OrderingDefault {
 		cfg.Ordering = ordering
@@ -245,6 +238,8 @@ func NewConsumer(name string, client TransactWriter, cfg ConsumerConfig, maxAtte
 		return Consumer{}, fmt.Errorf("%s: Config.GapMaxReceives %d must be >= 1", name, cfg.GapMaxReceives)
 	case cfg.Table == "":
 		return Consumer{}, errors.New(name + ": Config.Table is required")
+	case cfg.ExpectedSource == "":
+		return Consumer{}, errors.New(name + ": Config.ExpectedSource is required: the EventBridge source your relay publishes with (config.EnvEventSource)")
 	case cfg.CallTimeout < 0:
 		return Consumer{}, fmt.Errorf("%s: Config.CallTimeout %s is negative", name, cfg.CallTimeout)
 	case cfg.ExpectedAccount != "" && !accountID(cfg.ExpectedAccount):

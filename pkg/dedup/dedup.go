@@ -82,6 +82,11 @@ type Config struct {
 	CallTimeout time.Duration
 	// Now returns the current time; default time.Now. For tests.
 	Now func() time.Time
+	// Keys names the key attributes of the tables the effects write, for
+	// the one-action-per-item check of Put actions
+	// (outbox.CheckTransaction); a table not listed is taken to be keyed by
+	// pk/sk. The state's own items are keyed by AttrPK.
+	Keys []outbox.TableKeys
 	// Ordered makes Apply an ordered apply (promise I4): the transaction
 	// gets one more action, the ordering gate (Gate), after the effects,
 	// and an event that is not next for its aggregate is refused with a
@@ -351,7 +356,7 @@ func (a *Applier) transaction(env outbox.Envelope, effects []types.TransactWrite
 				Key: map[string]types.AttributeValue{AttrPK: &types.AttributeValueMemberS{Value: BufferKey(a.cfg.Consumer, env.AggregateType, env.AggregateID, env.Sequence)}}}})
 		}
 	}
-	if err := outbox.CheckTransaction(items); err != nil {
+	if err := outbox.CheckTransaction(items, a.cfg.Keys...); err != nil {
 		return nil, 0, fmt.Errorf("dedup: event %s: %w", env.EventID, err)
 	}
 	return &dynamodb.TransactWriteItemsInput{TransactItems: items}, gate, nil

@@ -229,14 +229,14 @@ func TestNewConsumerOrdering(t *testing.T) {
 		wantGapMx int
 		ok        bool
 	}{
-		{"consumer default ordered", dedup.ConsumerConfig{}, dedup.Ordered, dedup.Ordered, 5, true},
-		{"consumer default unordered", dedup.ConsumerConfig{}, dedup.Unordered, dedup.Unordered, 5, true},
-		{"no default", dedup.ConsumerConfig{}, dedup.OrderingDefault, dedup.Unordered, 5, true},
-		{"override to unordered", dedup.ConsumerConfig{Ordering: dedup.Unordered}, dedup.Ordered, dedup.Unordered, 5, true},
-		{"Dedup.Ordered", dedup.ConsumerConfig{Dedup: dedup.Config{Ordered: true}}, dedup.Unordered, dedup.Ordered, 5, true},
-		{"gap bound", dedup.ConsumerConfig{GapMaxReceives: 3}, dedup.Ordered, dedup.Ordered, 3, true},
-		{"negative gap bound", dedup.ConsumerConfig{GapMaxReceives: -1}, dedup.Ordered, "", 0, false},
-		{"unknown mode", dedup.ConsumerConfig{Ordering: "sorted"}, dedup.Ordered, "", 0, false},
+		{"consumer default ordered", dedup.ConsumerConfig{ExpectedSource: "com.example.test"}, dedup.Ordered, dedup.Ordered, 5, true},
+		{"consumer default unordered", dedup.ConsumerConfig{ExpectedSource: "com.example.test"}, dedup.Unordered, dedup.Unordered, 5, true},
+		{"no default", dedup.ConsumerConfig{ExpectedSource: "com.example.test"}, dedup.OrderingDefault, dedup.Unordered, 5, true},
+		{"override to unordered", dedup.ConsumerConfig{ExpectedSource: "com.example.test", Ordering: dedup.Unordered}, dedup.Ordered, dedup.Unordered, 5, true},
+		{"Dedup.Ordered", dedup.ConsumerConfig{ExpectedSource: "com.example.test", Dedup: dedup.Config{Ordered: true}}, dedup.Unordered, dedup.Ordered, 5, true},
+		{"gap bound", dedup.ConsumerConfig{ExpectedSource: "com.example.test", GapMaxReceives: 3}, dedup.Ordered, dedup.Ordered, 3, true},
+		{"negative gap bound", dedup.ConsumerConfig{ExpectedSource: "com.example.test", GapMaxReceives: -1}, dedup.Ordered, "", 0, false},
+		{"unknown mode", dedup.ConsumerConfig{ExpectedSource: "com.example.test", Ordering: "sorted"}, dedup.Ordered, "", 0, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -262,7 +262,7 @@ func TestNewConsumerOrdering(t *testing.T) {
 // missing range from that receive on; other errors pass through.
 func TestHold(t *testing.T) {
 	t.Parallel()
-	cfg := dedup.ConsumerConfig{Dedup: dedup.Config{Consumer: "ledger"}, GapMaxReceives: 3}
+	cfg := dedup.ConsumerConfig{ExpectedSource: "com.example.test", Dedup: dedup.Config{Consumer: "ledger"}, GapMaxReceives: 3}
 	gap := &dedup.GapError{Consumer: "ledger", AggregateType: "Order", AggregateID: "o-1", Last: 1, Sequence: 4, EventID: "e"}
 	wrapped := errors.Join(errors.New("context"), gap)
 	for n := 0; n <= 4; n++ {

@@ -7,7 +7,6 @@ import (
 	"hash/fnv"
 	"io"
 	"log/slog"
-	"os"
 	"strconv"
 	"time"
 
@@ -179,7 +178,8 @@ type ResequencerConfig struct {
 	// aggregate (default DefaultSweepMinAge).
 	SweepMinAge time.Duration
 	// Metrics receives one EMF line per sweep tick (SweepReport.WriteEMF).
-	// Default os.Stdout (Lambda's log stream); io.Discard disables.
+	// Default config.MetricsWriter() (Lambda's log stream in Lambda,
+	// nothing elsewhere; config.EnvMetrics overrides); io.Discard disables.
 	Metrics io.Writer
 	// DrainMaxFailures is how many drains may fail for now (the handler's
 	// error, a panic, a timeout) on a buffered event whose turn came
@@ -207,7 +207,7 @@ func (c *ResequencerConfig) setDefaults() {
 		c.SweepMinAge = DefaultSweepMinAge
 	}
 	if c.Metrics == nil {
-		c.Metrics = os.Stdout
+		c.Metrics = config.MetricsWriter()
 	}
 	if c.DrainMaxFailures == 0 {
 		c.DrainMaxFailures = DefaultDrainMaxFailures

@@ -16,7 +16,6 @@ import (
 	ebtypes "github.com/aws/aws-sdk-go-v2/service/eventbridge/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/dynoxide"
 )
 
@@ -57,7 +56,7 @@ const testArchive = "orders-archive"
 func archiveBus(t *testing.T, delay time.Duration, mut func(*BusConfig)) (*Bus, map[string]*bodyLog) {
 	t.Helper()
 	b := newTestBus(t, func(c *BusConfig) {
-		c.Archives = []ArchiveConfig{{Name: testArchive, Pattern: map[string]any{"source": []any{config.DefaultEventSource}}, RetentionDays: 30}}
+		c.Archives = []ArchiveConfig{{Name: testArchive, Pattern: map[string]any{"source": []any{testSource}}, RetentionDays: 30}}
 		c.ArchiveDelay = delay
 		if mut != nil {
 			mut(c)

@@ -17,8 +17,6 @@ import (
 	ebtypes "github.com/aws/aws-sdk-go-v2/service/eventbridge/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/smithy-go"
-
-	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 )
 
 const testBus = "orders-bus"
@@ -38,7 +36,7 @@ func newTestBus(t *testing.T, mut func(*BusConfig)) *Bus {
 
 func entry(detailType, detail string) ebtypes.PutEventsRequestEntry {
 	return ebtypes.PutEventsRequestEntry{
-		EventBusName: aws.String(testBus), Source: aws.String(config.DefaultEventSource),
+		EventBusName: aws.String(testBus), Source: aws.String(testSource),
 		DetailType: aws.String(detailType), Detail: aws.String(detail),
 	}
 }
@@ -118,7 +116,7 @@ func TestBusRejectsRequestsAsAWSDoes(t *testing.T) {
 func TestBusEntryLevelFailures(t *testing.T) {
 	t.Parallel()
 	b := newTestBus(t, func(c *BusConfig) { c.MaxEntryBytes = 1024 })
-	src := config.DefaultEventSource
+	src := testSource
 	ok := entry(testPlaced, `{"event_id":"a"}`)
 	// The request exactly at the limit: 14 (Time) + source + detail type +
 	// detail + resource of atLimit, plus the other entries.

@@ -76,7 +76,7 @@ func TestUnsafeNumbersRefusedAtWriteTime(t *testing.T) {
 			hand := outbox.Envelope{EventID: "01900f7a-3b2c-7d4e-9f10-2a3b4c5d6e7f", EventType: "OrderPlaced", EventVersion: 1,
 				AggregateType: "Order", AggregateID: "o-1", Sequence: 1, OccurredAt: time.Now().UTC(), Payload: payload}
 			tx := &fakeTx{}
-			w := newWriter(t, tx, outbox.WriterConfig{})
+			w := newWriter(t, tx, outbox.WriterConfig{Source: "com.example.test"})
 			err = w.Write(context.Background(), []types.TransactWriteItem{businessPut("a")}, []outbox.Envelope{hand})
 			if !errors.Is(err, outbox.ErrUnsafeNumber) || tx.calls != 0 {
 				t.Fatalf("Write err = %v after %d calls, want ErrUnsafeNumber before sending", err, tx.calls)

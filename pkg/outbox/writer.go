@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
@@ -54,19 +55,25 @@ var (
 type WriterConfig struct {
 	// Table is the outbox table name. Required.
 	Table string
-	// Source is the EventBridge Source the relay will use; it counts toward
-	// the entry size. Default config.DefaultEventSource.
+	// Source is the EventBridge Source the relay publishes with (the
+	// relay's config.EnvEventSource; relay.PublisherConfig.Source); it
+	// counts toward the entry size. Required: events of a team's outbox go
+	// out under its own source (a reverse-DNS name such as
+	// "com.example.wallet"; EventBridge refuses sources starting with
+	// "aws."), which its consumers check (dedup.ConsumerConfig.ExpectedSource).
 	Source string
 	// PendingShards is the number of pending index shards. Default 16.
 	PendingShards int
 	// MaxEntryBytes is the EventBridge entry size limit. Default 262144.
 	MaxEntryBytes int
+	// Keys names the key attributes of the tables the business writes go
+	// to, for the one-action-per-item check of Put actions
+	// (CheckTransaction); a table not listed is taken to be keyed by
+	// pk/sk (KeyAttributeNames), the outbox table's names.
+	Keys []TableKeys
 }
 
 func (c *WriterConfig) setDefaults() {
-	if c.Source == "" {
-		c.Source = config.DefaultEventSource
-	}
 	if c.PendingShards == 0 {
 		c.PendingShards = config.DefaultPendingShards
 	}
@@ -80,6 +87,10 @@ func (c WriterConfig) Validate() error {
 	switch {
 	case c.Table == "":
 		return errors.New("outbox: WriterConfig.Table is required")
+	case c.Source == "":
+		return errors.New("outbox: WriterConfig.Source is required: the EventBridge source your relay publishes with (config.EnvEventSource), e.g. com.example.wallet")
+	case strings.HasPrefix(c.Source, "aws."):
+		return fmt.Errorf("outbox: WriterConfig.Source %q starts with \"aws.\", which EventBridge refuses for PutEvents", c.Source)
 	case c.PendingShards < 1 || c.PendingShards > config.MaxPendingShards:
 		return fmt.Errorf("outbox: PendingShards %d out of range 1..%d", c.PendingShards, config.MaxPendingShards)
 	case c.MaxEntryBytes < 1024:
@@ -188,7 +199,7 @@ func (w *Writer) Build(writes []types.TransactWriteItem, events []Envelope, opts
 			ExpressionAttributeValues: cond.Values(),
 		}})
 	}
-	if err := CheckTransaction(items); err != nil {
+	if err := CheckTransaction(items, w.cfg.Keys...); err != nil {
 		return nil, err
 	}
 	in := &dynamodb.TransactWriteItemsInput{TransactItems: items}
@@ -198,20 +209,35 @@ func (w *Writer) Build(writes []types.TransactWriteItem, events []Envelope, opts
 	return in, nil
 }
 
+// TableKeys names a table's key attributes — its partition key and, when it
+// has one, its sort key — for CheckTransaction's one-action-per-item check
+// of Put actions, which carry their key inside the item.
+type TableKeys struct {
+	Table string
+	Names []string
+}
+
 // CheckTransaction checks DynamoDB's TransactWriteItems limits on items: at
 // most 100 actions, at most 4 MB in all, no item over 400 KB (item sizes are
 // estimated as attribute name plus value bytes), and at most one action per
-// item. It returns ErrTransactionTooLarge or ErrDuplicateAction (wrapped).
-// Key identity uses the key attributes present in Put items and the Key map
-// of other actions.
-func CheckTransaction(items []types.TransactWriteItem) error {
+// item (TransactWriteItems API reference). It returns
+// ErrTransactionTooLarge or ErrDuplicateAction (wrapped). Key identity uses
+// the Key map of Update, Delete and ConditionCheck actions, and for a Put
+// the item's key attributes: those keys names for its table, or else
+// KeyAttributeNames (pk, sk); a Put on a table whose key attributes are
+// neither given nor pk/sk is identified by its whole item.
+func CheckTransaction(items []types.TransactWriteItem, keys ...TableKeys) error {
 	if len(items) > MaxTransactionActions {
 		return fmt.Errorf("%w: %d actions, limit %d", ErrTransactionTooLarge, len(items), MaxTransactionActions)
+	}
+	names := make(map[string][]string, len(keys))
+	for _, k := range keys {
+		names[k.Table] = k.Names
 	}
 	seen := make(map[string]int, len(items))
 	total := 0
 	for i, it := range items {
-		table, key, size := actionTarget(it)
+		table, key, size := actionTarget(it, names)
 		if size > MaxItemBytes {
 			return fmt.Errorf("%w: action %d item is about %d bytes, limit %d", ErrTransactionTooLarge, i, size, MaxItemBytes)
 		}
@@ -230,12 +256,13 @@ func CheckTransaction(items []types.TransactWriteItem) error {
 
 // actionTarget returns the table, a canonical key string and the estimated
 // size in bytes of one transaction action.
-func actionTarget(it types.TransactWriteItem) (table, key string, size int) {
+func actionTarget(it types.TransactWriteItem, names map[string][]string) (table, key string, size int) {
 	switch {
 	case it.Put != nil:
-		// A Put carries its key inside the item; without the table's key
-		// schema we identify it by the conventional key attributes.
-		return aws.ToString(it.Put.TableName), keyString(pickKey(it.Put.Item)), ItemSize(it.Put.Item)
+		// A Put carries its key inside the item: the table's key names
+		// when given, else the conventional ones.
+		t := aws.ToString(it.Put.TableName)
+		return t, keyString(pickKey(it.Put.Item, names[t])), ItemSize(it.Put.Item)
 	case it.Update != nil:
 		return aws.ToString(it.Update.TableName), keyString(it.Update.Key), ItemSize(it.Update.Key) + ItemSize(it.Update.ExpressionAttributeValues)
 	case it.Delete != nil:
@@ -247,12 +274,16 @@ func actionTarget(it types.TransactWriteItem) (table, key string, size int) {
 }
 
 // KeyAttributeNames lists the attribute names CheckTransaction treats as key
-// attributes of a Put item (the conventions of this project's tables).
+// attributes of a Put item on a table it is given no TableKeys for (the
+// conventions of this project's tables).
 var KeyAttributeNames = []string{AttrPK, AttrSK}
 
-func pickKey(item map[string]types.AttributeValue) map[string]types.AttributeValue {
+func pickKey(item map[string]types.AttributeValue, names []string) map[string]types.AttributeValue {
+	if len(names) == 0 {
+		names = KeyAttributeNames
+	}
 	k := make(map[string]types.AttributeValue, 2)
-	for _, n := range KeyAttributeNames {
+	for _, n := range names {
 		if v, ok := item[n]; ok {
 			k[n] = v
 		}

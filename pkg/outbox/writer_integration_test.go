@@ -21,7 +21,7 @@ func TestWriteIsAtomicAgainstDynamoDB(t *testing.T) {
 	orders, ob := ddbtest.Name("orders"), ddbtest.Name("outbox")
 	env.CreateTable(t, ddbtest.SimpleTableInput(orders))
 	env.CreateTable(t, outbox.CreateTableInput(ob))
-	w := newWriter(t, env.DDB, outbox.WriterConfig{Table: ob})
+	w := newWriter(t, env.DDB, outbox.WriterConfig{Source: "com.example.test", Table: ob})
 
 	failing := types.TransactWriteItem{Put: &types.Put{
 		TableName:           aws.String(orders),

@@ -58,7 +58,7 @@ func newWriter(t *testing.T, tx outbox.TransactWriter, cfg outbox.WriterConfig) 
 
 func TestWriteCommitsChangeAndOutboxRecordInOneTransaction(t *testing.T) {
 	tx := &fakeTx{}
-	w := newWriter(t, tx, outbox.WriterConfig{})
+	w := newWriter(t, tx, outbox.WriterConfig{Source: "com.example.test"})
 	env := envelope(t, map[string]any{"order_id": "o-1"})
 	if err := w.Write(context.Background(), []types.TransactWriteItem{businessPut("ORDER#o-1")}, []outbox.Envelope{env}, outbox.WithClientRequestToken("tok")); err != nil {
 		t.Fatalf("Write: %v", err)
@@ -104,45 +104,45 @@ func TestWriteRejectsBeforeSending(t *testing.T) {
 		events func(t *testing.T) []outbox.Envelope
 		want   error
 	}{
-		{"no events", outbox.WriterConfig{}, func() []types.TransactWriteItem { return []types.TransactWriteItem{businessPut("a")} },
+		{"no events", outbox.WriterConfig{Source: "com.example.test"}, func() []types.TransactWriteItem { return []types.TransactWriteItem{businessPut("a")} },
 			func(*testing.T) []outbox.Envelope { return nil }, outbox.ErrNoEvents},
-		{"entry over 256 KB", outbox.WriterConfig{}, func() []types.TransactWriteItem { return nil },
+		{"entry over 256 KB", outbox.WriterConfig{Source: "com.example.test"}, func() []types.TransactWriteItem { return nil },
 			func(t *testing.T) []outbox.Envelope {
 				return []outbox.Envelope{envelope(t, map[string]string{"x": big})}
 			}, outbox.ErrEntryTooLarge},
-		{"entry over a configured 2 KB limit", outbox.WriterConfig{MaxEntryBytes: 2048}, func() []types.TransactWriteItem { return nil },
+		{"entry over a configured 2 KB limit", outbox.WriterConfig{Source: "com.example.test", MaxEntryBytes: 2048}, func() []types.TransactWriteItem { return nil },
 			func(t *testing.T) []outbox.Envelope {
 				return []outbox.Envelope{envelope(t, map[string]string{"x": strings.Repeat("y", 2048)})}
 			}, outbox.ErrEntryTooLarge},
-		{"101 actions", outbox.WriterConfig{}, func() []types.TransactWriteItem {
+		{"101 actions", outbox.WriterConfig{Source: "com.example.test"}, func() []types.TransactWriteItem {
 			var w []types.TransactWriteItem
 			for i := 0; i < 100; i++ {
 				w = append(w, businessPut(strings.Repeat("k", i+1)))
 			}
 			return w
 		}, func(t *testing.T) []outbox.Envelope { return []outbox.Envelope{envelope(t, map[string]any{})} }, outbox.ErrTransactionTooLarge},
-		{"two actions on one item", outbox.WriterConfig{}, func() []types.TransactWriteItem {
+		{"two actions on one item", outbox.WriterConfig{Source: "com.example.test"}, func() []types.TransactWriteItem {
 			return []types.TransactWriteItem{businessPut("same"), businessPut("same")}
 		}, func(t *testing.T) []outbox.Envelope { return []outbox.Envelope{envelope(t, map[string]any{})} }, outbox.ErrDuplicateAction},
-		{"item over 400 KB", outbox.WriterConfig{}, func() []types.TransactWriteItem {
+		{"item over 400 KB", outbox.WriterConfig{Source: "com.example.test"}, func() []types.TransactWriteItem {
 			return []types.TransactWriteItem{{Put: &types.Put{TableName: aws.String("orders"), Item: map[string]types.AttributeValue{
 				"pk": &types.AttributeValueMemberS{Value: "a"}, "blob": &types.AttributeValueMemberS{Value: strings.Repeat("z", 401*1024)}}}}}
 		}, func(t *testing.T) []outbox.Envelope { return []outbox.Envelope{envelope(t, map[string]any{})} }, outbox.ErrTransactionTooLarge},
-		{"U+FFFF in the payload (SQS refuses it)", outbox.WriterConfig{}, func() []types.TransactWriteItem { return nil },
+		{"U+FFFF in the payload (SQS refuses it)", outbox.WriterConfig{Source: "com.example.test"}, func() []types.TransactWriteItem { return nil },
 			func(t *testing.T) []outbox.Envelope {
 				return []outbox.Envelope{envelope(t, map[string]string{"reason": "x\uffffy"})}
 			}, outbox.ErrUndeliverableText},
-		{"U+FFFE in the payload (SQS refuses it)", outbox.WriterConfig{}, func() []types.TransactWriteItem { return nil },
+		{"U+FFFE in the payload (SQS refuses it)", outbox.WriterConfig{Source: "com.example.test"}, func() []types.TransactWriteItem { return nil },
 			func(t *testing.T) []outbox.Envelope {
 				return []outbox.Envelope{envelope(t, map[string]string{"reason": "\ufffe"})}
 			}, outbox.ErrUndeliverableText},
-		{"lone surrogate escape in the payload", outbox.WriterConfig{}, func() []types.TransactWriteItem { return nil },
+		{"lone surrogate escape in the payload", outbox.WriterConfig{Source: "com.example.test"}, func() []types.TransactWriteItem { return nil },
 			func(t *testing.T) []outbox.Envelope {
 				e := envelope(t, map[string]any{})
 				e.Payload = json.RawMessage(`{"reason":"\ud800"}`)
 				return []outbox.Envelope{e}
 			}, outbox.ErrUndeliverableText},
-		{"payload not an object", outbox.WriterConfig{}, func() []types.TransactWriteItem { return nil },
+		{"payload not an object", outbox.WriterConfig{Source: "com.example.test"}, func() []types.TransactWriteItem { return nil },
 			func(t *testing.T) []outbox.Envelope {
 				e := envelope(t, map[string]any{})
 				e.Payload = json.RawMessage(`[1,2]`)
@@ -168,7 +168,7 @@ func TestWriteTranslatesCancellation(t *testing.T) {
 	tx := &fakeTx{err: &types.TransactionCanceledException{CancellationReasons: []types.CancellationReason{
 		{Code: aws.String("ConditionalCheckFailed")}, {Code: aws.String("None")},
 	}}}
-	w := newWriter(t, tx, outbox.WriterConfig{})
+	w := newWriter(t, tx, outbox.WriterConfig{Source: "com.example.test"})
 	err := w.Write(context.Background(), []types.TransactWriteItem{businessPut("a")}, []outbox.Envelope{envelope(t, map[string]any{})})
 	te, ok := outbox.AsTxError(err)
 	if !ok {
@@ -250,5 +250,64 @@ func TestRequestTokenIsDeterministicAndBounded(t *testing.T) {
 	}
 	if outbox.RequestToken("key", "other") == a || outbox.RequestToken("ke", "yhash") == a {
 		t.Fatal("different inputs gave the same token")
+	}
+}
+
+// TestCheckTransactionTakesEachTablesKeyNames: a team's table keyed by
+// other names than pk/sk ("PK", "id") is judged by its own key: two Puts of
+// one item are refused as duplicates, two items sharing a partition key
+// but not a sort key are not; without the names, a table whose items carry
+// neither pk nor sk is judged by the whole item, so two Puts of one item
+// with different attributes slip through (the reason to give them).
+func TestCheckTransactionTakesEachTablesKeyNames(t *testing.T) {
+	t.Parallel()
+	put := func(table string, item map[string]types.AttributeValue) types.TransactWriteItem {
+		return types.TransactWriteItem{Put: &types.Put{TableName: aws.String(table), Item: item}}
+	}
+	s := func(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
+	accounts := outbox.TableKeys{Table: "accounts", Names: []string{"PK", "SK"}}
+	sameItem := []types.TransactWriteItem{
+		put("accounts", map[string]types.AttributeValue{"PK": s("acct-1"), "SK": s("BALANCE"), "amount": s("1")}),
+		put("accounts", map[string]types.AttributeValue{"PK": s("acct-1"), "SK": s("BALANCE"), "amount": s("2")}),
+	}
+	if err := outbox.CheckTransaction(sameItem, accounts); !errors.Is(err, outbox.ErrDuplicateAction) {
+		t.Fatalf("two Puts of one PK/SK item: %v, want ErrDuplicateAction", err)
+	}
+	if err := outbox.CheckTransaction(sameItem); err != nil {
+		t.Fatalf("without the key names the items differ as wholes: %v", err)
+	}
+	twoItems := []types.TransactWriteItem{
+		put("accounts", map[string]types.AttributeValue{"PK": s("acct-1"), "SK": s("BALANCE")}),
+		put("accounts", map[string]types.AttributeValue{"PK": s("acct-1"), "SK": s("ENTRY#1")}),
+	}
+	if err := outbox.CheckTransaction(twoItems, accounts); err != nil {
+		t.Fatalf("two items of one partition: %v", err)
+	}
+	byID := []types.TransactWriteItem{
+		put("wallets", map[string]types.AttributeValue{"id": s("w-1"), "v": s("1")}),
+		{Update: &types.Update{TableName: aws.String("wallets"), Key: map[string]types.AttributeValue{"id": s("w-1")}}},
+	}
+	if err := outbox.CheckTransaction(byID, outbox.TableKeys{Table: "wallets", Names: []string{"id"}}); !errors.Is(err, outbox.ErrDuplicateAction) {
+		t.Fatalf("a Put and an Update of one id-keyed item: %v, want ErrDuplicateAction", err)
+	}
+	// The writer passes its Keys on.
+	w, err := outbox.NewWriter(&fakeTx{}, outbox.WriterConfig{Source: "com.example.test", Table: "outbox", Keys: []outbox.TableKeys{accounts}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Build(sameItem, []outbox.Envelope{envelope(t, map[string]any{"n": 1})}); !errors.Is(err, outbox.ErrDuplicateAction) {
+		t.Fatalf("Writer.Build with the accounts table's keys: %v, want ErrDuplicateAction", err)
+	}
+}
+
+// TestWriterNeedsItsSource: the library has no default event source: a
+// writer without one, or with one EventBridge refuses ("aws."), is refused
+// with a message that says what to give.
+func TestWriterNeedsItsSource(t *testing.T) {
+	t.Parallel()
+	for src, want := range map[string]string{"": "WriterConfig.Source is required", "aws.orders": `starts with "aws."`} {
+		if _, err := outbox.NewWriter(&fakeTx{}, outbox.WriterConfig{Source: src, Table: "outbox"}); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Source %q: %v, want %q", src, err, want)
+		}
 	}
 }

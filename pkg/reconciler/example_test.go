@@ -43,7 +43,7 @@ func Example_sweepWhatTheRelayMissed() {
 		fmt.Println(err)
 		return
 	}
-	w, err := outbox.NewWriter(ddb, outbox.WriterConfig{Table: "outbox"})
+	w, err := outbox.NewWriter(ddb, outbox.WriterConfig{Source: "com.example.test", Table: "outbox"})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -71,7 +71,7 @@ func Example_sweepWhatTheRelayMissed() {
 		return
 	}
 	r, err := relay.New(bus, ddb, parked, relay.Config{
-		Publisher: relay.PublisherConfig{EventBusName: "accounts"},
+		Publisher: relay.PublisherConfig{Source: "com.example.test", EventBusName: "accounts"},
 		Marker:    relay.MarkerConfig{Table: "outbox", ParkedQueueURL: parked.URL(), Metrics: io.Discard},
 		Logger:    quiet,
 	})

@@ -61,7 +61,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -162,7 +161,9 @@ type Config struct {
 	CallTimeout time.Duration
 	// Logger receives structured logs. Default slog.Default().
 	Logger *slog.Logger
-	// Metrics receives the EMF lines. Default os.Stdout; io.Discard disables.
+	// Metrics receives the EMF lines. Default config.MetricsWriter()
+	// (Lambda's log stream in Lambda, nothing elsewhere; config.EnvMetrics
+	// overrides); io.Discard disables.
 	Metrics io.Writer
 	// Now returns the current time. Default time.Now.
 	Now func() time.Time
@@ -197,7 +198,7 @@ func (c *Config) setDefaults() {
 		c.Logger = slog.Default()
 	}
 	if c.Metrics == nil {
-		c.Metrics = os.Stdout
+		c.Metrics = config.MetricsWriter()
 	}
 	if c.Now == nil {
 		c.Now = time.Now

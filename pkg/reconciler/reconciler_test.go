@@ -99,13 +99,13 @@ func setup(t *testing.T, shards int) fixture {
 	env := ddbtest.New(t)
 	table := ddbtest.Name("outbox")
 	env.CreateTable(t, outbox.CreateTableInput(table))
-	w, err := outbox.NewWriter(env.DDB, outbox.WriterConfig{Table: table, PendingShards: shards})
+	w, err := outbox.NewWriter(env.DDB, outbox.WriterConfig{Source: "com.example.test", Table: table, PendingShards: shards})
 	if err != nil {
 		t.Fatal(err)
 	}
 	eb := &fakeEventBridge{}
 	r, err := relay.New(eb, env.DDB, fakeSQS{}, relay.Config{
-		Publisher: relay.PublisherConfig{EventBusName: "bus", InitialInterval: time.Millisecond, MaxInterval: 2 * time.Millisecond},
+		Publisher: relay.PublisherConfig{Source: "com.example.test", EventBusName: "bus", InitialInterval: time.Millisecond, MaxInterval: 2 * time.Millisecond},
 		Marker:    relay.MarkerConfig{Table: table, ParkedQueueURL: "q", Metrics: io.Discard},
 		Logger:    quiet(),
 	})

@@ -66,7 +66,7 @@ func BenchmarkPack(b *testing.B) {
 // BenchmarkPublish publishes 100 envelopes (about 400-byte entries) through a
 // no-op EventBridge: entry building (Detail encoding), packing, 10 calls.
 func BenchmarkPublish(b *testing.B) {
-	p, err := relay.NewPublisher(noopEventBridge{}, relay.PublisherConfig{EventBusName: "bus", Logger: quietLogger()})
+	p, err := relay.NewPublisher(noopEventBridge{}, relay.PublisherConfig{Source: "com.example.test", EventBusName: "bus", Logger: quietLogger()})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -42,7 +42,7 @@ func costEnv(t *testing.T, withStream bool) (*ddbtest.Env, string, *callcount.Co
 // envelopes.
 func writeEnvelopes(t *testing.T, ctx context.Context, ddb outbox.TransactWriter, table, prefix string, n int) []outbox.Envelope {
 	t.Helper()
-	w, err := outbox.NewWriter(ddb, outbox.WriterConfig{Table: table})
+	w, err := outbox.NewWriter(ddb, outbox.WriterConfig{Source: "com.example.test", Table: table})
 	if err != nil {
 		t.Fatal(err)
 	}

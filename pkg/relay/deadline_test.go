@@ -180,8 +180,8 @@ func TestMinFunctionTimeout(t *testing.T) {
 	}{
 		// 20 s retry budget + (2 × 5 s + 0.5 s) reserve + 1 s margin = 31.5 s.
 		{"defaults", relay.Config{}, 32 * time.Second},
-		{"custom call timeout", relay.Config{Publisher: relay.PublisherConfig{RetryBudget: 10 * time.Second}, Marker: relay.MarkerConfig{CallTimeout: 2 * time.Second}}, 16 * time.Second},
-		{"explicit reserve", relay.Config{Publisher: relay.PublisherConfig{RetryBudget: 5 * time.Second}, Marker: relay.MarkerConfig{Reserve: 3 * time.Second}}, 9 * time.Second},
+		{"custom call timeout", relay.Config{Publisher: relay.PublisherConfig{Source: "com.example.test", RetryBudget: 10 * time.Second}, Marker: relay.MarkerConfig{CallTimeout: 2 * time.Second}}, 16 * time.Second},
+		{"explicit reserve", relay.Config{Publisher: relay.PublisherConfig{Source: "com.example.test", RetryBudget: 5 * time.Second}, Marker: relay.MarkerConfig{Reserve: 3 * time.Second}}, 9 * time.Second},
 	}
 	for _, c := range cases {
 		if got := relay.MinFunctionTimeout(c.cfg); got != c.want {
@@ -206,7 +206,7 @@ func TestReserveMustExceedAnswerMargin(t *testing.T) {
 // RetryBudget ends is cut, and its entries are RetryableFailure.
 func TestPublishNeverOutlivesItsBudget(t *testing.T) {
 	t.Parallel()
-	p, err := relay.NewPublisher(&fakeEventBridge{delay: 5 * time.Second}, relay.PublisherConfig{
+	p, err := relay.NewPublisher(&fakeEventBridge{delay: 5 * time.Second}, relay.PublisherConfig{Source: "com.example.test",
 		EventBusName: "bus", RetryBudget: 300 * time.Millisecond, CallTimeout: 10 * time.Second, Logger: quietLogger(),
 	})
 	if err != nil {

@@ -68,7 +68,7 @@ func Example_runTheRelayOnYourStream() {
 		fmt.Println(err)
 		return
 	}
-	w, err := outbox.NewWriter(ddb, outbox.WriterConfig{Table: "outbox"})
+	w, err := outbox.NewWriter(ddb, outbox.WriterConfig{Source: "com.example.test", Table: "outbox"})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -116,7 +116,7 @@ func Example_runTheRelayOnYourStream() {
 		return
 	}
 	r, err := relay.New(bus, ddb, parked, relay.Config{
-		Publisher: relay.PublisherConfig{EventBusName: "accounts"},
+		Publisher: relay.PublisherConfig{Source: "com.example.test", EventBusName: "accounts"},
 		Marker:    relay.MarkerConfig{Table: "outbox", ParkedQueueURL: parked.URL()},
 		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})

@@ -208,7 +208,7 @@ func TestFaultThrottledMarkingStaysPending(t *testing.T) {
 	env := ddbtest.New(t)
 	table := ddbtest.Name("outbox")
 	env.CreateTable(t, outbox.CreateTableInput(table))
-	w, err := outbox.NewWriter(env.DDB, outbox.WriterConfig{Table: table, PendingShards: 16})
+	w, err := outbox.NewWriter(env.DDB, outbox.WriterConfig{Source: "com.example.test", Table: table, PendingShards: 16})
 	if err != nil {
 		t.Fatal(err)
 	}

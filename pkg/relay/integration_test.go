@@ -31,7 +31,7 @@ func TestRelayAgainstDynoxide(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	w, err := outbox.NewWriter(env.DDB, outbox.WriterConfig{Table: table})
+	w, err := outbox.NewWriter(env.DDB, outbox.WriterConfig{Source: "com.example.test", Table: table})
 	if err != nil {
 		t.Fatal(err)
 	}

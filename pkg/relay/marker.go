@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -88,7 +87,9 @@ type MarkerConfig struct {
 	// Logger receives structured logs. Default slog.Default().
 	Logger *slog.Logger
 	// Metrics receives one CloudWatch EMF line per parked record (metric
-	// config.MetricParked). Default os.Stdout; io.Discard turns it off.
+	// config.MetricParked). Default config.MetricsWriter() (Lambda's log
+	// stream in Lambda, nothing elsewhere; config.EnvMetrics overrides);
+	// io.Discard turns it off.
 	Metrics io.Writer
 	// Now returns the current time. Default time.Now.
 	Now func() time.Time
@@ -114,7 +115,7 @@ func (c *MarkerConfig) setDefaults() {
 		c.Logger = slog.Default()
 	}
 	if c.Metrics == nil {
-		c.Metrics = os.Stdout
+		c.Metrics = config.MetricsWriter()
 	}
 	if c.Now == nil {
 		c.Now = time.Now

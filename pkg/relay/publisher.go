@@ -140,7 +140,8 @@ type Result struct {
 type PublisherConfig struct {
 	// EventBusName is the bus name or ARN (PutEventsRequestEntry.EventBusName). Required.
 	EventBusName string
-	// Source is the entries' Source. Default config.DefaultEventSource.
+	// Source is the entries' Source (config.EnvEventSource): the team's own
+	// reverse-DNS name, the one its writers and consumers use. Required.
 	// EventBridge rejects sources starting with "aws.".
 	Source string
 	// MaxEntryBytes is the per-entry size limit in bytes, measured with
@@ -175,9 +176,6 @@ type PublisherConfig struct {
 const DefaultMaxRequestBytes = 256 * 1024
 
 func (c *PublisherConfig) setDefaults() {
-	if c.Source == "" {
-		c.Source = config.DefaultEventSource
-	}
 	if c.MaxEntryBytes == 0 {
 		c.MaxEntryBytes = config.DefaultMaxEntryBytes
 	}
@@ -213,7 +211,9 @@ func (c PublisherConfig) Validate() error {
 	case c.EventBusName == "":
 		return errors.New("relay: PublisherConfig.EventBusName is required")
 	case c.Source == "":
-		return errors.New("relay: PublisherConfig.Source is required")
+		return errors.New("relay: PublisherConfig.Source is required: the EventBridge source of your outbox (config.EnvEventSource), e.g. com.example.wallet")
+	case strings.HasPrefix(c.Source, "aws."):
+		return fmt.Errorf("relay: PublisherConfig.Source %q starts with \"aws.\", which EventBridge refuses for PutEvents", c.Source)
 	case c.MaxEntryBytes < 1024:
 		return fmt.Errorf("relay: MaxEntryBytes %d is too small", c.MaxEntryBytes)
 	case c.MaxRequestBytes < c.MaxEntryBytes:

@@ -27,7 +27,7 @@ func TestParkThenRedrive(t *testing.T) {
 	in := outbox.CreateTableInput(table)
 	in.StreamSpecification = nil // the relay is driven directly here
 	env.CreateTable(t, in)
-	w, err := outbox.NewWriter(env.DDB, outbox.WriterConfig{Table: table, PendingShards: 4})
+	w, err := outbox.NewWriter(env.DDB, outbox.WriterConfig{Source: "com.example.test", Table: table, PendingShards: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +49,7 @@ func TestParkThenRedrive(t *testing.T) {
 	}}
 	dlq := localrt.NewMemoryQueue("https://sqs.local/parked")
 	cfg := relay.Config{
-		Publisher: relay.PublisherConfig{EventBusName: "bus"},
+		Publisher: relay.PublisherConfig{Source: "com.example.test", EventBusName: "bus"},
 		Marker:    relay.MarkerConfig{Table: table, ParkedQueueURL: dlq.URL(), Metrics: io.Discard},
 	}
 	r, err := relay.New(eb, env.DDB, dlq, cfg)

@@ -20,6 +20,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/api"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/appenv"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/order"
 	"github.com/ddb-outbox/ddb-outbox/pkg/ddbtest"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
@@ -39,7 +40,7 @@ func newFixture(t *testing.T, env *ddbtest.Env, opts ...func(*api.Config)) *fixt
 	f := &fixture{env: env, orders: ddbtest.Name("orders"), outbox: ddbtest.Name("outbox")}
 	env.CreateTable(t, order.CreateTableInput(f.orders))
 	env.CreateTable(t, outbox.CreateTableInput(f.outbox))
-	w, err := outbox.NewWriter(env.DDB, outbox.WriterConfig{Table: f.outbox})
+	w, err := outbox.NewWriter(env.DDB, outbox.WriterConfig{Source: appenv.EventSource, Table: f.outbox})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/appenv"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/txoutcome"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -131,7 +132,7 @@ const outcomeAttempts = 3
 func outcomeAPI(t *testing.T, f *cancelFake) http.Handler {
 	t.Helper()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	w, err := outbox.NewWriter(f, outbox.WriterConfig{Table: "outbox"})
+	w, err := outbox.NewWriter(f, outbox.WriterConfig{Source: appenv.EventSource, Table: "outbox"})
 	if err != nil {
 		t.Fatal(err)
 	}

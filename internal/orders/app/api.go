@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/api"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/appenv"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/order"
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
@@ -19,7 +20,7 @@ import (
 // missing setting or an invalid value. The caller identity mode comes from
 // Settings.APICallerMode (see CallerMode).
 func NewAPI(s Settings, ddb *dynamodb.Client, log *slog.Logger) (http.Handler, error) {
-	if err := require(config.EnvOrdersTable, s.OrdersTable, config.EnvOutboxTable, s.OutboxTable); err != nil {
+	if err := require(appenv.EnvOrdersTable, s.OrdersTable, config.EnvOutboxTable, s.OutboxTable); err != nil {
 		return nil, err
 	}
 	w, err := NewOutboxWriter(s, ddb)
@@ -54,22 +55,22 @@ func routeTemplate(p string) string {
 	return "/orders/{id}"
 }
 
-// CallerMode maps a config.EnvAPICallerMode value to the api.CallerMode:
-// "" and config.APICallerModeAuto to api.CallersAuto,
-// config.APICallerModeIAMOnly to api.CallersIAMOnly and
-// config.APICallerModeOpenDemo to api.CallersOpenDemo. Any other value is an
+// CallerMode maps a appenv.EnvAPICallerMode value to the api.CallerMode:
+// "" and appenv.APICallerModeAuto to api.CallersAuto,
+// appenv.APICallerModeIAMOnly to api.CallersIAMOnly and
+// appenv.APICallerModeOpenDemo to api.CallersOpenDemo. Any other value is an
 // error naming the variable.
 func CallerMode(v string) (api.CallerMode, error) {
 	switch v {
-	case "", config.APICallerModeAuto:
+	case "", appenv.APICallerModeAuto:
 		return api.CallersAuto, nil
-	case config.APICallerModeIAMOnly:
+	case appenv.APICallerModeIAMOnly:
 		return api.CallersIAMOnly, nil
-	case config.APICallerModeOpenDemo:
+	case appenv.APICallerModeOpenDemo:
 		return api.CallersOpenDemo, nil
 	}
-	return 0, fmt.Errorf("config: %s=%q is not %q, %q or %q", config.EnvAPICallerMode, v,
-		config.APICallerModeAuto, config.APICallerModeIAMOnly, config.APICallerModeOpenDemo)
+	return 0, fmt.Errorf("config: %s=%q is not %q, %q or %q", appenv.EnvAPICallerMode, v,
+		appenv.APICallerModeAuto, appenv.APICallerModeIAMOnly, appenv.APICallerModeOpenDemo)
 }
 
 // NewOutboxWriter returns the outbox writer for Settings.

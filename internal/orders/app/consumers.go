@@ -9,6 +9,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/appenv"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/fulfilment"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/ledger"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/notifier"
@@ -23,7 +24,7 @@ import (
 // setting, or the error of ledger.New (for example an ExpectedAccount that
 // is not 12 digits).
 func NewLedger(s Settings, ddb *dynamodb.Client, log *slog.Logger) (*ledger.Ledger, error) {
-	if err := require(config.EnvLedgerTable, s.LedgerTable); err != nil {
+	if err := require(appenv.EnvLedgerTable, s.LedgerTable); err != nil {
 		return nil, err
 	}
 	return ledger.New(ddb, orderedConsumerConfig(s, s.LedgerTable, log))
@@ -51,7 +52,7 @@ func orderedConsumerConfig(s Settings, table string, log *slog.Logger) dedup.Con
 // naming a missing setting, or the error of notifier.New (for example an
 // ExpectedAccount that is not 12 digits).
 func NewNotifier(s Settings, ddb *dynamodb.Client, log *slog.Logger) (*notifier.Notifier, error) {
-	if err := require(config.EnvNotificationsTable, s.NotificationsTable); err != nil {
+	if err := require(appenv.EnvNotificationsTable, s.NotificationsTable); err != nil {
 		return nil, err
 	}
 	cfg := orderedConsumerConfig(s, s.NotificationsTable, log)
@@ -132,8 +133,8 @@ func NewConsumerHandler(s Settings, name string, h sqsconsumer.EventHandler, dlq
 // stack's chaos runs set Idempotency.BeforeComplete); the Lambda main passes
 // none.
 func NewFulfilment(s Settings, ddb *dynamodb.Client, creds fulfilment.CredentialsSource, log *slog.Logger, tune ...func(*fulfilment.Config)) (*fulfilment.Fulfilment, error) {
-	if err := require(config.EnvShipmentsTable, s.ShipmentsTable, config.EnvIdempotencyTable, s.IdempotencyTable,
-		config.EnvProviderURL, s.ProviderURL); err != nil {
+	if err := require(appenv.EnvShipmentsTable, s.ShipmentsTable, appenv.EnvIdempotencyTable, s.IdempotencyTable,
+		appenv.EnvProviderURL, s.ProviderURL); err != nil {
 		return nil, err
 	}
 	cfg := fulfilment.Config{

@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/appenv"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/fulfilment"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/routing"
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
@@ -93,7 +94,7 @@ func TestFulfilmentConsumerName(t *testing.T) {
 		t.Fatalf("fulfilment.ConsumerName %q != routing.ConsumerFulfilment %q", fulfilment.ConsumerName, routing.ConsumerFulfilment)
 	}
 	if _, err := NewFulfilment(Settings{}, nil, nil, nil); err == nil ||
-		!strings.Contains(err.Error(), config.EnvShipmentsTable) || !strings.Contains(err.Error(), config.EnvProviderURL) {
+		!strings.Contains(err.Error(), appenv.EnvShipmentsTable) || !strings.Contains(err.Error(), appenv.EnvProviderURL) {
 		t.Fatalf("NewFulfilment without settings = %v, want the missing variables named", err)
 	}
 }

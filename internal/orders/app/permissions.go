@@ -42,7 +42,7 @@ const (
 	ResourceShipmentsTable   Resource = "shipments-table"
 	ResourceIdempotencyTable Resource = "idempotency-table"
 	// ResourceProviderSecret is the Secrets Manager secret holding the
-	// fulfilment provider's API token (config.EnvProviderSecretARN).
+	// fulfilment provider's API token (appenv.EnvProviderSecretARN).
 	ResourceProviderSecret     Resource = "provider-secret"
 	ResourceEventBus           Resource = "event-bus"
 	ResourceParkedQueue        Resource = "parked-queue"

@@ -41,7 +41,7 @@ type secretToken struct {
 
 // SecretToken returns a fulfilment.CredentialsSource that reads the
 // provider's API token from the Secrets Manager secret arn (its complete
-// ARN; config.EnvProviderSecretARN) on every call: wrap it in
+// ARN; appenv.EnvProviderSecretARN) on every call: wrap it in
 // fulfilment.CachedCredentials (ProviderCredentials does).
 //
 // The secret's value is the token itself, as SecretString (for example

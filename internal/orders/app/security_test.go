@@ -7,6 +7,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/api"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/appenv"
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 )
 
@@ -19,15 +20,15 @@ func TestSettingsFromEnvReadsAccountAndCallerMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.ExpectedAccount != "" || s.APICallerMode != config.APICallerModeAuto {
+	if s.ExpectedAccount != "" || s.APICallerMode != appenv.APICallerModeAuto {
 		t.Errorf("defaults: ExpectedAccount %q, APICallerMode %q", s.ExpectedAccount, s.APICallerMode)
 	}
 	t.Setenv(config.EnvExpectedEventAccount, "123456789012")
-	t.Setenv(config.EnvAPICallerMode, config.APICallerModeOpenDemo)
+	t.Setenv(appenv.EnvAPICallerMode, appenv.APICallerModeOpenDemo)
 	if s, err = SettingsFromEnv(); err != nil {
 		t.Fatal(err)
 	}
-	if s.ExpectedAccount != "123456789012" || s.APICallerMode != config.APICallerModeOpenDemo {
+	if s.ExpectedAccount != "123456789012" || s.APICallerMode != appenv.APICallerModeOpenDemo {
 		t.Errorf("ExpectedAccount %q, APICallerMode %q", s.ExpectedAccount, s.APICallerMode)
 	}
 }
@@ -40,9 +41,9 @@ func TestCallerMode(t *testing.T) {
 		ok   bool
 	}{
 		{"", api.CallersAuto, true},
-		{config.APICallerModeAuto, api.CallersAuto, true},
-		{config.APICallerModeIAMOnly, api.CallersIAMOnly, true},
-		{config.APICallerModeOpenDemo, api.CallersOpenDemo, true},
+		{appenv.APICallerModeAuto, api.CallersAuto, true},
+		{appenv.APICallerModeIAMOnly, api.CallersIAMOnly, true},
+		{appenv.APICallerModeOpenDemo, api.CallersOpenDemo, true},
 		{"OPEN", 0, false},
 	}
 	for _, c := range cases {

@@ -11,6 +11,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/appenv"
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 )
 
@@ -22,7 +23,7 @@ type Settings struct {
 	LedgerTable        string
 	NotificationsTable string
 	// ShipmentsTable, IdempotencyTable, ProviderURL and ProviderSecretARN
-	// configure the fulfilment consumer (config.EnvShipmentsTable, …).
+	// configure the fulfilment consumer (appenv.EnvShipmentsTable, …).
 	ShipmentsTable    string
 	IdempotencyTable  string
 	ProviderURL       string
@@ -41,8 +42,8 @@ type Settings struct {
 	// must carry (config.EnvExpectedEventAccount,
 	// dedup.ConsumerConfig.ExpectedAccount); empty checks no account.
 	ExpectedAccount string
-	// APICallerMode is config.EnvAPICallerMode: one of
-	// config.APICallerModeAuto (default), APICallerModeIAMOnly,
+	// APICallerMode is appenv.EnvAPICallerMode: one of
+	// appenv.APICallerModeAuto (default), APICallerModeIAMOnly,
 	// APICallerModeOpenDemo. Read by the api.
 	APICallerMode string
 	// PendingShards is the pending index shard count (1..256).
@@ -101,19 +102,19 @@ type Settings struct {
 func SettingsFromEnv() (Settings, error) {
 	s := Settings{
 		OutboxTable:        config.String(config.EnvOutboxTable, ""),
-		OrdersTable:        config.String(config.EnvOrdersTable, ""),
-		LedgerTable:        config.String(config.EnvLedgerTable, ""),
-		NotificationsTable: config.String(config.EnvNotificationsTable, ""),
-		ShipmentsTable:     config.String(config.EnvShipmentsTable, ""),
-		IdempotencyTable:   config.String(config.EnvIdempotencyTable, ""),
-		ProviderURL:        config.String(config.EnvProviderURL, ""),
-		ProviderSecretARN:  config.String(config.EnvProviderSecretARN, ""),
+		OrdersTable:        config.String(appenv.EnvOrdersTable, ""),
+		LedgerTable:        config.String(appenv.EnvLedgerTable, ""),
+		NotificationsTable: config.String(appenv.EnvNotificationsTable, ""),
+		ShipmentsTable:     config.String(appenv.EnvShipmentsTable, ""),
+		IdempotencyTable:   config.String(appenv.EnvIdempotencyTable, ""),
+		ProviderURL:        config.String(appenv.EnvProviderURL, ""),
+		ProviderSecretARN:  config.String(appenv.EnvProviderSecretARN, ""),
 		EventBus:           config.String(config.EnvEventBusName, ""),
-		Source:             config.String(config.EnvEventSource, config.DefaultEventSource),
+		Source:             config.String(config.EnvEventSource, appenv.EventSource),
 		ParkedQueueURL:     config.String(config.EnvParkedQueueURL, ""),
 		ConsumerDLQURL:     config.String(config.EnvConsumerDLQURL, ""),
 		ExpectedAccount:    config.String(config.EnvExpectedEventAccount, ""),
-		APICallerMode:      config.String(config.EnvAPICallerMode, config.APICallerModeAuto),
+		APICallerMode:      config.String(appenv.EnvAPICallerMode, appenv.APICallerModeAuto),
 	}
 	var errs []error
 	var err error
@@ -139,7 +140,7 @@ func SettingsFromEnv() (Settings, error) {
 		{&s.ReconcileBudget, config.EnvReconcileBudgetSeconds, config.DefaultReconcileBudget},
 		{&s.PublishedRetention, config.EnvPublishedRetentionSeconds, config.DefaultPublishedRetention},
 		{&s.DedupRetention, config.EnvDedupRetentionSeconds, config.DefaultDedupRetention},
-		{&s.NotificationRetention, config.EnvNotificationRetentionSeconds, config.DefaultNotificationRetention},
+		{&s.NotificationRetention, appenv.EnvNotificationRetentionSeconds, appenv.DefaultNotificationRetention},
 	}
 	for _, d := range durations {
 		if *d.dst, err = config.Seconds(d.name, d.def); err != nil {

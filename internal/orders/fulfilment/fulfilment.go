@@ -15,8 +15,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/appenv"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/order"
-	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/dedup"
 	"github.com/ddb-outbox/ddb-outbox/pkg/idempotency"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
@@ -97,7 +97,7 @@ type Config struct {
 	// Shipper.
 	Provider ProviderConfig
 	// ExpectedSource and ExpectedAccount: see dedup.ConsumerConfig.
-	// ExpectedSource defaults to config.DefaultEventSource.
+	// ExpectedSource defaults to appenv.EventSource.
 	ExpectedSource  string
 	ExpectedAccount string
 	// CallTimeout bounds one DynamoDB call on Table. Default 5 s.
@@ -113,7 +113,7 @@ func (c *Config) setDefaults() {
 		c.Idempotency.Namespace = ConsumerName
 	}
 	if c.ExpectedSource == "" {
-		c.ExpectedSource = config.DefaultEventSource
+		c.ExpectedSource = appenv.EventSource
 	}
 	if c.CallTimeout == 0 {
 		c.CallTimeout = DefaultCallTimeout

@@ -19,10 +19,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/ddb-outbox/ddb-outbox/internal/faults"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/appenv"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/ledger"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/order"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/routing"
-	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/dedup"
 	"github.com/ddb-outbox/ddb-outbox/pkg/localrt"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
@@ -49,7 +49,7 @@ func injector(t *testing.T, cfg faults.Config) *faults.Injector {
 // newBus returns a local bus whose ledger target is h.
 func newBus(t *testing.T, h localrt.EventHandler, ic localrt.Interceptor) *localrt.Bus {
 	t.Helper()
-	b, err := localrt.NewBus(localrt.BusConfig{Name: busName, Rules: routing.BusRules(config.DefaultEventSource), Logger: quiet, Interceptor: ic, TargetMaxAttempts: 30,
+	b, err := localrt.NewBus(localrt.BusConfig{Name: busName, Rules: routing.BusRules(appenv.EventSource), Logger: quiet, Interceptor: ic, TargetMaxAttempts: 30,
 		TargetRetryBaseDelay: time.Millisecond, TargetRetryMaxDelay: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -81,7 +81,7 @@ func (noopQueue) SendMessage(context.Context, *sqs.SendMessageInput, ...func(*sq
 
 func relayConfig(table string) relay.Config {
 	return relay.Config{
-		Publisher: relay.PublisherConfig{EventBusName: busName, InitialInterval: time.Millisecond, MaxInterval: 5 * time.Millisecond},
+		Publisher: relay.PublisherConfig{Source: appenv.EventSource, EventBusName: busName, InitialInterval: time.Millisecond, MaxInterval: 5 * time.Millisecond},
 		Marker:    relay.MarkerConfig{Table: table, ParkedQueueURL: "q", Metrics: ioDiscard{}},
 		Logger:    quiet,
 	}
@@ -277,7 +277,7 @@ func newOutboxStack(t *testing.T, ic localrt.Interceptor) outboxStack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := outbox.NewWriter(f.env.DDB, outbox.WriterConfig{Table: table, PendingShards: 2})
+	w, err := outbox.NewWriter(f.env.DDB, outbox.WriterConfig{Source: appenv.EventSource, Table: table, PendingShards: 2})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -111,6 +111,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/appenv"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/order"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/routing"
 	"github.com/ddb-outbox/ddb-outbox/pkg/dedup"
@@ -238,6 +239,9 @@ type Ledger struct {
 // New returns a Ledger, or an error if cfg does not validate (see
 // dedup.NewConsumer).
 func New(client Client, cfg Config) (*Ledger, error) {
+	if cfg.ExpectedSource == "" {
+		cfg.ExpectedSource = appenv.EventSource // the example's own source
+	}
 	c, err := dedup.NewConsumer(routing.ConsumerLedger, client, cfg, DefaultMaxAttempts, dedup.Ordered)
 	if err != nil {
 		return nil, err

@@ -72,6 +72,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/appenv"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/order"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/routing"
 	"github.com/ddb-outbox/ddb-outbox/pkg/dedup"
@@ -98,7 +99,7 @@ const (
 
 // TTLAttribute is the notifications table's TTL attribute: a notification
 // (customer data) expires Config.ItemRetention after it was recorded
-// (config.EnvNotificationRetentionSeconds); views never expire.
+// (appenv.EnvNotificationRetentionSeconds); views never expire.
 const TTLAttribute = AttrExpiresAt
 
 // Key prefixes of notifier items.
@@ -166,6 +167,9 @@ type Notifier struct {
 // New returns a Notifier, or an error if cfg does not validate (see
 // dedup.NewConsumer).
 func New(client Client, cfg Config) (*Notifier, error) {
+	if cfg.ExpectedSource == "" {
+		cfg.ExpectedSource = appenv.EventSource // the example's own source
+	}
 	c, err := dedup.NewConsumer(routing.ConsumerNotifier, client, cfg, 0, dedup.Ordered)
 	if err != nil {
 		return nil, err

@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/appenv"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/order"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
 )
@@ -71,7 +72,7 @@ func TestRepositoryConcurrentKeyReuseWithDifferentBodies(t *testing.T) {
 		release: make(chan struct{}),
 		timeout: 10 * time.Second,
 	}
-	w, err := outbox.NewWriter(f.env.DDB, outbox.WriterConfig{Table: f.outbox})
+	w, err := outbox.NewWriter(f.env.DDB, outbox.WriterConfig{Source: appenv.EventSource, Table: f.outbox})
 	if err != nil {
 		t.Fatal(err)
 	}

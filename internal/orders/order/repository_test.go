@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/appenv"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/order"
 	"github.com/ddb-outbox/ddb-outbox/pkg/ddbtest"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
@@ -57,7 +58,7 @@ func newRepoFixture(t *testing.T) *repoFixture {
 
 func (f *repoFixture) repo(t *testing.T, now func() time.Time) *order.Repository {
 	t.Helper()
-	w, err := outbox.NewWriter(f.flaky, outbox.WriterConfig{Table: f.outbox})
+	w, err := outbox.NewWriter(f.flaky, outbox.WriterConfig{Source: appenv.EventSource, Table: f.outbox})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,7 +280,7 @@ func TestRepositoryLogsActor(t *testing.T) {
 	t.Parallel()
 	f := newRepoFixture(t)
 	var buf bytes.Buffer
-	w, err := outbox.NewWriter(f.env.DDB, outbox.WriterConfig{Table: f.outbox})
+	w, err := outbox.NewWriter(f.env.DDB, outbox.WriterConfig{Source: appenv.EventSource, Table: f.outbox})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,9 +3,9 @@ package routing_test
 import (
 	"testing"
 
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/appenv"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/order"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/routing"
-	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/localrt"
 )
 
@@ -20,7 +20,7 @@ func TestRoutingRulePatterns(t *testing.T) {
 		return `{"version":"0","id":"x","detail-type":"` + detailType + `","source":"` + source +
 			`","account":"000000000000","time":"2024-01-01T00:00:00Z","region":"us-east-1","resources":[],"detail":{"event_id":"e"}}`
 	}
-	src := config.DefaultEventSource
+	src := appenv.EventSource
 	want := map[string]map[string]bool{ // consumer → detail type → delivered
 		// ordered: the ledger receives every event of an order and advances
 		// past those it does not book (docs/ORDERING.md)
