@@ -66,6 +66,12 @@ const (
 	// sets it to the stack's account; empty (locally, where the bus uses
 	// 000000000000) checks no account.
 	EnvExpectedEventAccount = "EXPECTED_EVENT_ACCOUNT"
+	// EnvConsumerTable is the name of a consumer's own DynamoDB table:
+	// its dedup markers, ordering gates and resequencer buffer (and, if
+	// the consumer wishes, its effects), keyed pk/sk with the buffer index
+	// (dedup.WithStateIndex). The CDK module's consumer construct sets it;
+	// dedup.ConsumerConfigFromEnv reads it.
+	EnvConsumerTable = "CONSUMER_TABLE_NAME"
 	// EnvTracing turns OpenTelemetry tracing on in a function: TracingOn
 	// ("otlp") exports spans over OTLP/HTTP to the endpoint the standard
 	// OTEL_EXPORTER_OTLP_ENDPOINT names (on AWS: the ADOT collector layer's
