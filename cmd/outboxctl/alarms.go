@@ -72,7 +72,7 @@ func runAlarms(ctx context.Context, e *cmdEnv, args []string) error {
 	}
 	if err != nil {
 		if errors.Is(err, operator.ErrAlarmNotNotified) {
-			return fmt.Errorf("%w\nthe topic's policy must allow sns:Publish to cloudwatch.amazonaws.com for this account's alarms (and, if it is encrypted, its key policy kms:Decrypt and kms:GenerateDataKey*); see README, Deploy, Alarms", err)
+			return fmt.Errorf("%w\nthe topic's policy must allow sns:Publish to cloudwatch.amazonaws.com for this account's alarms (and, if it is encrypted, its key policy kms:Decrypt and kms:GenerateDataKey*); see docs/DEPLOY.md, Alarms", err)
 		}
 		return err
 	}

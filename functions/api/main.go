@@ -1,5 +1,5 @@
 // Command api is the order HTTP API Lambda, behind an API Gateway HTTP API
-// (payload format 2.0). Configuration: see pkg/config and the README.
+// (payload format 2.0). Configuration: see pkg/config and docs/CONFIGURATION.md.
 package main
 
 import (

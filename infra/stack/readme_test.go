@@ -22,7 +22,7 @@ const alarmMonthUSD = 0.10
 
 // GIVEN the default template
 // WHEN its AWS::CloudWatch::Alarm resources are counted
-// THEN the repository README's idle cost line states that count and
+// THEN docs/DEPLOY.md's idle cost line states that count and
 // count × alarmMonthUSD, rounded to cents ("N CloudWatch alarms (~$0.10
 // each, ~$X.YZ)"), and infra/README.md states the count ("N with the
 // defaults").
@@ -40,18 +40,18 @@ func TestREADMEStatesTheTemplatesAlarms(t *testing.T) {
 		return string(b)
 	}
 	cost := regexp.MustCompile(`(\d+) CloudWatch alarms \(~\$([0-9.]+) each, ~\$([0-9.]+)\)`)
-	m := cost.FindStringSubmatch(read("README.md"))
+	m := cost.FindStringSubmatch(read("docs/DEPLOY.md"))
 	if m == nil {
-		t.Fatalf("README.md has no line %q", cost)
+		t.Fatalf("docs/DEPLOY.md has no line %q", cost)
 	}
 	if got, _ := strconv.Atoi(m[1]); got != n {
-		t.Errorf("README.md says %d CloudWatch alarms, the default template has %d", got, n)
+		t.Errorf("docs/DEPLOY.md says %d CloudWatch alarms, the default template has %d", got, n)
 	}
 	if m[2] != strconv.FormatFloat(alarmMonthUSD, 'f', 2, 64) {
-		t.Errorf("README.md prices an alarm at $%s a month, want $%.2f", m[2], alarmMonthUSD)
+		t.Errorf("docs/DEPLOY.md prices an alarm at $%s a month, want $%.2f", m[2], alarmMonthUSD)
 	}
 	if want := fmt.Sprintf("%.2f", float64(n)*alarmMonthUSD); m[3] != want {
-		t.Errorf("README.md says ~$%s a month for the alarms, want %d × $%.2f = $%s", m[3], n, alarmMonthUSD, want)
+		t.Errorf("docs/DEPLOY.md says ~$%s a month for the alarms, want %d × $%.2f = $%s", m[3], n, alarmMonthUSD, want)
 	}
 	infra := regexp.MustCompile(`\((\d+) with the defaults\)`)
 	if m := infra.FindStringSubmatch(read("infra/README.md")); m == nil {

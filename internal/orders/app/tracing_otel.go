@@ -22,7 +22,7 @@ import (
 // The OpenTelemetry SDK wiring of the functions. A binary built with the
 // tag notrace (make build, the default for Lambda) leaves this file, the
 // SDK, the OTLP exporter, otelaws and otelhttp out (tracing_notrace.go):
-// about half the binary and 2 ms of init (README, Tracing overhead).
+// about half the binary and 2 ms of init (docs/BENCHMARKS.md, Tracing overhead).
 
 // initTracing installs the OTLP tracer provider when s.Tracing and adds the
 // OpenTelemetry AWS SDK middleware (otelaws: one span per SDK call) to cfg.
