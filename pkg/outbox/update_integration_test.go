@@ -152,7 +152,7 @@ func TestUpdateConcurrentUpdaters(t *testing.T) {
 							barrier.Done()
 							barrier.Wait()
 						}
-						return deposit(i + 1)(ctx, cur)
+						return deposit(i+1)(ctx, cur)
 					})
 					switch {
 					case err == nil:
