@@ -251,7 +251,7 @@ type Props struct {
 
 // MinRelayTimeout is the shortest relay function timeout Validate accepts:
 // relay.MinFunctionTimeout of the relay configuration the relay function
-// builds (internal/orders/app.NewRelay: the publisher's and marker's defaults; the entry
+// builds (lambdamain.NewRelay, relay.ConfigFromEnv: the publisher's and marker's defaults; the entry
 // size limit does not affect it) = RetryBudget 20 s + Reserve (2 × 5 s
 // CallTimeout + 0.5 s) + 1 s, rounded up to whole seconds: 32 s.
 func MinRelayTimeout() time.Duration {

@@ -14,8 +14,10 @@ import (
 	"github.com/ddb-outbox/ddb-outbox/pkg/sqsconsumer"
 )
 
-// ConsumerConfig is the configuration every consumer shares (internal/orders/ledger and
-// internal/orders/notifier alias it as their Config). Zero values take the defaults.
+// ConsumerConfig is the configuration every consumer shares
+// (ConsumerConfigFromEnv reads it from the consumer construct's variables;
+// NewConsumer builds the Consumer, Consumer.Handler its event handler).
+// Zero values take the defaults.
 type ConsumerConfig struct {
 	// Table is the consumer's own table name. Required.
 	Table string
@@ -32,9 +34,9 @@ type ConsumerConfig struct {
 	// TTLAttribute. Dedup.Consumer defaults to the consumer's name.
 	Dedup Config
 	// ItemRetention is how long the consumer keeps the items it writes
-	// where it supports expiry (the notifier's notifications: TTL attribute
-	// "expires_at", epoch seconds). 0 keeps them forever; the ledger never
-	// expires its entries (money).
+	// where it supports expiry (e.g. notifications: TTL attribute
+	// "expires_at", epoch seconds). 0 keeps them forever (what a consumer
+	// keeping money entries wants).
 	ItemRetention time.Duration
 	// CallTimeout bounds one read call (GetItem, Scan page). Default
 	// DefaultCallTimeout (10 s).
@@ -52,8 +54,7 @@ type ConsumerConfig struct {
 	ExpectedAccount string
 	// Ordering selects whether the consumer applies an aggregate's events
 	// in sequence order (promise I4; docs/ORDERING.md): OrderingDefault
-	// takes the consumer's own default (the ledger and the notifier are
-	// ordered), Ordered or Unordered override it. Ordered sets
+	// takes the consumer's own default (NewConsumer's ordering argument), Ordered or Unordered override it. Ordered sets
 	// Dedup.Ordered: the dedup transaction carries the ordering gate.
 	Ordering Ordering
 	// GapMaxReceives is the receive (SQS ApproximateReceiveCount, read with

@@ -62,7 +62,7 @@ type Config struct {
 	// Table is the dedup marker table name (partition key "pk", type S; see
 	// CreateTableInput). Required.
 	Table string
-	// Consumer names the consumer (e.g. routing.ConsumerLedger); it prefixes
+	// Consumer names the consumer (e.g. "wallet-projection"); it prefixes
 	// the marker key so consumers can share one table. Required; must not
 	// contain '#'.
 	Consumer string
@@ -402,7 +402,7 @@ const (
 // The outcome of every Apply cancellation, strongest first: the marker's
 // condition → duplicate (Apply returns false, nil); an effect whose failed
 // condition proves the event was applied before (the consumer's check, e.g.
-// the ledger entry or the notification exists) → duplicate; PermanentReason
+// an entry keyed by the event id exists; AppliedIf) → duplicate; PermanentReason
 // → permanent; the consumer's other effect conditions (its own policy);
 // otherwise (conflicts, throttling, unnamed reasons that outlasted
 // MaxAttempts) → retry.

@@ -30,8 +30,8 @@
 //     age (6 h), 4 days in the queue, then up to 14 days in the DLQ before a
 //     redrive, and the reconciler re-sends pending records. A duplicate
 //     after the marker expired is caught by the effect's own
-//     attribute_not_exists condition (the ledger's entry Put, the
-//     notifier's notification Put).
+//     attribute_not_exists condition (e.g. an entry Put keyed by the event
+//     id; name it with AppliedIf).
 //   - Ordered appliers (Config.Ordered; ConsumerConfig.Ordering, promise
 //     I4) add one action after the effects: the ordering gate, an Update of
 //     "<consumer>#SEQ#<aggregate_type>#<aggregate_id>" (AttrLastSequence)
@@ -66,9 +66,42 @@
 //     ConsumerConfig.Table; WithStateIndex): only its role writes it, and a
 //     backup restores effects and state as one unit.
 //
+// # A consumer in a few lines
+//
+// Consumer.Handler runs the whole protocol — origin check and decoding
+// (Accept), dedup marker and effects in one transaction (ApplyEvent), an
+// early event buffered or held (Hold), a duplicate acknowledged, a
+// permanent failure dead-lettered with its reason (Refuse), anything else
+// retried — around the caller's effect builder, and returns the handler
+// sqsconsumer.New takes. The configuration comes from the variables the
+// consumer construct sets:
+//
+//	cfg, err := dedup.ConsumerConfigFromEnv() // CONSUMER_TABLE_NAME, EVENT_SOURCE, EXPECTED_EVENT_ACCOUNT, DEDUP_RETENTION_SECONDS
+//	c, err := dedup.NewConsumer("wallet-projection", ddb, cfg, 0, dedup.Ordered)
+//	h, err := c.Handler(func(ctx context.Context, env outbox.Envelope) ([]types.TransactWriteItem, error) {
+//		return []types.TransactWriteItem{{Update: addToBalance(env)}}, nil
+//	})
+//	qc, err := sqsconsumer.ConfigFromEnv() // CONSUMER_DLQ_URL
+//	qc.DLQ, qc.Queue = sqsClient, sqsClient
+//	sh, err := sqsconsumer.New(h, qc)
+//	lambda.Start(sh.Handle)
+//
+// # The ordered consumer's rule
+//
+// An ordered consumer's EventBridge rule must deliver EVERY event type of
+// its aggregate, not only the types it acts on: the gate advances one
+// sequence at a time, so an event type the rule leaves out is a gap the
+// gate waits on for ever — every later event of that aggregate is
+// buffered, alarmed (OldestBufferedAgeSeconds) and finally dead-lettered as
+// sequence_gap. Return no effects for a type the consumer does not act on:
+// the event is recorded as seen and the gate moves past it. In ordered mode
+// the CDK module's consumer construct routes every event type of the
+// aggregate; a rule written by hand must do the same. An unordered
+// consumer may subscribe to the types it wants.
+//
 // # Example
 //
-//	a, err := dedup.NewApplier(client, dedup.Config{Table: "ledger", Consumer: "ledger"}) // the consumer's own table
+//	a, err := dedup.NewApplier(client, dedup.Config{Table: "balances", Consumer: "balances"}) // the consumer's own table
 //	env, err := dedup.DecodeEnvelope(ev) // ev is an events.EventBridgeEvent
 //	applied, err := a.Apply(ctx, env, []types.TransactWriteItem{{Update: addToBalance}})
 //	switch {

@@ -33,6 +33,24 @@
 // partition key, spread over N shards by a hash of the event id (one hot
 // partition throttles past ~1,000 writes/s), and AttrCreatedAt as its sort key.
 //
+// # Versioned updates
+//
+// Writer.Update owns the read-version, change, conditional-write loop: it
+// reads the aggregate's item, runs the caller's ChangeFunc, and writes the
+// new item, its version and the outbox records in one transaction
+// conditioned on the version read, retrying a conflict within
+// WriterConfig.UpdateMaxAttempts (then ErrConflict). Each event's sequence is
+// the aggregate's version after it, written together, so sequences are
+// gap-free by construction — what an ordered consumer needs. A create
+// (version 0 → 1) is the same call. Use Write directly only when the caller
+// keeps the version itself.
+//
+//	res, err := w.Update(ctx, outbox.UpdateInput{AggregateType: "Account", AggregateID: id,
+//		Table: "accounts", Key: key}, func(ctx context.Context, cur outbox.Current) (outbox.Change, error) {
+//		// cur.Version, cur.Item: the account as read (consistent read)
+//		return outbox.Change{Item: newItem, Events: []outbox.Event{{Type: "AmountDeposited", Version: 1, Payload: p}}}, nil
+//	})
+//
 // # Example
 //
 //	env, _ := outbox.NewEnvelope(outbox.Aggregate{Type: "Order", ID: id, Sequence: 1},

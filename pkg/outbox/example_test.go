@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -112,4 +113,93 @@ func Example_addAnOutboxToYourTable() {
 	// first open: <nil>
 	// second open refused, condition failed on action 0
 	// AccountOpened sequence 1 PENDING expires: false
+}
+
+// Update an existing aggregate with its events: Writer.Update reads the
+// account (consistent read), runs the change, and commits the new item, its
+// version and one outbox record per event in one transaction conditioned on
+// the version it read, retrying a conflict. The events' sequences are the
+// account's versions, so they are gap-free by construction.
+func ExampleWriter_Update() {
+	ctx := context.Background()
+	srv, err := dynoxide.Start(ctx, nil)
+	if err != nil {
+		fmt.Println("start dynoxide:", err)
+		return
+	}
+	defer srv.Stop()
+	ddb := dynamodb.NewFromConfig(dynoxide.AWSConfig(srv.Endpoint))
+	if _, err := ddb.CreateTable(ctx, &dynamodb.CreateTableInput{
+		TableName:            aws.String("accounts"),
+		BillingMode:          types.BillingModePayPerRequest,
+		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String("id"), AttributeType: types.ScalarAttributeTypeS}},
+		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String("id"), KeyType: types.KeyTypeHash}},
+	}); err != nil {
+		fmt.Println(err)
+		return
+	}
+	if _, err := ddb.CreateTable(ctx, outbox.CreateTableInput("outbox")); err != nil {
+		fmt.Println(err)
+		return
+	}
+	w, err := outbox.NewWriter(ddb, outbox.WriterConfig{Table: "outbox", Source: "com.example.accounts"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	account := outbox.UpdateInput{
+		AggregateType: "Account", AggregateID: "acc-1",
+		Table: "accounts", Key: map[string]types.AttributeValue{"id": &types.AttributeValueMemberS{Value: "acc-1"}},
+	}
+	// deposit is the change: the new balance and the event that says so.
+	deposit := func(amount int) outbox.ChangeFunc {
+		return func(_ context.Context, cur outbox.Current) (outbox.Change, error) {
+			var acc struct {
+				Balance int `dynamodbav:"balance"`
+			}
+			if err := attributevalue.UnmarshalMap(cur.Item, &acc); err != nil {
+				return outbox.Change{}, err
+			}
+			acc.Balance += amount
+			item, err := attributevalue.MarshalMap(acc)
+			if err != nil {
+				return outbox.Change{}, err
+			}
+			return outbox.Change{
+				Item:   item,
+				Events: []outbox.Event{{Type: "AmountDeposited", Version: 1, Payload: map[string]int{"amount": amount, "balance": acc.Balance}}},
+			}, nil
+		}
+	}
+
+	// The account exists at version 1 (a create is the same call).
+	if _, err := w.Update(ctx, account, deposit(100)); err != nil {
+		fmt.Println(err)
+		return
+	}
+	// Update the existing account.
+	res, err := w.Update(ctx, account, deposit(25))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("version", res.Version, "event", res.Events[0].EventType, "sequence", res.Events[0].Sequence, "attempts", res.Attempts)
+
+	got, err := ddb.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String("accounts"), Key: account.Key, ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	var acc struct {
+		Balance int `dynamodbav:"balance"`
+		Version int `dynamodbav:"version"`
+	}
+	if err := attributevalue.UnmarshalMap(got.Item, &acc); err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("balance", acc.Balance, "version", acc.Version)
+	// Output:
+	// version 2 event AmountDeposited sequence 2 attempts 1
+	// balance 125 version 2
 }

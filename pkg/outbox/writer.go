@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
@@ -71,6 +72,16 @@ type WriterConfig struct {
 	// (CheckTransaction); a table not listed is taken to be keyed by
 	// pk/sk (KeyAttributeNames), the outbox table's names.
 	Keys []TableKeys
+	// UpdateMaxAttempts bounds the transactions one Writer.Update sends
+	// (the first included) before it gives up with ErrConflict. Default
+	// DefaultUpdateMaxAttempts (8).
+	UpdateMaxAttempts int
+	// UpdateRetryBase and UpdateRetryMax shape the wait before each of
+	// Update's retries: exponential from UpdateRetryBase, doubling, capped
+	// at UpdateRetryMax, full jitter (each wait uniform in [0, the capped
+	// delay]). Defaults 10 ms and 500 ms.
+	UpdateRetryBase time.Duration
+	UpdateRetryMax  time.Duration
 }
 
 func (c *WriterConfig) setDefaults() {
@@ -79,6 +90,15 @@ func (c *WriterConfig) setDefaults() {
 	}
 	if c.MaxEntryBytes == 0 {
 		c.MaxEntryBytes = config.DefaultMaxEntryBytes
+	}
+	if c.UpdateMaxAttempts == 0 {
+		c.UpdateMaxAttempts = DefaultUpdateMaxAttempts
+	}
+	if c.UpdateRetryBase == 0 {
+		c.UpdateRetryBase = 10 * time.Millisecond
+	}
+	if c.UpdateRetryMax == 0 {
+		c.UpdateRetryMax = 500 * time.Millisecond
 	}
 }
 
@@ -95,6 +115,10 @@ func (c WriterConfig) Validate() error {
 		return fmt.Errorf("outbox: PendingShards %d out of range 1..%d", c.PendingShards, config.MaxPendingShards)
 	case c.MaxEntryBytes < 1024:
 		return fmt.Errorf("outbox: MaxEntryBytes %d is too small", c.MaxEntryBytes)
+	case c.UpdateMaxAttempts < 1:
+		return fmt.Errorf("outbox: UpdateMaxAttempts %d is below 1", c.UpdateMaxAttempts)
+	case c.UpdateRetryBase < 0 || c.UpdateRetryMax < c.UpdateRetryBase:
+		return fmt.Errorf("outbox: UpdateRetryBase %v and UpdateRetryMax %v: want 0 <= base <= max", c.UpdateRetryBase, c.UpdateRetryMax)
 	}
 	return nil
 }
@@ -162,6 +186,12 @@ func (w *Writer) Write(ctx context.Context, writes []types.TransactWriteItem, ev
 // Build validates and assembles the TransactWriteItems input Write would send.
 // It returns the same errors as Write's pre-send checks.
 func (w *Writer) Build(writes []types.TransactWriteItem, events []Envelope, opts ...WriteOption) (*dynamodb.TransactWriteItemsInput, error) {
+	return w.build(writes, events, nil, opts...)
+}
+
+// build is Build with extra key names for CheckTransaction (the aggregate
+// table's, for Update).
+func (w *Writer) build(writes []types.TransactWriteItem, events []Envelope, keys []TableKeys, opts ...WriteOption) (*dynamodb.TransactWriteItemsInput, error) {
 	var o writeOptions
 	for _, opt := range opts {
 		opt(&o)
@@ -199,7 +229,7 @@ func (w *Writer) Build(writes []types.TransactWriteItem, events []Envelope, opts
 			ExpressionAttributeValues: cond.Values(),
 		}})
 	}
-	if err := CheckTransaction(items, w.cfg.Keys...); err != nil {
+	if err := CheckTransaction(items, append(keys, w.cfg.Keys...)...); err != nil {
 		return nil, err
 	}
 	in := &dynamodb.TransactWriteItemsInput{TransactItems: items}

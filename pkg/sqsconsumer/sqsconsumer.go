@@ -1,5 +1,5 @@
 // Package sqsconsumer runs an EventBridge-event handler (a consumer such as
-// the ledger or the notifier) behind a Lambda SQS event source mapping, the
+// one built with dedup's Consumer.Handler) behind a Lambda SQS event source mapping, the
 // consumer delivery path of this project:
 //
 //	EventBridge rule ──▶ consumer SQS queue ──▶ Lambda SQS event source mapping
@@ -71,8 +71,8 @@ import (
 	"github.com/ddb-outbox/ddb-outbox/pkg/outboxtrace"
 )
 
-// EventHandler handles one EventBridge event; the shape of ledger.Handle and
-// notifier.Handle. A nil error means the event's effect is applied (or was
+// EventHandler handles one EventBridge event; dedup's Consumer.Handler
+// returns one. A nil error means the event's effect is applied (or was
 // already applied).
 type EventHandler func(ctx context.Context, ev events.EventBridgeEvent) error
 

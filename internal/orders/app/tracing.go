@@ -2,61 +2,24 @@ package app
 
 import (
 	"context"
-	"os"
 
-	"go.opentelemetry.io/otel/trace"
+	"github.com/aws/aws-sdk-go-v2/aws"
 
-	"github.com/ddb-outbox/ddb-outbox/pkg/outboxtrace"
+	"github.com/ddb-outbox/ddb-outbox/pkg/lambdamain"
 )
 
-// flusher is what Traced needs of the tracer provider: ForceFlush before
-// the invocation answers, because Lambda may freeze the execution
-// environment right after.
-type flusher interface {
-	ForceFlush(ctx context.Context) error
-}
-
-var tracerFlush flusher
-
-// Traced wraps a Lambda handler in one server span per invocation, named
-// name, whose parent is the invocation's X-Ray trace header (the Lambda
-// service's segment when the function has active tracing), and flushes the
-// tracer provider before answering. It stands in for the contrib otellambda
-// instrumentation (go.opentelemetry.io/contrib/.../otellambda), which the
-// module proxy reachable here does not serve. With tracing off it returns h
-// itself: no wrapper, no cost.
+// Traced is lambdamain.Traced with the tracing switch of s: one server span
+// per invocation, parented on the invocation's X-Ray header, flushed before
+// the answer; h itself when tracing is off.
 func Traced[In, Out any](s Settings, name string, h func(context.Context, In) (Out, error)) func(context.Context, In) (Out, error) {
-	if !s.Tracing {
-		return h
-	}
-	return func(ctx context.Context, in In) (Out, error) {
-		header, _ := ctx.Value(outboxtrace.LambdaTraceKey).(string)
-		if header == "" {
-			header = os.Getenv("_X_AMZN_TRACE_ID")
-		}
-		ctx = outboxtrace.ParentOrNew(ctx, outboxtrace.FromXRayHeader(header))
-		ctx, span := outboxtrace.Tracer().Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer))
-		out, err := h(ctx, in)
-		if err != nil {
-			span.RecordError(err)
-		}
-		span.End()
-		if tracerFlush != nil {
-			_ = tracerFlush.ForceFlush(ctx)
-		}
-		return out, err
-	}
+	return lambdamain.Traced(lambdamain.Runtime{Tracing: s.Tracing}, name, h)
 }
 
-// TracedNoResult is Traced for a handler that answers with an error only
-// (the reconciler's scheduled event).
+// TracedNoResult is Traced for a handler that answers with an error only.
 func TracedNoResult[In any](s Settings, name string, h func(context.Context, In) error) func(context.Context, In) error {
-	if !s.Tracing {
-		return h
-	}
-	t := Traced(s, name, func(ctx context.Context, in In) (struct{}, error) { return struct{}{}, h(ctx, in) })
-	return func(ctx context.Context, in In) error {
-		_, err := t(ctx, in)
-		return err
-	}
+	return lambdamain.TracedNoResult(lambdamain.Runtime{Tracing: s.Tracing}, name, h)
 }
+
+// InstrumentAWS is lambdamain.InstrumentAWS: the OpenTelemetry AWS SDK
+// middleware on cfg (nothing in a binary built with the tag notrace).
+func InstrumentAWS(cfg *aws.Config) { lambdamain.InstrumentAWS(cfg) }

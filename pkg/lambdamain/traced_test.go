@@ -1,4 +1,4 @@
-package app
+package lambdamain
 
 import (
 	"context"
@@ -35,11 +35,11 @@ func TestTracedContinuesTheLambdaXRayTrace(t *testing.T) {
 	//nolint:staticcheck // SA1029: aws-lambda-go stores the header under this plain string key (lambda/invoke_loop.go), so the test must too
 	ctx := context.WithValue(context.Background(), outboxtrace.LambdaTraceKey, "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1")
 
-	out, err := Traced(Settings{}, "relay", h)(ctx, 2)
+	out, err := Traced(Runtime{}, "relay", h)(ctx, 2)
 	if out != 4 || !errors.Is(err, boom) || len(exp.GetSpans()) != 0 || inner.IsValid() {
 		t.Fatalf("tracing off: %d %v, %d spans, span in ctx %v", out, err, len(exp.GetSpans()), inner.IsValid())
 	}
-	out, err = Traced(Settings{Tracing: true}, "relay", h)(ctx, 3)
+	out, err = Traced(Runtime{Tracing: true}, "relay", h)(ctx, 3)
 	if out != 6 || !errors.Is(err, boom) {
 		t.Fatalf("tracing on: %d %v", out, err)
 	}

@@ -1,0 +1,44 @@
+package dedup
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/ddb-outbox/ddb-outbox/pkg/config"
+)
+
+// ConsumerConfigFromEnv reads a consumer's configuration from the
+// environment variables the CDK module's consumer construct sets on the
+// consumer function:
+//
+//   - config.EnvConsumerTable (CONSUMER_TABLE_NAME), required: Table, the
+//     consumer's own table (dedup markers, gates, buffer; key pk, the
+//     state index WithStateIndex, TTL on TTLAttribute)
+//   - config.EnvEventSource (EVENT_SOURCE), required: ExpectedSource
+//   - config.EnvExpectedEventAccount (EXPECTED_EVENT_ACCOUNT), optional, a
+//     12-digit AWS account id: ExpectedAccount
+//   - config.EnvDedupRetentionSeconds (DEDUP_RETENTION_SECONDS, whole
+//     seconds), default config.DefaultDedupRetention: Dedup.Retention
+//
+// The rest (Ordering, Logger, …) is the caller's; NewConsumer applies the
+// defaults. The error joins one error per missing or invalid variable, each
+// naming it.
+func ConsumerConfigFromEnv() (ConsumerConfig, error) {
+	var errs []error
+	var c ConsumerConfig
+	var err error
+	if c.Table, err = config.Required(config.EnvConsumerTable); err != nil {
+		errs = append(errs, err)
+	}
+	if c.ExpectedSource, err = config.Required(config.EnvEventSource); err != nil {
+		errs = append(errs, err)
+	}
+	c.ExpectedAccount = config.String(config.EnvExpectedEventAccount, "")
+	if c.ExpectedAccount != "" && !accountID(c.ExpectedAccount) {
+		errs = append(errs, fmt.Errorf("config: %s=%q is not a 12-digit AWS account id", config.EnvExpectedEventAccount, c.ExpectedAccount))
+	}
+	if c.Dedup.Retention, err = config.Seconds(config.EnvDedupRetentionSeconds, config.DefaultDedupRetention); err != nil {
+		errs = append(errs, err)
+	}
+	return c, errors.Join(errs...)
+}

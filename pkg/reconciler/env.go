@@ -1,0 +1,42 @@
+package reconciler
+
+import (
+	"errors"
+
+	"github.com/ddb-outbox/ddb-outbox/pkg/config"
+)
+
+// ConfigFromEnv reads the reconciler's own configuration from the
+// environment variables the CDK module's outboxcdk.Outbox construct sets on
+// the reconciler function:
+//
+//   - config.EnvOutboxTable (OUTBOX_TABLE_NAME), required: Table
+//   - config.EnvPendingShards (PENDING_SHARDS, 1..config.MaxPendingShards),
+//     default config.DefaultPendingShards: PendingShards
+//   - config.EnvReconcileAfterSeconds (RECONCILE_AFTER_SECONDS, whole
+//     seconds), default config.DefaultReconcileAfter: ReconcileAfter
+//   - config.EnvReconcileBudgetSeconds (RECONCILE_BUDGET_SECONDS, whole
+//     seconds), default config.DefaultReconcileBudget: Budget
+//
+// The reconciler publishes and marks through a relay's Publisher and Marker:
+// read their configuration with relay.ConfigFromEnv. AllowShortReconcileAfter
+// is never read from the environment. The error joins one error per missing
+// or unparsable variable, each naming it; Validate's checks run in New.
+func ConfigFromEnv() (Config, error) {
+	var errs []error
+	var c Config
+	var err error
+	if c.Table, err = config.Required(config.EnvOutboxTable); err != nil {
+		errs = append(errs, err)
+	}
+	if c.PendingShards, err = config.Int(config.EnvPendingShards, config.DefaultPendingShards); err != nil {
+		errs = append(errs, err)
+	}
+	if c.ReconcileAfter, err = config.Seconds(config.EnvReconcileAfterSeconds, config.DefaultReconcileAfter); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Budget, err = config.Seconds(config.EnvReconcileBudgetSeconds, config.DefaultReconcileBudget); err != nil {
+		errs = append(errs, err)
+	}
+	return c, errors.Join(errs...)
+}

@@ -1,0 +1,34 @@
+package reconciler
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ddb-outbox/ddb-outbox/pkg/config"
+)
+
+// TestConfigFromEnv reads the variables the construct sets, applies the
+// defaults, and names each missing or unparsable variable.
+func TestConfigFromEnv(t *testing.T) {
+	set := func(kv map[string]string) {
+		for _, k := range []string{config.EnvOutboxTable, config.EnvPendingShards, config.EnvReconcileAfterSeconds, config.EnvReconcileBudgetSeconds} {
+			t.Setenv(k, kv[k])
+		}
+	}
+	set(map[string]string{config.EnvOutboxTable: "outbox", config.EnvPendingShards: "4", config.EnvReconcileAfterSeconds: "600"})
+	c, err := ConfigFromEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Table != "outbox" || c.PendingShards != 4 || c.ReconcileAfter != 10*time.Minute || c.Budget != config.DefaultReconcileBudget {
+		t.Fatalf("config %+v", c)
+	}
+	set(map[string]string{config.EnvPendingShards: "x", config.EnvReconcileBudgetSeconds: "-1"})
+	_, err = ConfigFromEnv()
+	for _, name := range []string{config.EnvOutboxTable, config.EnvPendingShards, config.EnvReconcileBudgetSeconds} {
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("error %v does not name %s", err, name)
+		}
+	}
+}
