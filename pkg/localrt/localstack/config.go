@@ -116,21 +116,24 @@ type Consumer struct {
 	// sqsconsumer.New with the consumer's DLQ (a *sqsconsumer.PermanentError
 	// is dead-lettered at once with its reason, other errors retried, then
 	// moved to the DLQ by the queue's redrive policy) and answers with
-	// partial batch responses. SQSHandler instead builds the whole SQS
-	// handler (an *sqsconsumer.Handler's Handle, or anything answering
-	// events.SQSEvent) from the consumer's resources. Exactly one is
-	// required.
+	// partial batch responses. NewHandler builds such a handler from the
+	// consumer's resources (the stack's DynamoDB client, its state table),
+	// which exist only once Start runs. SQSHandler instead builds the whole
+	// SQS handler (an *sqsconsumer.Handler's Handle, or anything answering
+	// events.SQSEvent with a partial batch response) from them. Exactly one
+	// of the three is required; an error a builder returns fails Start.
 	Handler    sqsconsumer.EventHandler
+	NewHandler func(ConsumerEnv) (sqsconsumer.EventHandler, error)
 	SQSHandler func(ConsumerEnv) (localrt.SQSHandler, error)
 	// StateTable is the consumer's own table for its dedup state (markers,
 	// ordering gates, resequencer buffer). Unless Tables creates a table
 	// of that name, Start creates it as
-	// dedup.WithStateIndex(dedup.CreateTableInput(StateTable)). Optional;
+	// dedup.CreateTableInput(StateTable) (with the state index). Optional;
 	// Stack.Buffered lists an ordered consumer's buffer from it.
 	StateTable string
 }
 
-// ConsumerEnv is what a Consumer.SQSHandler gets to build its handler: the
+// ConsumerEnv is what a Consumer.NewHandler or SQSHandler gets to build its handler: the
 // consumer's queues, table and the stack's clients.
 type ConsumerEnv struct {
 	// Name is the consumer's name; Source the stack's event source.
@@ -230,8 +233,8 @@ func (c *Config) validate() error {
 			return bad("Consumers[%d]: name %q used twice", i, cs.Name)
 		case (cs.AggregateType == "") == (cs.Pattern == nil):
 			return bad("consumer %s: give exactly one of AggregateType and Pattern", cs.Name)
-		case (cs.Handler == nil) == (cs.SQSHandler == nil):
-			return bad("consumer %s: give exactly one of Handler and SQSHandler", cs.Name)
+		case btoi(cs.Handler != nil)+btoi(cs.NewHandler != nil)+btoi(cs.SQSHandler != nil) != 1:
+			return bad("consumer %s: give exactly one of Handler, NewHandler and SQSHandler", cs.Name)
 		}
 		names[cs.Name] = true
 	}
@@ -249,4 +252,11 @@ func (cs Consumer) rulePattern(source string) any {
 		return map[string]any{"source": []any{source}, "detail": map[string]any{"aggregate_type": []any{cs.AggregateType}}}
 	}
 	return cs.Pattern
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

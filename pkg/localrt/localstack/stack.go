@@ -222,7 +222,7 @@ func (s *Stack) createTables(ctx context.Context) error {
 		}
 		s.stateOf[c.Name] = c.StateTable
 		if !have(c.StateTable) {
-			inputs = append(inputs, dedup.WithStateIndex(dedup.CreateTableInput(c.StateTable)))
+			inputs = append(inputs, dedup.CreateTableInput(c.StateTable)) // with the state index
 		}
 		if _, set := ttl[c.StateTable]; !set {
 			ttl[c.StateTable] = dedup.TTLAttribute
@@ -240,11 +240,28 @@ func (s *Stack) addConsumers() error {
 	s.Consumers, s.RuleDLQs, s.Sweeps = map[string]*ConsumerPath{}, map[string]*localrt.SQSQueue{}, map[string]*localrt.Scheduler{}
 	for _, c := range cfg.Consumers {
 		log := cfg.Logger.With("fn", c.Name)
-		build := EventHandler(c.Name, c.Handler, time.Second, cfg.ConsumerVisibilityTimeout, log)
-		if c.SQSHandler != nil {
+		env := func(q ConsumerQueues, dlqURL string) ConsumerEnv {
+			return ConsumerEnv{Name: c.Name, Source: cfg.Source, QueueURL: q.Queue.URL(), DLQURL: dlqURL,
+				StateTable: c.StateTable, SQS: q, DDB: s.DDB}
+		}
+		var build func(ConsumerQueues, string) (localrt.SQSHandler, *sqsconsumer.Handler, error)
+		switch {
+		case c.Handler != nil:
+			build = EventHandler(c.Name, c.Handler, time.Second, cfg.ConsumerVisibilityTimeout, log)
+		case c.NewHandler != nil:
 			build = func(q ConsumerQueues, dlqURL string) (localrt.SQSHandler, *sqsconsumer.Handler, error) {
-				h, err := c.SQSHandler(ConsumerEnv{Name: c.Name, Source: cfg.Source, QueueURL: q.Queue.URL(), DLQURL: dlqURL,
-					StateTable: c.StateTable, SQS: q, DDB: s.DDB})
+				h, err := c.NewHandler(env(q, dlqURL))
+				if err != nil {
+					return nil, nil, err
+				}
+				if h == nil {
+					return nil, nil, errors.New("NewHandler returned no handler")
+				}
+				return EventHandler(c.Name, h, time.Second, cfg.ConsumerVisibilityTimeout, log)(q, dlqURL)
+			}
+		default:
+			build = func(q ConsumerQueues, dlqURL string) (localrt.SQSHandler, *sqsconsumer.Handler, error) {
+				h, err := c.SQSHandler(env(q, dlqURL))
 				return h, nil, err
 			}
 		}
