@@ -14,6 +14,7 @@ import (
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/routing"
 	"github.com/ddb-outbox/ddb-outbox/pkg/dedup"
 	"github.com/ddb-outbox/ddb-outbox/pkg/localrt"
+	"github.com/ddb-outbox/ddb-outbox/pkg/localrt/localstack"
 )
 
 // ConsumerSpec is a consumer added to a running stack, as a team deploys a
@@ -136,7 +137,7 @@ func (s *Stack) AddLedgerWith(ctx context.Context, spec LedgerSpec) (*ledger.Led
 	if consumer == "" {
 		consumer = name
 	}
-	if _, err := ensureTable(ctx, s.DDB, ledger.CreateTableInput(table)); err != nil {
+	if _, err := localstack.EnsureTable(ctx, s.DDB, ledger.CreateTableInput(table)); err != nil {
 		return nil, nil, err
 	}
 	w := dynamodb.NewTableExistsWaiter(s.DDB)

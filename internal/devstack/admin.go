@@ -1,18 +1,15 @@
 package devstack
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"sort"
-	"sync/atomic"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
-
 	"github.com/ddb-outbox/ddb-outbox/pkg/localrt"
+	"github.com/ddb-outbox/ddb-outbox/pkg/localrt/localstack"
 )
 
 // DefaultRejectCode is the PutEvents entry error code the local bus answers
@@ -31,47 +28,29 @@ func (s *Stack) publishPath(opts Options) (localrt.PutEventsAPI, error) {
 	if code == "" {
 		code = DefaultRejectCode
 	}
-	eb, err := localrt.RejectDetailTypes(s.Bus, code, opts.RejectDetailTypes...)
+	r, err := localstack.NewRejectSwitch(s.Bus, code, opts.RejectDetailTypes...)
 	if err != nil {
 		return nil, fmt.Errorf("devstack: %w", err)
 	}
 	s.log.Warn("the local bus rejects these detail types permanently: their outbox records will be parked", "detail_types", opts.RejectDetailTypes, "error_code", code)
-	s.rejecting = &rejectSwitch{on: eb, off: s.Bus, types: opts.RejectDetailTypes}
-	s.rejecting.active.Store(true)
-	return s.rejecting, nil
-}
-
-// rejectSwitch is the publish path with Options.RejectDetailTypes: the
-// rejecting bus while active, the bus itself once StopRejecting lifts the
-// fault (the console's button), so parked records can be redriven without
-// a restart.
-type rejectSwitch struct {
-	on, off localrt.PutEventsAPI
-	types   []string
-	active  atomic.Bool
-}
-
-func (r *rejectSwitch) PutEvents(ctx context.Context, in *eventbridge.PutEventsInput, optFns ...func(*eventbridge.Options)) (*eventbridge.PutEventsOutput, error) {
-	if r.active.Load() {
-		return r.on.PutEvents(ctx, in, optFns...)
-	}
-	return r.off.PutEvents(ctx, in, optFns...)
+	// the rejecting bus until StopRejecting lifts the fault (the
+	// console's button), so parked records can be redriven without a
+	// restart
+	s.rejecting = r
+	return r, nil
 }
 
 // Rejecting returns the detail types the local bus refuses now
 // (Options.RejectDetailTypes until StopRejecting; nil without them).
 func (s *Stack) Rejecting() []string {
-	if s.rejecting == nil || !s.rejecting.active.Load() {
-		return nil
-	}
-	return s.rejecting.types
+	return s.rejecting.Rejecting()
 }
 
 // StopRejecting lifts Options.RejectDetailTypes: from now on the bus
 // accepts those detail types (redrive the parked records to publish them).
 // It reports whether a rejection was active.
 func (s *Stack) StopRejecting() bool {
-	return s.rejecting != nil && s.rejecting.active.Swap(false)
+	return s.rejecting.Stop()
 }
 
 // Queues returns every SQS queue of the stack by name (the last segment of

@@ -2,61 +2,35 @@ package devstack
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"slices"
-	"time"
 
 	"github.com/aws/aws-lambda-go/events"
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/app"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/routing"
-	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/dedup"
 	"github.com/ddb-outbox/ddb-outbox/pkg/localrt"
+	"github.com/ddb-outbox/ddb-outbox/pkg/localrt/localstack"
 	"github.com/ddb-outbox/ddb-outbox/pkg/sqsconsumer"
 )
 
 // ConsumerPath is one consumer's delivery path, as the CDK stack deploys it:
 // the rule's SQS queue (redrive policy to DLQ after MaxReceiveCount
 // receives), the SQS event source mapping, and the consumer behind
-// sqsconsumer (which also dead-letters permanent failures to DLQ at once).
-type ConsumerPath struct {
-	Name    string
-	Queue   *localrt.SQSQueue
-	DLQ     *localrt.SQSQueue
-	Poller  *localrt.SQSPoller
-	Handler *sqsconsumer.Handler
-}
+// sqsconsumer (which also dead-letters permanent failures to DLQ at once):
+// the published local stack's (localstack.ConsumerPath).
+type ConsumerPath = localstack.ConsumerPath
 
 // DLQRetention is the consumer DLQs' retention: 14 days, the SQS maximum
-// (a DLQ keeps a message's first send time, so it must outlive the source
-// queue's retention).
-const DLQRetention = 14 * 24 * time.Hour
+// (localstack.DLQRetention).
+const DLQRetention = localstack.DLQRetention
 
-// newConsumerPath builds one consumer's path; store (nil: in memory) keeps
-// its queue's and DLQ's messages across restarts.
+// newConsumerPath builds one consumer's path (localstack.NewConsumerPath)
+// with the handler the Lambda main builds (app.NewConsumerHandler); store
+// (nil: in memory) keeps its queue's and DLQ's messages across restarts.
 func newConsumerPath(name string, h localrt.EventHandler, settings app.Settings, opts Options, store localrt.StateStore, log *slog.Logger) (*ConsumerPath, error) {
-	// Every queue of the CDK stack has a MaximumMessageSize of 1 MiB (an
-	// EventBridge event wrapping a 256 KB entry is larger than 256 KiB).
-	dlq, err := localrt.NewSQSQueue(localrt.SQSQueueConfig{Name: opts.Prefix + "-" + name + "-dlq", RetentionPeriod: DLQRetention,
-		MaximumMessageSize: sqsconsumer.MaxQueueMessageBytes, Store: store})
-	if err != nil {
-		return nil, err
-	}
-	q, err := localrt.NewSQSQueue(localrt.SQSQueueConfig{
-		Name:               opts.Prefix + "-" + name,
-		VisibilityTimeout:  opts.ConsumerVisibilityTimeout,
-		MaximumMessageSize: sqsconsumer.MaxQueueMessageBytes,
-		Redrive:            &localrt.RedrivePolicy{DeadLetterQueue: dlq, MaxReceiveCount: opts.ConsumerMaxReceiveCount},
-		Store:              store,
-	})
-	if err != nil {
-		return nil, err
-	}
 	if types := opts.DeadLetterTypes[name]; len(types) > 0 {
 		h = deadLetterTypes(name, types, h)
 	}
@@ -73,48 +47,36 @@ func newConsumerPath(name string, h localrt.EventHandler, settings app.Settings,
 			return ic(ctx, name, ev, attempt, next)
 		}
 	}
-	// The handler the Lambda main builds (app.NewConsumerHandler), with
-	// this consumer's DLQ URL as CONSUMER_DLQ_URL.
-	settings.ConsumerDLQURL = dlq.URL()
-	// Retries come back after ConsumerRetryBase doubling, capped at the
-	// queue's visibility timeout, as on AWS.
-	settings.ConsumerRetryMax = opts.ConsumerVisibilityTimeout
-	var dlqSend sqsconsumer.MessageSender = dlq
+	cfg := localstack.PathConfig{
+		Name: name, QueueName: opts.Prefix + "-" + name,
+		FunctionTimeout: opts.ConsumerFunctionTimeout, VisibilityTimeout: opts.ConsumerVisibilityTimeout,
+		MaxReceiveCount: opts.ConsumerMaxReceiveCount, MaxConcurrency: opts.ConsumerMaxConcurrency,
+		Store: store, Logger: log,
+		Handler: func(q localstack.ConsumerQueues, dlqURL string) (localrt.SQSHandler, *sqsconsumer.Handler, error) {
+			// The handler the Lambda main builds, with this consumer's DLQ
+			// URL as CONSUMER_DLQ_URL; retries come back after
+			// ConsumerRetryBase doubling, capped at the queue's visibility
+			// timeout, as on AWS.
+			settings.ConsumerDLQURL = dlqURL
+			settings.ConsumerRetryMax = opts.ConsumerVisibilityTimeout
+			handler, err := app.NewConsumerHandler(settings, name, sqsconsumer.EventHandler(h), q, log.With("fn", name))
+			if err != nil {
+				return nil, nil, err
+			}
+			return handler.Handle, handler, nil
+		},
+	}
 	if opts.WrapConsumerDLQ != nil {
-		dlqSend = opts.WrapConsumerDLQ(name, dlqSend)
+		cfg.WrapDLQ = func(d sqsconsumer.MessageSender) sqsconsumer.MessageSender { return opts.WrapConsumerDLQ(name, d) }
 	}
-	handler, err := app.NewConsumerHandler(settings, name, sqsconsumer.EventHandler(h), consumerQueues{dlq: dlqSend, queue: q}, log.With("fn", name))
-	if err != nil {
-		return nil, fmt.Errorf("devstack: consumer %s: %w", name, err)
-	}
-	var sh localrt.SQSHandler = handler.Handle
 	if opts.WrapConsumer != nil {
-		sh = opts.WrapConsumer(name, sh)
+		cfg.WrapHandler = func(sh localrt.SQSHandler) localrt.SQSHandler { return opts.WrapConsumer(name, sh) }
 	}
-	p, err := localrt.NewSQSPoller(localrt.SQSPollerConfig{
-		Queue: q, FunctionName: name, FunctionTimeout: opts.ConsumerFunctionTimeout,
-		BatchSize: config.DefaultConsumerBatchSize, MaximumConcurrency: opts.ConsumerMaxConcurrency,
-		PollWait: 200 * time.Millisecond, Logger: log.With("fn", "sqs-event-source-mapping", "consumer", name),
-	}, sh)
+	c, err := localstack.NewConsumerPath(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("devstack: consumer %s: %w", name, err)
+		return nil, fmt.Errorf("devstack: %w", err)
 	}
-	return &ConsumerPath{Name: name, Queue: q, DLQ: dlq, Poller: p, Handler: handler}, nil
-}
-
-// consumerQueues is what a consumer's handler calls: SendMessage on its DLQ,
-// ChangeMessageVisibility on its queue (one SQS client does both on AWS).
-type consumerQueues struct {
-	dlq   sqsconsumer.MessageSender // the DLQ, through Options.WrapConsumerDLQ
-	queue *localrt.SQSQueue
-}
-
-func (c consumerQueues) SendMessage(ctx context.Context, in *sqs.SendMessageInput, opts ...func(*sqs.Options)) (*sqs.SendMessageOutput, error) {
-	return c.dlq.SendMessage(ctx, in, opts...)
-}
-
-func (c consumerQueues) ChangeMessageVisibility(ctx context.Context, in *sqs.ChangeMessageVisibilityInput, opts ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error) {
-	return c.queue.ChangeMessageVisibility(ctx, in, opts...)
+	return c, nil
 }
 
 // addSweeps creates the resequencer sweep schedule of every ordered
@@ -144,55 +106,15 @@ func (s *Stack) addSweeps(opts Options, log *slog.Logger) error {
 // addSweep creates one ordered consumer's sweep schedule (started by
 // Start, or at once when the stack runs: AddConsumer).
 func (s *Stack) addSweep(name string, c *ConsumerPath, opts Options, log *slog.Logger) error {
-	q := c.Queue
-	sw, err := localrt.NewScheduler(localrt.SchedulerConfig{
-		Interval: opts.SweepEvery, RuleName: name + "-resequencer-sweep", Logger: log.With("fn", "schedule", "consumer", name),
-	}, func(ctx context.Context, ev events.EventBridgeEvent) error {
-		body, err := json.Marshal(ev)
-		if err != nil {
-			return err
-		}
-		_, err = q.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(q.URL()), MessageBody: aws.String(string(body))})
-		return err
-	})
+	sw, err := localstack.NewSweep(name, c.Queue, opts.SweepEvery, log)
 	if err != nil {
-		return fmt.Errorf("devstack: sweep schedule of %s: %w", name, err)
+		return fmt.Errorf("devstack: %w", err)
 	}
 	s.Sweeps[name] = sw
 	if s.runCtx != nil {
 		s.goRun(func() { _ = sw.Run(s.runCtx) })
 	}
 	return nil
-}
-
-// waitConsumers waits until every consumer queue is empty (messages that
-// keep failing reach their DLQ after MaxReceiveCount visibility timeouts)
-// and no consumer invocation runs.
-func (s *Stack) waitConsumers(ctx context.Context) error {
-	for {
-		busy := false
-		for _, c := range s.Consumers {
-			if c.Queue.Len() > 0 || c.Poller.Busy() {
-				busy = true
-			}
-		}
-		if !busy {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("devstack: drain consumer queues: %w", ctx.Err())
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-}
-
-func (s *Stack) consumerDeletes() int64 {
-	var n int64
-	for _, c := range s.Consumers {
-		n += c.Poller.Stats().Deleted + c.DLQ.Sent()
-	}
-	return n
 }
 
 // SweepNow sends every ordered consumer's queue a sweep tick at once (what

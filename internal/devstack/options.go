@@ -184,7 +184,7 @@ type Options struct {
 	// in tests). False: nothing is instrumented.
 	Tracing bool
 	// LoseAfterPublish, when set, forces the relay to lose the records it
-	// reports true for after publishing them (see crashAfterPublish): the
+	// reports true for after publishing them (localstack.LoseAfterPublish): the
 	// reconciler re-sends them and the consumers absorb the duplicate.
 	LoseAfterPublish func(outbox.Envelope) bool
 	// ConsoleAddr, when set, is the listen address of the local console

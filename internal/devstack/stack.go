@@ -22,9 +22,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 	"github.com/aws/smithy-go/middleware"
 
@@ -42,6 +40,7 @@ import (
 	"github.com/ddb-outbox/ddb-outbox/pkg/dynoxide"
 	"github.com/ddb-outbox/ddb-outbox/pkg/idempotency"
 	"github.com/ddb-outbox/ddb-outbox/pkg/localrt"
+	"github.com/ddb-outbox/ddb-outbox/pkg/localrt/localstack"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
 	"github.com/ddb-outbox/ddb-outbox/pkg/reconciler"
 	"github.com/ddb-outbox/ddb-outbox/pkg/relay"
@@ -102,7 +101,7 @@ type Stack struct {
 	// reconcileEvery is Options.ReconcileEvery (for WriteState).
 	reconcileEvery time.Duration
 	started        time.Time // when the schedules started
-	rejecting      *rejectSwitch
+	rejecting      *localstack.RejectSwitch
 	refusing       *refuseSwitch
 	console        *console
 	server         *http.Server
@@ -340,7 +339,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 
 	var streamHandler localrt.StreamHandler = s.Relay.Handle
 	if opts.LoseAfterPublish != nil {
-		streamHandler = crashAfterPublish(s.Relay.Publisher(), opts.LoseAfterPublish, streamHandler)
+		streamHandler = localstack.LoseAfterPublish(s.Relay.Publisher(), opts.LoseAfterPublish, streamHandler)
 	}
 	if opts.HopLog {
 		streamHandler = hopStream(log.With("fn", "relay"), streamHandler)
@@ -489,62 +488,25 @@ func (s *Stack) createTables(ctx context.Context) error {
 		fulfilment.CreateTableInput(st.ShipmentsTable),
 		idempotency.CreateTableInput(st.IdempotencyTable),
 	}
-	for _, in := range inputs {
-		created, err := ensureTable(ctx, s.DDB, in)
-		if err != nil {
-			return err
-		}
-		if !created {
-			s.log.Info("reusing existing table", "table", aws.ToString(in.TableName))
-		}
-	}
-	w := dynamodb.NewTableExistsWaiter(s.DDB, func(o *dynamodb.TableExistsWaiterOptions) {
-		o.MinDelay, o.MaxDelay = 50*time.Millisecond, 500*time.Millisecond
-	})
-	for _, in := range inputs {
-		if err := w.Wait(ctx, &dynamodb.DescribeTableInput{TableName: in.TableName}, 30*time.Second); err != nil {
-			return fmt.Errorf("devstack: wait for table %s: %w", aws.ToString(in.TableName), err)
-		}
-	}
 	ttl := map[string]string{st.OutboxTable: outbox.TTLAttribute, st.OrdersTable: order.AttrExpiresAt,
 		// the ledger's dedup markers (its entries carry no expires_at)
 		st.LedgerTable:        dedup.TTLAttribute,
 		st.NotificationsTable: notifier.TTLAttribute, st.IdempotencyTable: idempotency.TTLAttribute}
-	for table, attr := range ttl {
-		_, err := s.DDB.UpdateTimeToLive(ctx, &dynamodb.UpdateTimeToLiveInput{
-			TableName:               aws.String(table),
-			TimeToLiveSpecification: &ddbtypes.TimeToLiveSpecification{Enabled: aws.Bool(true), AttributeName: aws.String(attr)},
-		})
-		if err != nil {
-			s.log.Warn("could not enable TTL", "table", table, "error", err)
-		}
-	}
-	return nil
+	return localstack.CreateTables(ctx, s.DDB, inputs, ttl, s.log)
 }
 
-// Drain waits until the pipeline is quiet: the poller has read the stream to
-// its end and every bus delivery has finished, twice in a row with no new
-// events in between. It returns ctx's error on timeout.
+// Drain waits until the pipeline is quiet (localstack.Quiet): the poller
+// has read the stream to its end, every bus delivery has finished, every
+// consumer queue is empty with no invocation running, twice in a row with
+// no new events in between. It returns ctx's error on timeout.
 func (s *Stack) Drain(ctx context.Context) error {
-	last := int64(-1)
-	for {
-		p := s.poller()
-		if err := p.WaitCaughtUp(ctx); err != nil {
-			return fmt.Errorf("devstack: drain stream: %w", err)
+	return localstack.Quiet(ctx, s.poller, s.Bus, func() []*ConsumerPath {
+		out := make([]*ConsumerPath, 0, len(s.Consumers))
+		for _, c := range s.Consumers {
+			out = append(out, c)
 		}
-		if err := s.Bus.WaitIdle(ctx); err != nil {
-			return fmt.Errorf("devstack: drain bus: %w", err)
-		}
-		if err := s.waitConsumers(ctx); err != nil {
-			return err
-		}
-		st := p.Stats()
-		seen := st.RecordsDelivered + st.RecordsFiltered + s.Bus.Stats().Accepted + s.consumerDeletes()
-		if seen == last {
-			return nil
-		}
-		last = seen
-	}
+		return out
+	})
 }
 
 // Close stops the API, poller, scheduler, bus and (if started here) Dynoxide.
