@@ -72,7 +72,7 @@ const SQSEncryptionContextKey = "aws:sqs:arn"
 // topics, and the same delivery to an SQS queue is assumed to carry them
 // no more (docs/SECURITY-MODEL.md); a rule ARN would also make a
 // dependency cycle (key → rule → queue → key). The rule DLQs are SSE-SQS
-// (addRule), so an event this statement failed to cover would still reach
+// (outboxcdk.NewConsumer), so an event this statement failed to cover would still reach
 // them, alarmed. A key imported by ARN keeps its own policy (the statement
 // is not added); its policy must allow the same.
 func (s *OrdersStack) allowEventBridgeToUseKey() {

@@ -367,14 +367,3 @@ func idOf(name string) string {
 	}
 	return string(out)
 }
-
-// dlqOperators returns OrdersStackProps.RedriveRoleArns, the roles that may
-// delete from and purge the stack's dead-letter queues
-// (deadletter.Queue.KeepMessagesFromAllBut): the operators who redrive them.
-func (s *OrdersStack) dlqOperators() []*string {
-	out := make([]*string, len(s.props.RedriveRoleArns))
-	for i, a := range s.props.RedriveRoleArns {
-		out[i] = jsii.String(a)
-	}
-	return out
-}
