@@ -2,7 +2,13 @@
 // outbox: New creates the outbox table, the relay and its DynamoDB Streams
 // event source mapping, the scheduled reconciler, the dead-letter queues and
 // the alarms; GrantWriteEvents gives a writer function exactly the IAM access
-// and the environment variables (names from pkg/config) it needs.
+// and the environment variables (names from pkg/config) it needs. On the
+// consumer side, NewConsumer creates one consumer's queue, DLQ, rule (an
+// ordered consumer's matches every event type of its aggregate), state table
+// (NewConsumerTable, AddStateIndex), SQS event source mapping, resequencer
+// sweep schedule and alarms, grants the published action lists
+// (ConsumerStateActions, ConsumerBufferQueryActions, ConsumerDLQActions,
+// ConsumerQueueActions) and sets the environment the consumer runtime reads.
 //
 // # Invariants
 //

@@ -1,8 +1,6 @@
 package stack
 
 import (
-	"fmt"
-
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
@@ -31,28 +29,15 @@ func (s *OrdersStack) addAlarmsAndDashboard() {
 	ageMetrics := []awscloudwatch.IMetric{}
 	for _, name := range consumerNames {
 		c := s.Consumers[name]
-		cid := idOf(name)
-		// With partial batch responses a failed event is not a function
-		// error: Errors counts crashes and timeouts (the whole batch comes
-		// back); single failures show as queue age and, in the end, DLQ depth.
-		fnAlarm(cid+"ErrorsAlarm", "Consumer "+name+" invocations failed (crash or timeout; the SQS queue redelivers the batch).", c.Function)
-		age := c.Queue.MetricApproximateAgeOfOldestMessage(&awscloudwatch.MetricOptions{
-			Period: awscdk.Duration_Minutes(jsii.Number(1)), Statistic: jsii.String("Maximum"),
-		})
-		c.BacklogAlarm = awscloudwatch.NewAlarm(s.Stack, jsii.String(cid+"ConsumerBacklogAlarm"), &awscloudwatch.AlarmProps{
-			AlarmDescription: jsii.String(fmt.Sprintf("Consumer %s's queue holds a message older than %s: the consumer is behind or failing.",
-				name, ConsumerOldestMessageThreshold)),
-			Metric:             age,
-			Threshold:          jsii.Number(ConsumerOldestMessageThreshold.Seconds()),
-			ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
-			EvaluationPeriods:  jsii.Number(5),
-			TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
-		})
-		s.Alarms = append(s.Alarms, c.BacklogAlarm, c.DLQ.Alarm)
-		if c.Resequencer != nil {
-			s.Alarms = append(s.Alarms, s.addResequencerAlarm(name, c), c.Resequencer.SweepDLQ.Alarm)
-			s.Alarms = append(s.Alarms, c.Resequencer.SweepAlarms...)
+		// the consumer construct's alarms (errors, backlog, DLQ, buffered
+		// age and sweep, rule): the rule's are listed with the rules below
+		oc := c.Construct
+		s.Alarms = append(s.Alarms, oc.ErrorsAlarm, oc.BacklogAlarm, oc.DLQ.Alarm)
+		if oc.Sweep != nil {
+			s.Alarms = append(s.Alarms, oc.BufferedAgeAlarm, oc.SweepDLQ.Alarm)
+			s.Alarms = append(s.Alarms, oc.SweepAlarms...)
 		}
+		age := oc.QueueAgeMetric()
 		consumerMetrics = append(consumerMetrics, c.Function.MetricErrors(five))
 		ageMetrics = append(ageMetrics, age)
 		dlqMetrics = append(dlqMetrics, c.DLQ.Queue.MetricApproximateNumberOfMessagesVisible(nil))

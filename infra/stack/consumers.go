@@ -6,15 +6,12 @@ import (
 	"slices"
 	"time"
 
-	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsdynamodb"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsevents"
-	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambdaeventsources"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
-	"github.com/aws/aws-cdk-go/awscdk/v2/interfaces/interfacesawsevents"
 	"github.com/aws/jsii-runtime-go"
 
 	"github.com/ddb-outbox/ddb-outbox/infra/deadletter"
@@ -25,6 +22,7 @@ import (
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/fulfilment"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/ledger"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/notifier"
+	"github.com/ddb-outbox/ddb-outbox/internal/orders/order"
 	"github.com/ddb-outbox/ddb-outbox/internal/orders/routing"
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/dedup"
@@ -43,17 +41,19 @@ const (
 	// consumer queue's ApproximateAgeOfOldestMessage: longer than a message
 	// retried maxReceiveCount times takes to reach the DLQ
 	// (5 × 180 s = 15 min), so it means a backlog, not one failing event.
-	ConsumerOldestMessageThreshold = 20 * time.Minute
+	ConsumerOldestMessageThreshold = outboxcdk.DefaultConsumerOldestMessageThreshold
 	// ConsumerQueueRetention is how long a consumer queue keeps a message
 	// (SQS default, 4 days). It is shorter than the DLQ's
 	// deadletter.Retention (14 days) because a standard queue's message keeps
 	// its original enqueue time when it moves to the DLQ, so the DLQ must
 	// keep messages longer than the source queue (Amazon SQS developer
 	// guide, dead-letter queues).
-	ConsumerQueueRetention = 4 * 24 * time.Hour
+	ConsumerQueueRetention = outboxcdk.ConsumerQueueRetention
 )
 
-// Consumer is one event consumer: its function, table, queue and DLQ.
+// Consumer is one event consumer: its function, its effects table, and the
+// consumer construct (outboxcdk.NewConsumer) that gives it its queue, DLQ,
+// rule, state grants and alarms.
 //
 // Delivery: the routing rule's target is Queue (EventBridge retries a failed
 // delivery to the queue, then sends the event to the rule's DLQ); a Lambda
@@ -85,10 +85,13 @@ type Consumer struct {
 	// Resequencer is the ordered consumer's sweep schedule and buffered-age
 	// alarm; nil for an unordered consumer.
 	Resequencer *Resequencer
+	// Construct is the consumer construct that created Queue, DLQ,
+	// EventSource, BacklogAlarm, Rules and Resequencer.
+	Construct *outboxcdk.Consumer
 }
 
-// consumerTable is a consumer's own table: construct id, partition key
-// attribute (S, from the owning package's CreateTableInput), the
+// consumerTable is a consumer's own effects table: construct id, partition
+// key attribute (S, from the owning package's CreateTableInput), the
 // app.Resource its grants name, and the env var carrying its name.
 type consumerTable struct {
 	id, pk   string
@@ -97,19 +100,23 @@ type consumerTable struct {
 }
 
 // consumerSpec is what differs between consumers; everything else (queue,
-// DLQ, mapping, alarms, rule, queue policy) is built alike by addConsumer.
+// DLQ, mapping, alarms, rule, queue policy, state grants) is built alike by
+// outboxcdk.NewConsumer.
 type consumerSpec struct {
 	table       consumerTable
 	description string
 	// dedup: the consumer keeps its pkg/dedup state (markers, ordering
 	// gates, buffer) in its own table beside its effects (ledger,
 	// notifier): the table gets the state index and TTL on
-	// dedup.TTLAttribute, and no other consumer's role may write it.
+	// dedup.TTLAttribute, and is the construct's state table
+	// (outboxcdk.ConsumerProps.Table).
 	dedup bool
-	// extra creates the consumer's other resources and env vars and
-	// returns the ARNs of the resources its grants name besides its table,
-	// its DLQ and the dedup table; nil for none.
-	extra func(s *OrdersStack, name string, fn awslambda.Function) map[app.Resource]*string
+	// extra creates the consumer's other resources and env vars. It
+	// returns the ARNs of the resources its grants name besides its
+	// tables, its queue and its DLQ, and the consumer construct's state
+	// table when it is not the consumer's own table (the fulfilment's
+	// idempotency table); nil for none.
+	extra func(s *OrdersStack, name string, fn awslambda.Function) (map[app.Resource]*string, awsdynamodb.ITable)
 }
 
 // consumerSpecs are the consumers the stack deploys, by routing consumer
@@ -125,11 +132,11 @@ var consumerSpecs = map[string]consumerSpec{
 		table:       consumerTable{"NotificationsTable", notifier.AttrPK, app.ResourceNotificationsTable, appenv.EnvNotificationsTable},
 		description: "Event consumer notifier: applies each order event once (dedup marker + side effect in one transaction), fed by its SQS queue.",
 		dedup:       true,
-		extra: func(s *OrdersStack, _ string, fn awslambda.Function) map[app.Resource]*string {
+		extra: func(s *OrdersStack, _ string, fn awslambda.Function) (map[app.Resource]*string, awsdynamodb.ITable) {
 			// how long a notification (customer data) is kept; 0 keeps it forever
 			fn.AddEnvironment(jsii.String(appenv.EnvNotificationRetentionSeconds),
 				jsii.String(fmt.Sprint(int64(max(s.props.NotificationRetention, 0)/time.Second))), nil)
-			return nil
+			return nil, nil
 		},
 	},
 	routing.ConsumerFulfilment: {
@@ -144,15 +151,28 @@ var consumerSpecs = map[string]consumerSpec{
 // routing.Consumers().
 var consumerNames = routing.Consumers()
 
-// addConsumer creates consumer name: its table, queue with DLQ, function with
-// the SQS event source mapping, env and grants. It returns an error when the
-// stack has no consumerSpec for name, gofunc's error (a missing bootstrap),
-// or grantCode's.
-func (s *OrdersStack) addConsumer(name, source string) error {
+// addConsumer creates consumer name: its function and effects table, and
+// with outboxcdk.NewConsumer its queue, DLQ, rule (routing's one rule to
+// the consumer), mapping, sweep schedule, alarms, state grants and env;
+// then grants the rest of its code's calls (app.Permissions). It returns
+// an error when the stack has no consumerSpec for name or routing not
+// exactly one rule, gofunc's error (a missing bootstrap), NewConsumer's, or
+// grantCode's.
+func (s *OrdersStack) addConsumer(name string) error {
 	spec, ok := consumerSpecs[name]
 	if !ok {
 		return fmt.Errorf("stack: routing consumer %q has no consumer definition in the stack", name)
 	}
+	var rules []routing.Rule
+	for _, r := range routing.Rules() {
+		if r.Consumer == name {
+			rules = append(rules, r)
+		}
+	}
+	if len(rules) != 1 {
+		return fmt.Errorf("stack: consumer %q has %d routing rules, want 1 (the consumer construct has one rule)", name, len(rules))
+	}
+	rule := rules[0]
 	st, props, removal := s.Stack, s.props, s.props.removalPolicy()
 	cid := idOf(name)
 	ttl := ""
@@ -164,28 +184,8 @@ func (s *OrdersStack) addConsumer(name, source string) error {
 	}
 	table := s.newTable(spec.table.id, spec.table.pk, ttl)
 	if spec.dedup {
-		addStateIndex(table)
+		outboxcdk.AddStateIndex(table)
 	}
-	dlq := deadletter.New(st, cid+"ConsumerDLQ", "events consumer "+name+" failed "+
-		fmt.Sprint(config.DefaultConsumerMaxReceiveCount)+" times or could never apply", removal, s.EncryptionKey)
-	enc := awssqs.QueueEncryption_SQS_MANAGED
-	if s.EncryptionKey != nil {
-		enc = awssqs.QueueEncryption_KMS
-	}
-	queue := awssqs.NewQueue(st, jsii.String(cid+"ConsumerQueue"), &awssqs.QueueProps{
-		Encryption:          enc,
-		EncryptionMasterKey: s.EncryptionKey,
-		EnforceSSL:          jsii.Bool(true),
-		VisibilityTimeout:   awscdk.Duration_Seconds(jsii.Number(ConsumerVisibilityTimeout.Seconds())),
-		RetentionPeriod:     awscdk.Duration_Seconds(jsii.Number(ConsumerQueueRetention.Seconds())),
-		// the whole EventBridge event, whatever the outbox entry limit
-		MaxMessageSizeBytes: jsii.Number(deadletter.MaxMessageBytes),
-		DeadLetterQueue: &awssqs.DeadLetterQueue{
-			MaxReceiveCount: jsii.Number(config.DefaultConsumerMaxReceiveCount),
-			Queue:           dlq.Queue,
-		},
-		RemovalPolicy: removal,
-	})
 	fn, err := gofunc.New(st, cid, gofunc.Props{
 		AssetDir:      filepath.Join(props.AssetRoot, name),
 		Description:   spec.description,
@@ -201,126 +201,78 @@ func (s *OrdersStack) addConsumer(name, source string) error {
 	if err != nil {
 		return err
 	}
-	if s.EncryptionKey != nil {
-		s.EncryptionKey.Grant(fn, *jsii.Strings(outboxcdk.KeyUseActions...)...)
-	}
-	arns := map[app.Resource]*string{
-		spec.table.resource:     table.TableArn(),
-		app.ResourceConsumerDLQ: dlq.Queue.QueueArn(),
-		// ChangeMessageVisibility (sqsconsumer's RetryDelay) on its own queue
-		app.ResourceConsumerQueue: queue.QueueArn(),
-	}
-	if spec.dedup {
-		arns[app.ResourceConsumerStateIndex] = stateIndexArn(table)
-	}
 	fn.AddEnvironment(jsii.String(spec.table.env), table.TableName(), nil)
-	fn.AddEnvironment(jsii.String(config.EnvEventSource), jsii.String(source), nil)
-	fn.AddEnvironment(jsii.String(config.EnvConsumerDLQURL), dlq.Queue.QueueUrl(), nil)
-	// events from any other account are refused (forged_account)
-	fn.AddEnvironment(jsii.String(config.EnvExpectedEventAccount), awscdk.Aws_ACCOUNT_ID(), nil)
+	arns := map[app.Resource]*string{spec.table.resource: table.TableArn()}
+	var state awsdynamodb.ITable = table
 	if spec.extra != nil {
-		for r, arn := range spec.extra(s, name, fn) {
+		more, own := spec.extra(s, name, fn)
+		for r, arn := range more {
 			arns[r] = arn
 		}
+		if own != nil {
+			state = own
+		}
 	}
-	esProps := &awslambdaeventsources.SqsEventSourceProps{
-		BatchSize:               jsii.Number(config.DefaultConsumerBatchSize),
-		ReportBatchItemFailures: jsii.Bool(true),
+	ordering := dedup.Unordered
+	var aggregateTypes []string
+	eventTypes := rule.DetailTypes
+	if rule.Ordered {
+		// every event type of the aggregate, by name: the rule's pattern
+		// stays routing's (routing.Rule.Ordered), checked complete here
+		if !sameSet(rule.DetailTypes, order.EventTypes) {
+			return fmt.Errorf("stack: ordered consumer %s's rule %s matches %v, not every order event type %v: "+
+				"a sequence it never receives stalls the order's gate for ever", name, rule.Name, rule.DetailTypes, order.EventTypes)
+		}
+		ordering, aggregateTypes, eventTypes = dedup.Ordered, rule.DetailTypes, nil
 	}
-	// MaximumConcurrency, or provisioned mode (validated)
-	props.ConsumerScaling.Apply(esProps)
-	es := awslambdaeventsources.NewSqsEventSource(queue, esProps)
-	fn.AddEventSource(es)
-	// only the consumer's role sends to its DLQ (its permanent failures);
-	// SQS's own redrive moves are not refused (deadletter.AcceptOnlyFrom)
-	dlq.AcceptOnlyFrom(deadletter.Senders{PrincipalArns: []*string{fn.Role().RoleArn()}})
-	// the consumer only sends to its DLQ; the operators' redrive deletes
-	dlq.KeepMessagesFromAllBut(s.dlqOperators())
-	c := &Consumer{Function: fn, Table: table, Queue: queue, DLQ: dlq, EventSource: es}
-	s.Consumers[name] = c
-	if ordered(name) {
-		s.addResequencer(name, c)
-	}
-	// sqs:ChangeMessageVisibility on the queue (sqsconsumer's RetryDelay)
-	// is part of the event source mapping's grant (SqsEventSource:
-	// grantConsumeMessages, app's sqsMappingGrant): not granted twice.
-	return s.grantCode(fn, name, arns, app.ResourceConsumerQueue)
-}
-
-// addRule creates routing rule r: an EventBridge rule on the bus whose target
-// is the consumer's queue, with the rule DLQ for events EventBridge could not
-// deliver to the queue, and the alarms on the rule's failed deliveries
-// (outboxcdk.RuleDeliveryAlarms). The rule DLQ is SSE-SQS whatever the
-// stack's key: a DLQ must not fail the way its target can (a key policy or
-// a disabled key that refuses EventBridge for the consumer queue would
-// refuse it for the DLQ too, and the event would be dropped); it accepts
-// messages from its rule only and may be no queue's redrive target.
-func (s *OrdersStack) addRule(r routing.Rule, source string) error {
-	c, ok := s.Consumers[r.Consumer]
-	if !ok {
-		return fmt.Errorf("stack: routing rule %s targets unknown consumer %q", r.Name, r.Consumer)
-	}
-	pattern, err := eventPattern(r.Pattern(source))
-	if err != nil {
-		return fmt.Errorf("stack: routing rule %s: %w", r.Name, err)
-	}
-	cid := idOf(r.Name)
-	dlq := deadletter.New(s.Stack, cid+"DLQ", "events EventBridge could not deliver to the "+r.Consumer+" queue (rule "+r.Name+")", s.props.removalPolicy(), nil)
-	rule := awsevents.NewRule(s.Stack, jsii.String(cid+"Rule"), &awsevents.RuleProps{
-		EventBus:     s.Bus,
-		Description:  jsii.String("Routes " + r.Name + " events to the queue of consumer " + r.Consumer + " (routing.Rules)."),
-		EventPattern: pattern,
-		Targets: &[]awsevents.IRuleTarget{&queueTarget{
-			queue: c.Queue, dlq: dlq.Queue,
-			maxEventAge: s.props.ConsumerMaxEventAge, retryAttempts: s.props.ConsumerRetryAttempts,
-		}},
+	oc, err := outboxcdk.NewConsumer(st, cid+"Consumer", outboxcdk.ConsumerProps{
+		Outbox:              s.Outbox,
+		Name:                name,
+		Function:            fn,
+		Ordering:            ordering,
+		AggregateType:       order.AggregateType,
+		AggregateEventTypes: aggregateTypes,
+		EventTypes:          eventTypes,
+		Table:               state,
+		FunctionTimeout:     ConsumerTimeout,
+		Scaling:             props.ConsumerScaling,
+		MaxEventAge:         props.ConsumerMaxEventAge,
+		RetryAttempts:       props.ConsumerRetryAttempts,
 	})
-	dlq.AcceptOnlyFrom(deadletter.Senders{SourceArns: []*string{rule.RuleArn()}})
-	dlq.RefuseRedriveSources()
-	dlq.KeepMessagesFromAllBut(s.dlqOperators())
-	s.Rules[r.Name] = rule
-	s.RuleDLQs[r.Name] = dlq
-	s.RuleAlarms[r.Name] = outboxcdk.RuleDeliveryAlarms(s.Stack, cid+"Rule", rule, s.Bus.EventBusName(), "rule "+r.Name+" (to the "+r.Consumer+" queue)")
-	c.Rules = append(c.Rules, rule)
-	return nil
-}
-
-// queueTarget is an EventBridge rule target that puts the event on an SQS
-// queue, with a retry policy and a target DLQ. It is what
-// awseventstargets.SqsQueue does, without that target's grant on a KMS
-// encrypted queue's key: the CDK gives events.amazonaws.com kms:Decrypt,
-// kms:Encrypt, kms:ReEncrypt* and kms:GenerateDataKey* with no condition,
-// and drops the rule condition from the queue policy (aws-cdk issue
-// #11158); the stack's own key statement (allowEventBridgeToUseKey) is
-// scoped instead. The queue and the DLQ each allow events.amazonaws.com
-// sqs:SendMessage for this rule only (aws:SourceArn; EventBridge user
-// guide, eb-use-resource-based, "Amazon SQS permissions").
-type queueTarget struct {
-	queue, dlq    awssqs.IQueue
-	maxEventAge   time.Duration
-	retryAttempts int
-}
-
-// Bind implements awsevents.IRuleTarget.
-func (q *queueTarget) Bind(rule interfacesawsevents.IRuleRef, _ *string) *awsevents.RuleTargetConfig {
-	ruleArn := rule.RuleRef().RuleArn
-	for _, dst := range []awssqs.IQueue{q.queue, q.dlq} {
-		dst.AddToResourcePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
-			Principals: &[]awsiam.IPrincipal{awsiam.NewServicePrincipal(jsii.String("events.amazonaws.com"), nil)},
-			Actions:    jsii.Strings("sqs:SendMessage"),
-			Resources:  &[]*string{dst.QueueArn()},
-			Conditions: &map[string]any{"ArnEquals": map[string]any{"aws:SourceArn": ruleArn}},
-		}))
+	if err != nil {
+		return err
 	}
-	return &awsevents.RuleTargetConfig{
-		Arn:              q.queue.QueueArn(),
-		TargetResource:   q.queue,
-		DeadLetterConfig: &awsevents.CfnRule_DeadLetterConfigProperty{Arn: q.dlq.QueueArn()},
-		RetryPolicy: &awsevents.CfnRule_RetryPolicyProperty{
-			MaximumEventAgeInSeconds: jsii.Number(q.maxEventAge.Seconds()),
-			MaximumRetryAttempts:     jsii.Number(q.retryAttempts),
-		},
+	// the parts keep the logical ids they had as children of the stack
+	rid := idOf(rule.Name)
+	keepLogicalIDs(st, oc, map[string]string{
+		"Queue": cid + "ConsumerQueue", "DLQ": cid + "ConsumerDLQ", "DLQAlarm": cid + "ConsumerDLQAlarm",
+		"ErrorsAlarm": cid + "ErrorsAlarm", "BacklogAlarm": cid + "ConsumerBacklogAlarm", "BufferedAgeAlarm": cid + "BufferedAgeAlarm",
+		"Rule": rid + "Rule", "RuleDLQ": rid + "DLQ", "RuleDLQAlarm": rid + "DLQAlarm",
+		"RuleFailedInvocationsAlarm": rid + "RuleFailedInvocationsAlarm", "RuleDlqFailuresAlarm": rid + "RuleDlqFailuresAlarm",
+		"Sweep": cid + "ResequencerSweep", "SweepDLQ": cid + "ResequencerSweepDLQ", "SweepDLQAlarm": cid + "ResequencerSweepDLQAlarm",
+		"SweepFailedInvocationsAlarm": cid + "ResequencerSweepFailedInvocationsAlarm", "SweepDlqFailuresAlarm": cid + "ResequencerSweepDlqFailuresAlarm",
+	})
+	c := &Consumer{Function: fn, Table: table, Queue: oc.Queue, DLQ: oc.DLQ, EventSource: oc.Mapping,
+		BacklogAlarm: oc.BacklogAlarm, Construct: oc}
+	if oc.Sweep != nil {
+		c.Resequencer = &Resequencer{SweepSchedule: oc.Sweep, SweepDLQ: oc.SweepDLQ, SweepAlarms: oc.SweepAlarms, AgeAlarm: oc.BufferedAgeAlarm}
+		c.Rules = append(c.Rules, oc.Sweep)
 	}
+	c.Rules = append(c.Rules, oc.Rule)
+	s.Consumers[name] = c
+	s.Rules[rule.Name] = oc.Rule
+	s.RuleDLQs[rule.Name] = oc.RuleDLQ
+	s.RuleAlarms[rule.Name] = oc.RuleAlarms
+	// The construct granted outboxcdk.ConsumerStateActions on its state
+	// table, the buffer index query (ordered), the DLQ send and, through
+	// the mapping, the queue: grantCode grants the rest.
+	granted := []app.Resource{app.ResourceConsumerQueue, app.ResourceConsumerDLQ, app.ResourceConsumerStateIndex}
+	if state == table {
+		granted = append(granted, spec.table.resource)
+	} else {
+		granted = append(granted, app.ResourceIdempotencyTable)
+	}
+	return s.grantCode(fn, name, arns, granted...)
 }
 
 // grantCode grants fn the IAM actions its code's SDK calls need
@@ -349,4 +301,12 @@ func (s *OrdersStack) grantCode(fn awslambda.Function, name string, arns map[app
 		grant(fn, code[r], arn)
 	}
 	return nil
+}
+
+// sameSet reports whether a and b hold the same strings.
+func sameSet(a, b []string) bool {
+	x, y := slices.Clone(a), slices.Clone(b)
+	slices.Sort(x)
+	slices.Sort(y)
+	return slices.Equal(slices.Compact(x), slices.Compact(y))
 }

@@ -2,6 +2,7 @@ package stack
 
 import (
 	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsdynamodb"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssecretsmanager"
 	"github.com/aws/jsii-runtime-go"
@@ -24,8 +25,11 @@ const PlaceholderProviderURLWarning = "ddb-outbox:fulfilmentProviderUrlPlacehold
 // FulfilmentProviderSecretArn, or one created in the stack), and sets fn's
 // IDEMPOTENCY_TABLE_NAME, FULFILMENT_PROVIDER_URL and
 // FULFILMENT_PROVIDER_SECRET_ARN. It returns the ARNs of
-// app.ResourceIdempotencyTable and app.ResourceProviderSecret for grantCode.
-func (s *OrdersStack) addFulfilmentResources(_ string, fn awslambda.Function) map[app.Resource]*string {
+// app.ResourceIdempotencyTable and app.ResourceProviderSecret for grantCode,
+// and the idempotency table as the consumer construct's state table: the
+// consumer keeps its pkg/idempotency records there, and
+// outboxcdk.ConsumerStateActions are exactly what idempotency.Store calls.
+func (s *OrdersStack) addFulfilmentResources(_ string, fn awslambda.Function) (map[app.Resource]*string, awsdynamodb.ITable) {
 	props := s.props
 	s.IdempotencyTable = s.newTable("IdempotencyTable", idempotency.AttrPK, idempotency.TTLAttribute)
 	if props.FulfilmentProviderSecretArn != "" {
@@ -59,5 +63,5 @@ func (s *OrdersStack) addFulfilmentResources(_ string, fn awslambda.Function) ma
 	return map[app.Resource]*string{
 		app.ResourceIdempotencyTable: s.IdempotencyTable.TableArn(),
 		app.ResourceProviderSecret:   s.ProviderSecret.SecretArn(),
-	}
+	}, s.IdempotencyTable
 }

@@ -87,7 +87,9 @@ func (s *synthesized) id(c constructs.IConstruct) string {
 	} else {
 		el = c.Node().DefaultChild().(awscdk.CfnElement)
 	}
-	return *s.stack.Stack.GetLogicalId(el)
+	// the element's logical id as the template has it: an overridden one
+	// (keepLogicalIDs) included, which Stack.GetLogicalId does not see
+	return s.stack.Stack.Resolve(el.LogicalId()).(string)
 }
 
 // has runs Template.HasResourceProperties and turns its panic into a test

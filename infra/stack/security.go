@@ -12,13 +12,15 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
 	"github.com/aws/jsii-runtime-go"
 	"github.com/cdklabs/cdk-nag-go/cdknag/v2"
+
+	"github.com/ddb-outbox/ddb-outbox/infra/outboxcdk"
 )
 
 // Sids of the resource policy statements this file adds.
 const (
 	// QueueSendersStatementID denies sqs:SendMessage on a consumer queue to
 	// everyone but its rules and the redrive roles.
-	QueueSendersStatementID = "OnlyTheRulesSend"
+	QueueSendersStatementID = outboxcdk.QueueSendersStatementID
 	// KeyForEventBridgeStatementID lets EventBridge use the stack's KMS key
 	// for the consumer queues and the rule DLQs.
 	KeyForEventBridgeStatementID = "EventBridgeEncryptsForThisAccount"
@@ -48,38 +50,6 @@ func (s *OrdersStack) restrictPublishers() {
 	cfn.SetPolicy(s.BusPolicy)
 }
 
-// restrictQueueSenders adds to each consumer queue's policy an explicit Deny
-// of sqs:SendMessage to every request whose aws:SourceArn is not one of the
-// consumer's rules (EventBridge sets it when it delivers for a rule; an IAM
-// principal's request has none) and whose aws:PrincipalArn is not one of
-// OrdersStackProps.RedriveRoleArns. The conditions of one statement must all
-// match for the Deny to apply. The CDK's SqsQueue target already allows
-// events.amazonaws.com with aws:SourceArn = the rule. Only SendMessage is
-// denied: the Lambda event source mapping polls with the function's role
-// (ReceiveMessage, DeleteMessage, ChangeMessageVisibility), and the consumer
-// sends only to its DLQ.
-func (s *OrdersStack) restrictQueueSenders() {
-	for _, name := range consumerNames {
-		c := s.Consumers[name]
-		rules := make([]*string, len(c.Rules))
-		for i, r := range c.Rules {
-			rules[i] = r.RuleArn()
-		}
-		notFrom := map[string]any{"aws:SourceArn": rules}
-		if len(s.props.RedriveRoleArns) > 0 {
-			notFrom["aws:PrincipalArn"] = s.props.RedriveRoleArns
-		}
-		c.Queue.AddToResourcePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
-			Sid:        jsii.String(QueueSendersStatementID),
-			Effect:     awsiam.Effect_DENY,
-			Principals: &[]awsiam.IPrincipal{awsiam.NewAnyPrincipal()},
-			Actions:    jsii.Strings("sqs:SendMessage"),
-			Resources:  &[]*string{c.Queue.QueueArn()},
-			Conditions: &map[string]any{"ArnNotEquals": notFrom},
-		}))
-	}
-}
-
 // EventBridgeKeyActions are the KMS actions EventBridge needs on the key of
 // an SSE-KMS queue it sends to (Amazon SQS developer guide,
 // sqs-key-management, "Configure KMS permissions for AWS services").
@@ -102,7 +72,7 @@ const SQSEncryptionContextKey = "aws:sqs:arn"
 // topics, and the same delivery to an SQS queue is assumed to carry them
 // no more (docs/SECURITY-MODEL.md); a rule ARN would also make a
 // dependency cycle (key → rule → queue → key). The rule DLQs are SSE-SQS
-// (addRule), so an event this statement failed to cover would still reach
+// (outboxcdk.NewConsumer), so an event this statement failed to cover would still reach
 // them, alarmed. A key imported by ARN keeps its own policy (the statement
 // is not added); its policy must allow the same.
 func (s *OrdersStack) allowEventBridgeToUseKey() {

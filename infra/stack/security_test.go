@@ -494,7 +494,7 @@ func TestCustomerManagedKey(t *testing.T) {
 		if slices.Contains(sseSQS, id) {
 			// on-failure destinations and the schedule DLQ hold metadata
 			// only; a rule DLQ must not fail with its target's key
-			// (addRule): SSE-SQS
+			// (outboxcdk.NewConsumer): SSE-SQS
 			if custom.props(t, id)["SqsManagedSseEnabled"] != true {
 				t.Errorf("queue %s is not encrypted with SSE-SQS", id)
 			}

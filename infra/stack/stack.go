@@ -28,7 +28,6 @@
 package stack
 
 import (
-	"errors"
 	"fmt"
 	"path/filepath"
 
@@ -192,7 +191,6 @@ func NewOrdersStack(scope constructs.Construct, id string, props OrdersStackProp
 		return nil, err
 	}
 	s.Outbox = ob
-	source := ob.Props().EventSource
 	s.addReplayPolicy(props.ReplayRoleArns)
 
 	s.OrdersTable = s.newTable("OrdersTable", order.AttrPK, order.TTLAttribute)
@@ -221,25 +219,23 @@ func NewOrdersStack(scope constructs.Construct, id string, props OrdersStackProp
 	}
 
 	for _, name := range consumerNames {
-		if err := s.addConsumer(name, source); err != nil {
-			return nil, err
-		}
-	}
-	for _, r := range routing.Rules() {
-		if err := s.addRule(r, source); err != nil {
+		if err := s.addConsumer(name); err != nil {
 			return nil, err
 		}
 	}
 	s.restrictPublishers()
-	s.restrictQueueSenders()
 	s.allowEventBridgeToUseKey()
 
 	s.addAPI(removal)
 	s.addCallerPolicies()
 	s.addAlarmsAndDashboard()
 	// every alarm in the stack, now or added later, notifies the topic; the
-	// outbox construct notifies its own (same topic)
-	outboxcdk.NotifyAlarms(st, s.AlarmTopic, ob)
+	// outbox and consumer constructs notify their own (same topic)
+	own := []constructs.IConstruct{ob}
+	for _, name := range consumerNames {
+		own = append(own, s.Consumers[name].Construct)
+	}
+	outboxcdk.NotifyAlarms(st, s.AlarmTopic, own...)
 	s.addOutputs()
 	s.addPreflightNotes()
 	return s, nil
@@ -311,39 +307,6 @@ func reserve(fn awslambda.Function, n int) {
 	}
 }
 
-// eventPattern converts a routing pattern ({"source":[...],"detail-type":[...]})
-// to the CDK's typed pattern. Any other key is an error, so a richer routing
-// pattern cannot be silently dropped.
-func eventPattern(p map[string]any) (*awsevents.EventPattern, error) {
-	out := &awsevents.EventPattern{}
-	for k, v := range p {
-		list, ok := v.([]any)
-		if !ok {
-			return nil, fmt.Errorf("pattern key %q: want a list, got %T", k, v)
-		}
-		strs := make([]*string, 0, len(list))
-		for _, e := range list {
-			s, ok := e.(string)
-			if !ok {
-				return nil, fmt.Errorf("pattern key %q: want strings, got %T", k, e)
-			}
-			strs = append(strs, jsii.String(s))
-		}
-		switch k {
-		case "source":
-			out.Source = &strs
-		case "detail-type":
-			out.DetailType = &strs
-		default:
-			return nil, fmt.Errorf("pattern key %q is not supported by the stack", k)
-		}
-	}
-	if out.Source == nil || out.DetailType == nil {
-		return nil, errors.New("pattern needs source and detail-type")
-	}
-	return out, nil
-}
-
 func (s *OrdersStack) addOutputs() {
 	out := func(id string, v *string, desc string) {
 		awscdk.NewCfnOutput(s.Stack, jsii.String(id), &awscdk.CfnOutputProps{Value: v, Description: jsii.String(desc)})
@@ -403,15 +366,4 @@ func idOf(name string) string {
 		out = append(out, c)
 	}
 	return string(out)
-}
-
-// dlqOperators returns OrdersStackProps.RedriveRoleArns, the roles that may
-// delete from and purge the stack's dead-letter queues
-// (deadletter.Queue.KeepMessagesFromAllBut): the operators who redrive them.
-func (s *OrdersStack) dlqOperators() []*string {
-	out := make([]*string, len(s.props.RedriveRoleArns))
-	for i, a := range s.props.RedriveRoleArns {
-		out[i] = jsii.String(a)
-	}
-	return out
 }

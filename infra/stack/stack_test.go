@@ -509,9 +509,17 @@ func TestEnvironmentVariables(t *testing.T) {
 		}
 		return out
 	}
+	// the consumer construct names its state table in
+	// config.EnvConsumerTable: the consumer's own table, or the
+	// fulfilment's idempotency table
 	consumer := func(name, env string) map[string]any {
+		state := ref(def.id(s.Consumers[name].Table))
+		if name == routing.ConsumerFulfilment {
+			state = ref(def.id(s.IdempotencyTable))
+		}
 		return map[string]any{
 			env:                      ref(def.id(s.Consumers[name].Table)),
+			config.EnvConsumerTable:  state,
 			config.EnvEventSource:    appenv.EventSource,
 			config.EnvConsumerDLQURL: ref(def.id(s.Consumers[name].DLQ.Queue)),
 			// events from another account are refused
