@@ -16,7 +16,7 @@ import (
 )
 
 // RulePath is one routing rule as the CDK stack deploys it (infra/stack,
-// addRule): the rule on the bus, its consumer's queue as target, and the
+// outboxcdk.NewConsumer): the rule on the bus, its consumer's queue as target, and the
 // target's DLQ, which holds the events EventBridge could not deliver to the
 // queue (the queue refused them), with EventBridge's attributes.
 type RulePath struct {

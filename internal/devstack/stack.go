@@ -322,7 +322,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		s.Consumers[name] = c
 		s.Bus.SubscribeQueue(name, s.deliveryTarget(name, c.Queue), c.Queue.URL())
 	}
-	// Each rule's target DLQ, as the CDK stack's (addRule), before the
+	// Each rule's target DLQ, as the consumer construct's (outboxcdk.NewConsumer), before the
 	// deliveries a restart resumes.
 	for _, r := range routing.Rules() {
 		if err := s.addRuleDLQ(r.Name, r.Consumer); err != nil {

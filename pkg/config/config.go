@@ -134,8 +134,8 @@ const (
 	//	= ceil(1,000/s × 0.017 s ÷ 0.80) = ceil(21.25) = 22
 	//
 	// 22 concurrent invocations of 17 ms per message carry 1,294 messages/s
-	// per consumer, and the busiest consumers (ledger, notifier) take one
-	// delivery per event. A consumer that processes a batch's messages
+	// per consumer, and a consumer that receives every event of its
+	// aggregates (an ordered consumer) takes one delivery per event. A consumer that processes a batch's messages
 	// concurrently, grouped by aggregate, does a batch of
 	// DefaultConsumerBatchSize in about the time of its slowest aggregate's
 	// chain, so the same setting carries several times more. The infra

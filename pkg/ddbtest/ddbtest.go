@@ -81,8 +81,8 @@ func (e *Env) CreateTable(t testing.TB, in *dynamodb.CreateTableInput) {
 }
 
 // SimpleTableInput describes a table with a single string partition key
-// "pk", on-demand billing and no stream: the shape of the orders, dedup,
-// ledger and notifications tables.
+// "pk", on-demand billing and no stream: the shape of a simple business
+// table (a key-value aggregate table, an idempotency table).
 func SimpleTableInput(name string) *dynamodb.CreateTableInput {
 	return &dynamodb.CreateTableInput{
 		TableName:            aws.String(name),

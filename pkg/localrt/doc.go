@@ -53,15 +53,15 @@
 // idempotent (consumers deduplicate on the outbox event_id, never on the
 // EventBridge id, which is fresh for every accepted entry).
 //
-// Typical wiring (see cmd/outboxdev):
+// Typical wiring (package localstack does all of it from one config):
 //
 //	bus, _ := localrt.NewBus(localrt.BusConfig{Name: busName, Rules: []localrt.Rule{{
-//		Name: "payments", Target: "ledger",
-//		Pattern: `{"source":["com.example.orders"],"detail-type":["OrderPaid"]}`}}})
-//	dlq, _ := localrt.NewSQSQueue(localrt.SQSQueueConfig{Name: "ledger-dlq"})
-//	q, _ := localrt.NewSQSQueue(localrt.SQSQueueConfig{Name: "ledger",
+//		Name: "deposits", Target: "statement",
+//		Pattern: `{"source":["com.example.wallet"],"detail":{"aggregate_type":["Account"]}}`}}})
+//	dlq, _ := localrt.NewSQSQueue(localrt.SQSQueueConfig{Name: "statement-dlq"})
+//	q, _ := localrt.NewSQSQueue(localrt.SQSQueueConfig{Name: "statement",
 //		Redrive: &localrt.RedrivePolicy{DeadLetterQueue: dlq, MaxReceiveCount: 5}})
-//	bus.SubscribeQueue("ledger", q, q.URL())
+//	bus.SubscribeQueue("statement", q, q.URL())
 //	consumer, _ := localrt.NewSQSPoller(localrt.SQSPollerConfig{Queue: q}, handler.Handle) // an sqsconsumer.Handler
 //	go consumer.Run(ctx)
 //	poller, _ := localrt.NewStreamPoller(localrt.StreamPollerConfig{
