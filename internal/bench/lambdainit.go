@@ -214,5 +214,6 @@ func InitEnv(endpoint string) []string {
 		appenv.EnvProviderURL + "=" + endpoint,
 		config.EnvEventBusName + "=bench-bus", config.EnvParkedQueueURL + "=" + queue + "parked",
 		config.EnvConsumerDLQURL + "=" + queue + "consumer-dlq",
+		config.EnvEventSource + "=" + appenv.EventSource, config.EnvConsumerTable + "=bench-ledger",
 	}
 }
