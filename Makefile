@@ -14,7 +14,7 @@ TOOLGO := GOWORK=off $(GO)
 export CDK_DISABLE_VERSION_CHECK := true
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: help deps dev demo test test-unit test-infra build synth chaos chaos-history bench fuzz mutation clean FORCE lint apicheck licenses trace-screenshot console-screenshot
+.PHONY: help deps dev demo test test-unit test-infra test-release release build synth chaos chaos-history bench fuzz mutation clean FORCE lint apicheck licenses trace-screenshot console-screenshot
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -67,12 +67,28 @@ test: deps ## run every test (unit, integration against Dynoxide, end to end, CD
 	$(GO) vet ./...
 	$(GO) test -count=1 ./...
 	$(MAKE) test-infra
+	$(MAKE) test-release
 
 test-unit: ## only the runtime tests (no CDK)
 	$(GO) test -count=1 ./...
 
 test-infra: deps build ## CDK assertion tests on the synthesized template
 	cd infra && $(GO) test -count=1 ./...
+
+# The release (issue 33, docs/VERSIONING.md "Releasing"): tools/release is its
+# own module (golang.org/x/mod stays out of the library's go.mod). Its tests
+# run the release scripts in throwaway repositories and the release proof: a
+# module outside the repository (tools/release/proof/testdata/outside, and
+# each examples/*/go.mod) resolves both modules at the CHANGELOG's newest
+# release from a module proxy built from this working tree, with no replace,
+# and passes go mod tidy, build and test. Its module cache is
+# bin/release-proof/modcache (RELEASE_PROOF_MODCACHE=...): the CDK modules are
+# extracted there once.
+test-release: ## the release proof: an outside module builds and tests against the release served from this working tree
+	$(TOOLGO) test -C tools/release -count=1 ./...
+
+release: ## tag vX.Y.Z and infra/vX.Y.Z at HEAD (VERSION=X.Y.Z; refuses a dirty tree, a version CHANGELOG.md does not name, existing tags); never pushes
+	tools/release/release.sh $(VERSION)
 
 # TRACING=1 links the OpenTelemetry SDK, exporter and instrumentation into
 # the functions (needed with ddb-outbox:telemetryLayerArn); without it they
@@ -166,6 +182,7 @@ lint: $(TOOLS)/golangci-lint $(TOOLS)/actionlint $(TOOLS)/go-licenses apicheck #
 	$(TOOLS)/golangci-lint run ./...
 	cd infra && ../$(TOOLS)/golangci-lint run --config ../.golangci.yml ./...
 	cd tools/apidiff && GOWORK=off ../../$(TOOLS)/golangci-lint run --config ../../.golangci.yml ./...
+	cd tools/release && GOWORK=off ../../$(TOOLS)/golangci-lint run --config ../../.golangci.yml ./...
 	$(TOOLS)/actionlint
 	GO_LICENSES=$(TOOLS)/go-licenses tools/licenses/licenses.sh check
 
