@@ -81,9 +81,9 @@ test-infra: deps build ## CDK assertion tests on the synthesized template
 # module outside the repository (tools/release/proof/testdata/outside, and
 # each examples/*/go.mod) resolves both modules at the CHANGELOG's newest
 # release from a module proxy built from this working tree, with no replace,
-# and passes go mod tidy, build and test. Its module cache is
-# bin/release-proof/modcache (RELEASE_PROOF_MODCACHE=...): the CDK modules are
-# extracted there once.
+# and passes go mod tidy, build and test. Its module cache is one per working
+# tree under ~/.cache/ddb-outbox-release-proof (RELEASE_PROOF_MODCACHE=...):
+# the CDK modules are extracted there once.
 test-release: ## the release proof: an outside module builds and tests against the release served from this working tree
 	$(TOOLGO) test -C tools/release -count=1 ./...
 

@@ -168,7 +168,7 @@ func Prove(ctx context.Context, cfg Config) error {
 		cmd := exec.CommandContext(ctx, "go", args...)
 		cmd.Dir, cmd.Env = mod, env
 		var out bytes.Buffer
-		cmd.Stdout = &out
+		cmd.Stdout = io.MultiWriter(cfg.Log, &out)
 		cmd.Stderr = io.MultiWriter(cfg.Log, &out)
 		err := cmd.Run()
 		if err != nil {
@@ -234,7 +234,7 @@ func environ(ctx context.Context, proxy, modcache string) ([]string, error) {
 	}
 	return append(os.Environ(),
 		"GOWORK=off",
-		"GOFLAGS=-modcacherw",
+		"GOFLAGS=-modcacherw -trimpath", // -trimpath: the compile cache does not depend on the cache's directory
 		"GOPROXY="+strings.Join(proxies, ","),
 		"GONOSUMDB=github.com/ddb-outbox",
 		"GOPRIVATE=",

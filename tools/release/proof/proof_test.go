@@ -2,6 +2,8 @@ package proof
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,15 +21,22 @@ func repoRoot(t *testing.T) string {
 	return strings.TrimSpace(string(out))
 }
 
-// modCache is the proof's module cache: RELEASE_PROOF_MODCACHE, or
-// bin/release-proof/modcache in the repository (ignored by git), kept
-// between runs so the CDK modules are extracted once.
+// modCache is the proof's module cache: RELEASE_PROOF_MODCACHE, or one per
+// repository directory under the user's cache directory, kept between runs
+// so the CDK modules are extracted once. Never inside the repository (the
+// go command's ./... would walk it), never shared by two working trees (a
+// run removes this project's modules from it first).
 func modCache(t *testing.T, repo string) string {
 	t.Helper()
 	if d := os.Getenv("RELEASE_PROOF_MODCACHE"); d != "" {
 		return d
 	}
-	return filepath.Join(repo, "bin", "release-proof", "modcache")
+	base, err := os.UserCacheDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256([]byte(repo))
+	return filepath.Join(base, "ddb-outbox-release-proof", hex.EncodeToString(sum[:8]), "modcache")
 }
 
 // TestOutsideModulesResolveTheRelease proves testdata/outside (the library's
