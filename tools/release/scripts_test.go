@@ -72,7 +72,7 @@ func (r *repo) git(args ...string) string {
 }
 
 func (r *repo) run(name string, args ...string) (string, error) {
-	cmd := exec.Command(name, args...) //nolint:gosec // test helper
+	cmd := exec.Command(name, args...)
 	cmd.Dir = r.dir
 	cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.invalid",
 		"GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.invalid", "GIT_CONFIG_GLOBAL=/dev/null")

@@ -1,6 +1,7 @@
 package changelog
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -136,7 +137,7 @@ func TestCutRefuses(t *testing.T) {
 }
 
 func TestLatest(t *testing.T) {
-	if _, err := Latest("# Changelog\n\n## [Unreleased]\n"); err != ErrNoRelease {
+	if _, err := Latest("# Changelog\n\n## [Unreleased]\n"); !errors.Is(err, ErrNoRelease) {
 		t.Fatalf("no release: %v", err)
 	}
 	if _, err := Latest("## [1.2] - 2026-01-01\n"); err == nil {

@@ -18,6 +18,7 @@ package modproxy
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -95,7 +96,7 @@ func write(dir, repo string, m Module) (Written, error) {
 		return Written{}, err
 	}
 	at := filepath.Join(dir, filepath.FromSlash(esc), "@v")
-	if err := os.MkdirAll(at, 0o755); err != nil {
+	if err := os.MkdirAll(at, 0o755); err != nil { //nolint:gosec // a proxy directory is world-readable by design
 		return Written{}, err
 	}
 	var zbuf bytes.Buffer
@@ -141,7 +142,7 @@ func addToList(p, v string) error {
 // it does not ignore), as paths relative to sub, read from the working tree.
 // A tracked file deleted in the working tree is left out.
 func trackedFiles(repo, sub string) ([]zip.File, error) {
-	cmd := exec.Command("git", "-C", repo, "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", sub) //nolint:gosec // fixed program, arguments are paths
+	cmd := exec.CommandContext(context.Background(), "git", "-C", repo, "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", sub)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
