@@ -8,10 +8,13 @@ LAMBDA_GOARCH := arm64
 DIST := dist
 
 TOOLS := bin/tools
+# The modules under tools/ pin developer tools and are not in go.work (their
+# dependencies must not join the library's build list): build them on their own.
+TOOLGO := GOWORK=off $(GO)
 export CDK_DISABLE_VERSION_CHECK := true
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: help deps dev demo test test-unit test-infra build synth chaos chaos-history bench fuzz mutation clean FORCE lint apicheck licenses trace-screenshot console-screenshot
+.PHONY: help deps dev demo test test-unit test-infra test-release release build synth chaos chaos-history bench fuzz mutation clean FORCE lint apicheck licenses trace-screenshot console-screenshot
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -41,7 +44,7 @@ JAEGER := bin/jaeger
 
 $(JAEGER): tools/jaeger/go.mod tools/jaeger/go.sum
 	@echo "building bin/jaeger (tools/jaeger module; the first build takes a few minutes)"
-	$(GO) build -C tools/jaeger -o ../../$(JAEGER) github.com/jaegertracing/jaeger/cmd/jaeger
+	$(TOOLGO) build -C tools/jaeger -o ../../$(JAEGER) github.com/jaegertracing/jaeger/cmd/jaeger
 
 # Not part of `make test`: it builds Jaeger first (minutes), and headless
 # Chromium shoots its page (Debian's chromium, which .ci/run installs).
@@ -64,12 +67,28 @@ test: deps ## run every test (unit, integration against Dynoxide, end to end, CD
 	$(GO) vet ./...
 	$(GO) test -count=1 ./...
 	$(MAKE) test-infra
+	$(MAKE) test-release
 
 test-unit: ## only the runtime tests (no CDK)
 	$(GO) test -count=1 ./...
 
 test-infra: deps build ## CDK assertion tests on the synthesized template
 	cd infra && $(GO) test -count=1 ./...
+
+# The release (issue 33, docs/VERSIONING.md "Releasing"): tools/release is its
+# own module (golang.org/x/mod stays out of the library's go.mod). Its tests
+# run the release scripts in throwaway repositories and the release proof: a
+# module outside the repository (tools/release/proof/testdata/outside, and
+# each examples/*/go.mod) resolves both modules at the CHANGELOG's newest
+# release from a module proxy built from this working tree, with no replace,
+# and passes go mod tidy, build and test. Its module cache is one per working
+# tree under ~/.cache/ddb-outbox-release-proof (RELEASE_PROOF_MODCACHE=...):
+# the CDK modules are extracted there once.
+test-release: ## the release proof: an outside module builds and tests against the release served from this working tree
+	$(TOOLGO) test -C tools/release -count=1 ./...
+
+release: ## tag vX.Y.Z and infra/vX.Y.Z at HEAD (VERSION=X.Y.Z; refuses a dirty tree, a version CHANGELOG.md does not name, existing tags); never pushes
+	tools/release/release.sh $(VERSION)
 
 # TRACING=1 links the OpenTelemetry SDK, exporter and instrumentation into
 # the functions (needed with ddb-outbox:telemetryLayerArn); without it they
@@ -134,18 +153,18 @@ mutation: deps $(TOOLS)/gremlins ## mutation testing of the promise-critical pac
 # a rebuild quick).
 
 $(TOOLS)/gremlins: tools/gremlins/go.mod tools/gremlins/go.sum
-	cd tools/gremlins && $(GO) build -o ../../$@ github.com/go-gremlins/gremlins/cmd/gremlins
+	cd tools/gremlins && $(TOOLGO) build -o ../../$@ github.com/go-gremlins/gremlins/cmd/gremlins
 
 $(TOOLS)/golangci-lint: tools/lint/go.mod tools/lint/go.sum
-	cd tools/lint && $(GO) build -o ../../$@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+	cd tools/lint && $(TOOLGO) build -o ../../$@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
 
 # actionlint has its own module: it needs go.yaml.in/yaml/v4 v4.0.0-rc.3,
 # whose API gosec's rc.6 (inside golangci-lint) no longer has.
 $(TOOLS)/actionlint: tools/actionlint/go.mod tools/actionlint/go.sum
-	cd tools/actionlint && $(GO) build -o ../../$@ github.com/rhysd/actionlint/cmd/actionlint
+	cd tools/actionlint && $(TOOLGO) build -o ../../$@ github.com/rhysd/actionlint/cmd/actionlint
 
 $(TOOLS)/go-licenses: tools/licenses/go.mod tools/licenses/go.sum
-	cd tools/licenses && $(GO) build -o ../../$@ github.com/google/go-licenses
+	cd tools/licenses && $(TOOLGO) build -o ../../$@ github.com/google/go-licenses
 
 # The API guard (issue 24): tools/apidiff/apicheck compares the exported API
 # of pkg/ (not pkg/internal/) with the commit in api/baseline using
@@ -153,16 +172,17 @@ $(TOOLS)/go-licenses: tools/licenses/go.mod tools/licenses/go.sum
 # section does not name. Its own tests (a throwaway repository per case)
 # run first. It needs the baseline commit in the clone (not a shallow one).
 $(TOOLS)/apicheck: tools/apidiff/go.mod tools/apidiff/go.sum tools/apidiff/apicheck/main.go
-	cd tools/apidiff && $(GO) build -o ../../$@ ./apicheck
+	cd tools/apidiff && $(TOOLGO) build -o ../../$@ ./apicheck
 
 apicheck: $(TOOLS)/apicheck ## the library's API against api/baseline: every change named in CHANGELOG.md's Unreleased section
-	$(GO) test -C tools/apidiff -count=1 ./...
+	$(TOOLGO) test -C tools/apidiff -count=1 ./...
 	$(TOOLS)/apicheck -repo . -baseline api/baseline > /dev/null
 
 lint: $(TOOLS)/golangci-lint $(TOOLS)/actionlint $(TOOLS)/go-licenses apicheck ## golangci-lint (root and infra modules), actionlint (workflows), licence allow-list, API guard
 	$(TOOLS)/golangci-lint run ./...
 	cd infra && ../$(TOOLS)/golangci-lint run --config ../.golangci.yml ./...
-	cd tools/apidiff && ../../$(TOOLS)/golangci-lint run --config ../../.golangci.yml ./...
+	cd tools/apidiff && GOWORK=off ../../$(TOOLS)/golangci-lint run --config ../../.golangci.yml ./...
+	cd tools/release && GOWORK=off ../../$(TOOLS)/golangci-lint run --config ../../.golangci.yml ./...
 	$(TOOLS)/actionlint
 	GO_LICENSES=$(TOOLS)/go-licenses tools/licenses/licenses.sh check
 

@@ -10,8 +10,9 @@
 //
 // The CDK for Go is large (~450 MB of modules, minutes to compile cold) and
 // starts a Node.js jsii kernel at run time. Keeping it in the separate module
-// github.com/ddb-outbox/ddb-outbox/infra (with `replace
-// github.com/ddb-outbox/ddb-outbox => ../`) means the root `go test ./...`,
+// github.com/ddb-outbox/ddb-outbox/infra (its go.mod requires the library's
+// release; inside the repository the root go.work builds it against the
+// working tree) means the root `go test ./...`,
 // `go vet ./...` and the Lambda builds never compile or download the CDK,
 // and nothing in pkg/ or functions/ can import it by accident. The
 // dependency points one way: infra imports pkg/config, pkg/outbox and
