@@ -8,6 +8,9 @@ LAMBDA_GOARCH := arm64
 DIST := dist
 
 TOOLS := bin/tools
+# The modules under tools/ pin developer tools and are not in go.work (their
+# dependencies must not join the library's build list): build them on their own.
+TOOLGO := GOWORK=off $(GO)
 export CDK_DISABLE_VERSION_CHECK := true
 export CDK_DISABLE_CLI_TELEMETRY := true
 
@@ -41,7 +44,7 @@ JAEGER := bin/jaeger
 
 $(JAEGER): tools/jaeger/go.mod tools/jaeger/go.sum
 	@echo "building bin/jaeger (tools/jaeger module; the first build takes a few minutes)"
-	$(GO) build -C tools/jaeger -o ../../$(JAEGER) github.com/jaegertracing/jaeger/cmd/jaeger
+	$(TOOLGO) build -C tools/jaeger -o ../../$(JAEGER) github.com/jaegertracing/jaeger/cmd/jaeger
 
 # Not part of `make test`: it builds Jaeger first (minutes), and headless
 # Chromium shoots its page (Debian's chromium, which .ci/run installs).
@@ -134,18 +137,18 @@ mutation: deps $(TOOLS)/gremlins ## mutation testing of the promise-critical pac
 # a rebuild quick).
 
 $(TOOLS)/gremlins: tools/gremlins/go.mod tools/gremlins/go.sum
-	cd tools/gremlins && $(GO) build -o ../../$@ github.com/go-gremlins/gremlins/cmd/gremlins
+	cd tools/gremlins && $(TOOLGO) build -o ../../$@ github.com/go-gremlins/gremlins/cmd/gremlins
 
 $(TOOLS)/golangci-lint: tools/lint/go.mod tools/lint/go.sum
-	cd tools/lint && $(GO) build -o ../../$@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+	cd tools/lint && $(TOOLGO) build -o ../../$@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
 
 # actionlint has its own module: it needs go.yaml.in/yaml/v4 v4.0.0-rc.3,
 # whose API gosec's rc.6 (inside golangci-lint) no longer has.
 $(TOOLS)/actionlint: tools/actionlint/go.mod tools/actionlint/go.sum
-	cd tools/actionlint && $(GO) build -o ../../$@ github.com/rhysd/actionlint/cmd/actionlint
+	cd tools/actionlint && $(TOOLGO) build -o ../../$@ github.com/rhysd/actionlint/cmd/actionlint
 
 $(TOOLS)/go-licenses: tools/licenses/go.mod tools/licenses/go.sum
-	cd tools/licenses && $(GO) build -o ../../$@ github.com/google/go-licenses
+	cd tools/licenses && $(TOOLGO) build -o ../../$@ github.com/google/go-licenses
 
 # The API guard (issue 24): tools/apidiff/apicheck compares the exported API
 # of pkg/ (not pkg/internal/) with the commit in api/baseline using
@@ -153,16 +156,16 @@ $(TOOLS)/go-licenses: tools/licenses/go.mod tools/licenses/go.sum
 # section does not name. Its own tests (a throwaway repository per case)
 # run first. It needs the baseline commit in the clone (not a shallow one).
 $(TOOLS)/apicheck: tools/apidiff/go.mod tools/apidiff/go.sum tools/apidiff/apicheck/main.go
-	cd tools/apidiff && $(GO) build -o ../../$@ ./apicheck
+	cd tools/apidiff && $(TOOLGO) build -o ../../$@ ./apicheck
 
 apicheck: $(TOOLS)/apicheck ## the library's API against api/baseline: every change named in CHANGELOG.md's Unreleased section
-	$(GO) test -C tools/apidiff -count=1 ./...
+	$(TOOLGO) test -C tools/apidiff -count=1 ./...
 	$(TOOLS)/apicheck -repo . -baseline api/baseline > /dev/null
 
 lint: $(TOOLS)/golangci-lint $(TOOLS)/actionlint $(TOOLS)/go-licenses apicheck ## golangci-lint (root and infra modules), actionlint (workflows), licence allow-list, API guard
 	$(TOOLS)/golangci-lint run ./...
 	cd infra && ../$(TOOLS)/golangci-lint run --config ../.golangci.yml ./...
-	cd tools/apidiff && ../../$(TOOLS)/golangci-lint run --config ../../.golangci.yml ./...
+	cd tools/apidiff && GOWORK=off ../../$(TOOLS)/golangci-lint run --config ../../.golangci.yml ./...
 	$(TOOLS)/actionlint
 	GO_LICENSES=$(TOOLS)/go-licenses tools/licenses/licenses.sh check
 

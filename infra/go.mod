@@ -2,7 +2,6 @@ module github.com/ddb-outbox/ddb-outbox/infra
 
 go 1.26.8
 
-replace github.com/ddb-outbox/ddb-outbox => ../
 
 require (
 	github.com/aws/aws-cdk-go/awscdk/v2 v2.277.0
@@ -10,7 +9,7 @@ require (
 	github.com/aws/constructs-go/constructs/v10 v10.8.1
 	github.com/aws/jsii-runtime-go v1.142.0
 	github.com/cdklabs/cdk-nag-go/cdknag/v2 v2.38.2
-	github.com/ddb-outbox/ddb-outbox v0.0.0-00010101000000-000000000000
+	github.com/ddb-outbox/ddb-outbox v0.2.0
 )
 
 require (
