@@ -159,7 +159,7 @@ func Prove(ctx context.Context, cfg Config) error {
 	if err := forget(cfg.ModCache); err != nil {
 		return err
 	}
-	env, err := environ(ctx, proxy, cfg.ModCache)
+	env, err := environ(ctx, cfg.Repo, proxy, cfg.ModCache)
 	if err != nil {
 		return err
 	}
@@ -214,7 +214,7 @@ func Prove(ctx context.Context, cfg Config) error {
 // downloads and the machine's proxy for everything else; no checksum
 // database for this project's modules (their zips are the working tree's),
 // which must not bypass the proxy either (GOPRIVATE and GONOPROXY cleared).
-func environ(ctx context.Context, proxy, modcache string) ([]string, error) {
+func environ(ctx context.Context, repo, proxy, modcache string) ([]string, error) {
 	upstream, err := goEnv(ctx, "GOPROXY")
 	if err != nil {
 		return nil, err
@@ -232,7 +232,20 @@ func environ(ctx context.Context, proxy, modcache string) ([]string, error) {
 	if upstream != "" && upstream != "off" {
 		proxies = append(proxies, upstream)
 	}
-	return append(os.Environ(),
+	env := os.Environ()
+	// The module's tests run from a scratch copy, above which there is no
+	// node_modules: point pkg/dynoxide at the repository's pinned server
+	// (its search order starts with DYNOXIDE_BIN) unless one is set.
+	if os.Getenv("DYNOXIDE_BIN") == "" {
+		for _, pkg := range []string{"linux-x64", "linux-arm64", "darwin-arm64", "darwin-x64"} {
+			bin := filepath.Join(repo, "node_modules", "@dynoxide", pkg, "dynoxide")
+			if _, err := os.Stat(bin); err == nil {
+				env = append(env, "DYNOXIDE_BIN="+bin)
+				break
+			}
+		}
+	}
+	return append(env,
 		"GOWORK=off",
 		"GOFLAGS=-modcacherw -trimpath", // -trimpath: the compile cache does not depend on the cache's directory
 		"GOPROXY="+strings.Join(proxies, ","),
