@@ -2,7 +2,6 @@ module github.com/ddb-outbox/ddb-outbox/infra
 
 go 1.26.8
 
-
 require (
 	github.com/aws/aws-cdk-go/awscdk/v2 v2.277.0
 	github.com/aws/aws-sdk-go-v2/service/dynamodb v1.74.0
