@@ -2,9 +2,6 @@ package wallet
 
 import (
 	"errors"
-	"fmt"
-	"os"
-	"strconv"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
@@ -21,32 +18,8 @@ const EnvAccountsTable = "ACCOUNTS_TABLE_NAME"
 // from EnvAccountsTable, whose key it adds to WriterConfig.Keys. The error
 // joins one error per missing or invalid variable.
 func WriterConfigFromEnv() (outbox.WriterConfig, string, error) {
-	var errs []error
-	need := func(name string) string {
-		v := os.Getenv(name)
-		if v == "" {
-			errs = append(errs, fmt.Errorf("%s is required", name))
-		}
-		return v
-	}
-	num := func(name string) int {
-		v := os.Getenv(name)
-		if v == "" {
-			return 0 // the writer's default
-		}
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			errs = append(errs, fmt.Errorf("%s=%q is not a positive integer", name, v))
-		}
-		return n
-	}
-	accounts := need(EnvAccountsTable)
-	cfg := outbox.WriterConfig{
-		Table:         need(config.EnvOutboxTable),
-		Source:        need(config.EnvEventSource),
-		PendingShards: num(config.EnvPendingShards),
-		MaxEntryBytes: num(config.EnvMaxEntryBytes),
-		Keys:          []outbox.TableKeys{TableKeys(accounts)},
-	}
-	return cfg, accounts, errors.Join(errs...)
+	cfg, err := outbox.WriterConfigFromEnv()
+	accounts, aerr := config.Required(EnvAccountsTable)
+	cfg.Keys = []outbox.TableKeys{TableKeys(accounts)}
+	return cfg, accounts, errors.Join(err, aerr)
 }

@@ -40,6 +40,13 @@ var (
 	// TransactWriteItems call (a transaction is authorized per action:
 	// dynamodb:PutItem for each Put).
 	WriteEventsActions = []string{"dynamodb:PutItem"}
+	// AggregateUpdateActions is what outbox.Writer.Update calls on the
+	// aggregate's own table: GetItem (the consistent read of the version),
+	// PutItem (a Change with an Item) and UpdateItem (a Change without one:
+	// only the version moves). Grant it on your table beside
+	// GrantWriteEvents (GrantAggregateUpdate does both); writes to other
+	// tables in Change.Writes need their own actions.
+	AggregateUpdateActions = []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}
 	// MarkActions lets the relay and the reconciler mark records published
 	// or parked (UpdateItem, or PartiQL UPDATE via BatchExecuteStatement).
 	MarkActions = []string{"dynamodb:UpdateItem", "dynamodb:PartiQLUpdate"}
@@ -295,6 +302,16 @@ func (o *Outbox) GrantWriteEvents(fn awslambda.Function) {
 	o.setOutboxEnv(fn)
 	grant(fn, WriteEventsActions, o.Table.TableArn())
 	o.grantKey(fn)
+}
+
+// GrantAggregateUpdate lets fn run outbox.Writer.Update on aggregates kept
+// in table: GrantWriteEvents (the outbox records and the writer's
+// environment) plus exactly AggregateUpdateActions on table (and the
+// outbox's key, when the outbox is encrypted with one; a table encrypted
+// with another key needs that key's grant too).
+func (o *Outbox) GrantAggregateUpdate(fn awslambda.Function, table awsdynamodb.ITable) {
+	o.GrantWriteEvents(fn)
+	grant(fn, AggregateUpdateActions, table.TableArn())
 }
 
 // setOutboxEnv sets the variables every outbox writer, the relay and the

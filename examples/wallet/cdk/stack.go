@@ -20,10 +20,9 @@ import (
 )
 
 // AccountsActions are what the accounts function does on the accounts
-// table through outbox.Writer.Update: GetItem (the consistent read of the
-// version), PutItem and UpdateItem (the transaction's action on the
-// account's item).
-var AccountsActions = []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}
+// table through outbox.Writer.Update: the construct's published
+// outboxcdk.AggregateUpdateActions.
+var AccountsActions = outboxcdk.AggregateUpdateActions
 
 // WalletStackProps configures the wallet's stack.
 type WalletStackProps struct {
@@ -100,8 +99,9 @@ func NewWalletStack(scope constructs.Construct, id string, p WalletStackProps) (
 	}); err != nil {
 		return nil, fmt.Errorf("accounts function: %w", err)
 	}
-	w.Accounts.Grant(w.AccountFn, *jsii.Strings(AccountsActions...)...)
-	ob.GrantWriteEvents(w.AccountFn) // PutItem on the outbox table + its env
+	// Writer.Update on the accounts table, PutItem on the outbox table, and
+	// the writer's environment (outbox.WriterConfigFromEnv).
+	ob.GrantAggregateUpdate(w.AccountFn, w.Accounts)
 
 	// The ordered consumer: its statement lives in the state table the
 	// construct creates (one transaction writes marker, effects and gate).
