@@ -14,7 +14,7 @@ TOOLGO := GOWORK=off $(GO)
 export CDK_DISABLE_VERSION_CHECK := true
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: help deps dev demo test test-unit test-infra test-release test-examples release build synth chaos chaos-history bench fuzz mutation clean FORCE lint apicheck licenses trace-screenshot console-screenshot
+.PHONY: help deps dev demo test test-unit test-infra test-release test-examples proxy release build synth chaos chaos-history bench fuzz mutation clean FORCE lint apicheck licenses trace-screenshot console-screenshot
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -87,6 +87,10 @@ test-infra: deps build ## CDK assertion tests on the synthesized template
 # the CDK modules are extracted there once.
 test-release: ## the release proof: an outside module builds and tests against the release served from this working tree
 	$(TOOLGO) test -C tools/release -count=1 ./...
+
+proxy: ## a Go module proxy directory serving both modules at the CHANGELOG's release from this tree (OUT=DIR): depend on a release before its tags are published
+	@test -n "$(OUT)" || { echo "usage: make proxy OUT=DIR"; exit 2; }
+	$(TOOLGO) run -C tools/release ./cmd/modproxy -repo $(CURDIR) -out $(abspath $(OUT))
 
 release: ## tag vX.Y.Z and infra/vX.Y.Z at HEAD (VERSION=X.Y.Z; refuses a dirty tree, a version CHANGELOG.md does not name, existing tags); never pushes
 	tools/release/release.sh $(VERSION)
