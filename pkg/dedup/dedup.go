@@ -57,6 +57,10 @@ type TransactWriter interface {
 	TransactWriteItems(ctx context.Context, params *dynamodb.TransactWriteItemsInput, optFns ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error)
 }
 
+// MinRetention is the shortest Config.Retention (DEDUP_RETENTION_SECONDS)
+// accepted: one hour.
+const MinRetention = time.Hour
+
 // Config configures an Applier. Zero values take the defaults.
 type Config struct {
 	// Table is the dedup marker table name (partition key "pk", type S; see
@@ -67,7 +71,8 @@ type Config struct {
 	// contain '#'.
 	Consumer string
 	// Retention is how long a marker is kept before its TTL expires it.
-	// Default config.DefaultDedupRetention (7 days). Minimum one hour.
+	// Default config.DefaultDedupRetention (7 days). Minimum MinRetention
+	// (one hour).
 	Retention time.Duration
 	// MaxAttempts bounds TransactWriteItems calls per Apply when the
 	// transaction is cancelled only by conflicts or throttling. Default 5.
@@ -125,7 +130,7 @@ func (c Config) Validate() error {
 		return errors.New("dedup: Config.Consumer is required")
 	case strings.ContainsRune(c.Consumer, '#'):
 		return fmt.Errorf("dedup: Config.Consumer %q must not contain '#'", c.Consumer)
-	case c.Retention < time.Hour:
+	case c.Retention < MinRetention:
 		return fmt.Errorf("dedup: Config.Retention %s is shorter than one hour", c.Retention)
 	case c.MaxAttempts < 1:
 		return fmt.Errorf("dedup: Config.MaxAttempts %d must be >= 1", c.MaxAttempts)

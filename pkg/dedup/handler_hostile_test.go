@@ -3,12 +3,15 @@ package dedup_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/ddbtest"
 	"github.com/ddb-outbox/ddb-outbox/pkg/dedup"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
@@ -81,7 +84,9 @@ func TestHandlerHostileEffects(t *testing.T) {
 				}
 				t.Run(tc.name, func(t *testing.T) {
 					before := countItems(t, env, table)
-					h, err := c.Handler(func(_ context.Context, e outbox.Envelope) ([]types.TransactWriteItem, error) { return tc.effects(e), nil })
+					h, err := c.Handler(func(_ context.Context, e outbox.Envelope) ([]types.TransactWriteItem, error) {
+						return tc.effects(e), nil
+					})
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -96,7 +101,9 @@ func TestHandlerHostileEffects(t *testing.T) {
 				})
 			}
 			t.Run("most effects, early then drained", func(t *testing.T) {
-				h, err := c.Handler(func(_ context.Context, e outbox.Envelope) ([]types.TransactWriteItem, error) { return puts(table, e, most), nil })
+				h, err := c.Handler(func(_ context.Context, e outbox.Envelope) ([]types.TransactWriteItem, error) {
+					return puts(table, e, most), nil
+				})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -135,5 +142,49 @@ func TestHandlerHostileEffects(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// TestConsumerConfigFromEnvHostileValues: values that would build a
+// consumer refusing every event, or keeping markers for a surprising time,
+// are refused at init, each naming its variable.
+func TestConsumerConfigFromEnvHostileValues(t *testing.T) {
+	good := map[string]string{config.EnvConsumerTable: "wallet-consumer", config.EnvEventSource: "com.example.wallet",
+		config.EnvExpectedEventAccount: "123456789012", config.EnvDedupRetentionSeconds: "3600"}
+	for _, tc := range []struct{ name, value string }{
+		{config.EnvEventSource, "aws.wallet"},
+		{config.EnvEventSource, "com.example.wallet "},
+		{config.EnvConsumerTable, " wallet-consumer"},
+		{config.EnvExpectedEventAccount, "12345678901"},
+		{config.EnvExpectedEventAccount, "1234567890123"},
+		{config.EnvExpectedEventAccount, "123456789012 "},
+		{config.EnvDedupRetentionSeconds, "0"},
+		{config.EnvDedupRetentionSeconds, "-3600"},
+		{config.EnvDedupRetentionSeconds, "3599"},
+		{config.EnvDedupRetentionSeconds, "18446751273"}, // wrapped to 2 h before
+		{config.EnvDedupRetentionSeconds, "9223372036854775807"},
+	} {
+		for k, v := range good {
+			t.Setenv(k, v)
+		}
+		t.Setenv(tc.name, tc.value)
+		if c, err := dedup.ConsumerConfigFromEnv(); err == nil || !strings.Contains(err.Error(), tc.name) {
+			t.Errorf("%s=%q: %+v, %v; want an error naming it", tc.name, tc.value, c, err)
+		}
+	}
+	// The largest retention a duration holds is taken as it is.
+	t.Setenv(config.EnvDedupRetentionSeconds, "9223372036")
+	if c, err := dedup.ConsumerConfigFromEnv(); err != nil || c.Dedup.Retention != 9223372036*time.Second {
+		t.Errorf("largest retention: %v, %v", c.Dedup.Retention, err)
+	}
+}
+
+// TestNewConsumerRefusesAReservedSource: an ExpectedSource starting with
+// "aws." matches no event a relay can publish.
+func TestNewConsumerRefusesAReservedSource(t *testing.T) {
+	env := ddbtest.New(t)
+	_, err := dedup.NewConsumer("wallet", env.DDB, dedup.ConsumerConfig{Table: "t", ExpectedSource: "aws.wallet", Logger: quietLog}, 0, dedup.Unordered)
+	if err == nil || !strings.Contains(err.Error(), "aws.") {
+		t.Fatalf("%v", err)
 	}
 }
