@@ -214,6 +214,8 @@ func (p ConsumerProps) Validate() error {
 	}
 	if p.EventSource == "" {
 		bad("EventSource is required (or Outbox): the EventBridge source of the outbox's events")
+	} else if strings.HasPrefix(p.EventSource, "aws.") {
+		bad("EventSource %q starts with \"aws.\", which EventBridge refuses for PutEvents: no event of the outbox can carry it", p.EventSource)
 	}
 	if p.AlarmTopic == nil {
 		bad("AlarmTopic is required (or Outbox): every alarm of the consumer notifies it")

@@ -68,6 +68,7 @@ func TestConsumerPropsValidate(t *testing.T) {
 		{"no function", func(p *ConsumerProps) { p.Function = nil }, "Function is required"},
 		{"no bus", func(p *ConsumerProps) { p.EventBus = nil }, "EventBus is required"},
 		{"no source", func(p *ConsumerProps) { p.EventSource = "" }, "EventSource is required"},
+		{"aws source", func(p *ConsumerProps) { p.EventSource = "aws.wallet" }, `starts with "aws."`},
 		{"no topic", func(p *ConsumerProps) { p.AlarmTopic = nil }, "AlarmTopic is required"},
 		{"no aggregate", func(p *ConsumerProps) { p.AggregateType = "" }, "AggregateType is required"},
 		{"empty type", func(p *ConsumerProps) { p.AggregateEventTypes = []string{""} }, "event type is empty"},
