@@ -101,7 +101,10 @@ type ConsumerProps struct {
 	// timeout is config.ConsumerVisibilityTimeoutFactor times it (Lambda
 	// developer guide, services-sqs-configure). Default: Function's own
 	// timeout when it is an awslambda.Function with one, else
-	// config.DefaultConsumerTimeout. Whole seconds, 1 s..15 min.
+	// config.DefaultConsumerTimeout. Whole seconds, 1 s..15 min, and not
+	// below the function's own timeout when it has one (Lambda refuses a
+	// mapping whose queue's visibility timeout is below the function's
+	// timeout: services-sqs-configure).
 	FunctionTimeout time.Duration
 	// BatchSize is the SQS event source mapping's batch size, 1..10
 	// messages. Default config.DefaultConsumerBatchSize.
@@ -157,10 +160,8 @@ func (p ConsumerProps) withDefaults() ConsumerProps {
 	}
 	if p.FunctionTimeout == 0 {
 		p.FunctionTimeout = config.DefaultConsumerTimeout
-		if fn, ok := p.Function.(awslambda.Function); ok && fn.Timeout() != nil {
-			if s := fn.Timeout().ToSeconds(nil); s != nil {
-				p.FunctionTimeout = time.Duration(*s) * time.Second
-			}
+		if own := functionTimeout(p.Function); own > 0 {
+			p.FunctionTimeout = own
 		}
 	}
 	if p.BatchSize == 0 {
@@ -179,6 +180,17 @@ func (p ConsumerProps) withDefaults() ConsumerProps {
 		p.BufferedAgeThreshold = config.DefaultBufferedAgeAlarm
 	}
 	return p
+}
+
+// functionTimeout is fn's own timeout when fn is an awslambda.Function
+// with one, else 0.
+func functionTimeout(fn awslambda.IFunction) time.Duration {
+	if f, ok := fn.(awslambda.Function); ok && f.Timeout() != nil {
+		if s := f.Timeout().ToSeconds(nil); s != nil {
+			return time.Duration(*s * float64(time.Second))
+		}
+	}
+	return 0
 }
 
 // Validate applies the defaults to a copy of p and checks every field. It
@@ -202,6 +214,8 @@ func (p ConsumerProps) Validate() error {
 	}
 	if p.EventSource == "" {
 		bad("EventSource is required (or Outbox): the EventBridge source of the outbox's events")
+	} else if strings.HasPrefix(p.EventSource, "aws.") {
+		bad("EventSource %q starts with \"aws.\", which EventBridge refuses for PutEvents: no event of the outbox can carry it", p.EventSource)
 	}
 	if p.AlarmTopic == nil {
 		bad("AlarmTopic is required (or Outbox): every alarm of the consumer notifies it")
@@ -246,6 +260,15 @@ func (p ConsumerProps) Validate() error {
 		bad("FunctionTimeout %s is outside 1s..%s", p.FunctionTimeout, MaxConsumerFunctionTimeout)
 	}
 	whole("FunctionTimeout", p.FunctionTimeout)
+	if own := functionTimeout(p.Function); own > p.FunctionTimeout {
+		// The queue's visibility timeout is derived from FunctionTimeout;
+		// Lambda refuses to create the mapping when the function's
+		// timeout exceeds it, and below the advised six times a batch
+		// still running comes back to another invocation
+		// (services-sqs-configure).
+		bad("FunctionTimeout %s is below the function's own timeout %s: the queue's visibility timeout (%d × FunctionTimeout) is "+
+			"derived from it; leave FunctionTimeout unset to take the function's", p.FunctionTimeout, own, config.ConsumerVisibilityTimeoutFactor)
+	}
 	if p.BatchSize < 1 || p.BatchSize > MaxConsumerBatchSize {
 		bad("BatchSize %d is outside 1..%d", p.BatchSize, MaxConsumerBatchSize)
 	}

@@ -68,6 +68,7 @@ func TestConsumerPropsValidate(t *testing.T) {
 		{"no function", func(p *ConsumerProps) { p.Function = nil }, "Function is required"},
 		{"no bus", func(p *ConsumerProps) { p.EventBus = nil }, "EventBus is required"},
 		{"no source", func(p *ConsumerProps) { p.EventSource = "" }, "EventSource is required"},
+		{"aws source", func(p *ConsumerProps) { p.EventSource = "aws.wallet" }, `starts with "aws."`},
 		{"no topic", func(p *ConsumerProps) { p.AlarmTopic = nil }, "AlarmTopic is required"},
 		{"no aggregate", func(p *ConsumerProps) { p.AggregateType = "" }, "AggregateType is required"},
 		{"empty type", func(p *ConsumerProps) { p.AggregateEventTypes = []string{""} }, "event type is empty"},
@@ -517,4 +518,33 @@ func toAny(l []string) []any {
 		out[i] = s
 	}
 	return out
+}
+
+// GIVEN a consumer function with a 60 s timeout
+// WHEN its props give FunctionTimeout below that, equal to it, or none
+// THEN Validate refuses the lower one (the queue's visibility timeout would
+// be derived from a timeout the function outruns: Lambda refuses a mapping
+// whose queue's visibility timeout is below the function's timeout) and
+// accepts the others.
+func TestConsumerPropsFunctionTimeoutNotBelowTheFunctions(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "bootstrap"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	st := awscdk.NewStack(awscdk.NewApp(nil), jsii.String("Timeouts"), nil)
+	fn, err := gofunc.New(st, "slow", gofunc.Props{AssetDir: dir, Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		timeout time.Duration
+		ok      bool
+	}{{5 * time.Second, false}, {59 * time.Second, false}, {time.Minute, true}, {0, true}, {2 * time.Minute, true}} {
+		p := validConsumer()
+		p.Function, p.FunctionTimeout = fn, c.timeout
+		err := p.Validate()
+		if c.ok != (err == nil) || (err != nil && (!errors.Is(err, ErrInvalidProps) || !strings.Contains(err.Error(), "below the function's own timeout"))) {
+			t.Errorf("FunctionTimeout %s: %v", c.timeout, err)
+		}
+	}
 }

@@ -15,8 +15,10 @@ package config
 import (
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -242,11 +244,18 @@ const (
 const MinReconcileAfter = 2 * time.Minute
 
 // Required returns the value of the environment variable name, or an error
-// naming the variable when it is unset or empty.
+// naming the variable when it is unset or empty, or when it begins or ends
+// with white space: the values it reads (table names, queue URLs, event
+// sources, ARNs) never do, and a stray space would fail later and far away
+// (an event source that no event matches, a table name DynamoDB refuses on
+// the first call).
 func Required(name string) (string, error) {
 	v := os.Getenv(name)
 	if v == "" {
 		return "", fmt.Errorf("config: environment variable %s is required", name)
+	}
+	if strings.TrimSpace(v) != v {
+		return "", fmt.Errorf("config: %s=%q begins or ends with white space", name, v)
 	}
 	return v, nil
 }
@@ -275,7 +284,7 @@ func Int(name string, def int) (int, error) {
 
 // Seconds returns the variable, a whole number of seconds, as a duration, or
 // def when unset. It returns an error when the value is not a non-negative
-// integer.
+// integer, or is more seconds than a time.Duration holds (about 292 years).
 func Seconds(name string, def time.Duration) (time.Duration, error) {
 	v := os.Getenv(name)
 	if v == "" {
@@ -284,6 +293,9 @@ func Seconds(name string, def time.Duration) (time.Duration, error) {
 	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil || n < 0 {
 		return 0, fmt.Errorf("config: %s=%q is not a whole number of seconds", name, v)
+	}
+	if n > math.MaxInt64/int64(time.Second) {
+		return 0, fmt.Errorf("config: %s=%q is more seconds than a duration holds (%d)", name, v, math.MaxInt64/int64(time.Second))
 	}
 	return time.Duration(n) * time.Second, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -189,7 +190,8 @@ func (c Consumer) Resequence(h sqsconsumer.EventHandler) (*Resequencer, error) {
 // when Dedup.Ordered is set; GapMaxReceives =
 // config.DefaultConsumerGapMaxReceives), sets Dedup.Ordered from Ordering,
 // validates cfg and builds the Applier. Errors name the consumer: a nil
-// client, an empty Table, a negative CallTimeout, an ExpectedAccount that
+// client, an empty Table, an empty ExpectedSource or one starting with
+// "aws." (EventBridge refuses those in PutEvents), a negative CallTimeout, an ExpectedAccount that
 // is not 12 digits, an unknown Ordering, a GapMaxReceives below 1, or an
 // invalid Dedup config (an ordered consumer's client must implement
 // ItemGetter).
@@ -241,6 +243,8 @@ func NewConsumer(name string, client TransactWriter, cfg ConsumerConfig, maxAtte
 		return Consumer{}, errors.New(name + ": Config.Table is required")
 	case cfg.ExpectedSource == "":
 		return Consumer{}, errors.New(name + ": Config.ExpectedSource is required: the EventBridge source your relay publishes with (config.EnvEventSource)")
+	case reservedSource(cfg.ExpectedSource):
+		return Consumer{}, fmt.Errorf("%s: Config.ExpectedSource %q starts with \"aws.\", which EventBridge's PutEvents refuses: no event of your relay can carry it", name, cfg.ExpectedSource)
 	case cfg.CallTimeout < 0:
 		return Consumer{}, fmt.Errorf("%s: Config.CallTimeout %s is negative", name, cfg.CallTimeout)
 	case cfg.ExpectedAccount != "" && !accountID(cfg.ExpectedAccount):
@@ -252,6 +256,10 @@ func NewConsumer(name string, client TransactWriter, cfg ConsumerConfig, maxAtte
 	}
 	return Consumer{Config: cfg, Applier: a}, nil
 }
+
+// reservedSource reports whether an event source starts with "aws.", the
+// prefix EventBridge keeps for AWS services (PutEventsRequestEntry.Source).
+func reservedSource(s string) bool { return strings.HasPrefix(s, "aws.") }
 
 // accountID reports whether s is a 12-digit AWS account id.
 func accountID(s string) bool {

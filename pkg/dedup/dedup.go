@@ -57,6 +57,10 @@ type TransactWriter interface {
 	TransactWriteItems(ctx context.Context, params *dynamodb.TransactWriteItemsInput, optFns ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error)
 }
 
+// MinRetention is the shortest Config.Retention (DEDUP_RETENTION_SECONDS)
+// accepted: one hour.
+const MinRetention = time.Hour
+
 // Config configures an Applier. Zero values take the defaults.
 type Config struct {
 	// Table is the dedup marker table name (partition key "pk", type S; see
@@ -67,7 +71,8 @@ type Config struct {
 	// contain '#'.
 	Consumer string
 	// Retention is how long a marker is kept before its TTL expires it.
-	// Default config.DefaultDedupRetention (7 days). Minimum one hour.
+	// Default config.DefaultDedupRetention (7 days). Minimum MinRetention
+	// (one hour).
 	Retention time.Duration
 	// MaxAttempts bounds TransactWriteItems calls per Apply when the
 	// transaction is cancelled only by conflicts or throttling. Default 5.
@@ -125,7 +130,7 @@ func (c Config) Validate() error {
 		return errors.New("dedup: Config.Consumer is required")
 	case strings.ContainsRune(c.Consumer, '#'):
 		return fmt.Errorf("dedup: Config.Consumer %q must not contain '#'", c.Consumer)
-	case c.Retention < time.Hour:
+	case c.Retention < MinRetention:
 		return fmt.Errorf("dedup: Config.Retention %s is shorter than one hour", c.Retention)
 	case c.MaxAttempts < 1:
 		return fmt.Errorf("dedup: Config.MaxAttempts %d must be >= 1", c.MaxAttempts)
@@ -356,6 +361,12 @@ func (a *Applier) transaction(env outbox.Envelope, effects []types.TransactWrite
 				Key: map[string]types.AttributeValue{AttrPK: &types.AttributeValueMemberS{Value: BufferKey(a.cfg.Consumer, env.AggregateType, env.AggregateID, env.Sequence)}}}})
 		}
 	}
+	if limit := MaxEffects(a.cfg.Ordered); len(effects) > limit {
+		// Ordered: checked on every path, not only a drain's (which adds
+		// the buffer item's Delete), so an event's fate does not depend
+		// on whether it arrived early.
+		return nil, 0, fmt.Errorf("dedup: event %s: %w: %d effects, at most %d", env.EventID, outbox.ErrTransactionTooLarge, len(effects), limit)
+	}
 	if err := outbox.CheckTransaction(items, a.cfg.Keys...); err != nil {
 		return nil, 0, fmt.Errorf("dedup: event %s: %w", env.EventID, err)
 	}
@@ -384,7 +395,9 @@ func sleep(ctx context.Context, d time.Duration) error { return retry.Sleep(ctx,
 // PermanentReason).
 const (
 	// ReasonTransactionInvalid: an action of the Apply transaction has
-	// ValidationError (e.g. an item over 400 KB, a type mismatch).
+	// ValidationError (e.g. an item over 400 KB, a type mismatch), or the
+	// transaction was refused before sending (too many effects, two
+	// actions on one item; PermanentReason).
 	ReasonTransactionInvalid = "transaction_invalid"
 	// ReasonItemCollectionFull: an action has
 	// ItemCollectionSizeLimitExceeded (an item collection of a table with
@@ -392,12 +405,30 @@ const (
 	ReasonItemCollectionFull = "item_collection_full"
 )
 
+// MaxEffects is the most effects one event's Apply transaction takes
+// beside the protocol's own actions, within DynamoDB's
+// outbox.MaxTransactionActions (100): 99 for an unordered Applier (the
+// dedup marker), 97 for an ordered one (the marker, the ordering gate, and
+// the Delete of its buffer item when the resequencer drains an early
+// event). More is refused before sending (outbox.ErrTransactionTooLarge),
+// on every path alike.
+func MaxEffects(ordered bool) int {
+	if ordered {
+		return outbox.MaxTransactionActions - 3
+	}
+	return outbox.MaxTransactionActions - 1
+}
+
 // PermanentReason returns ReasonTransactionInvalid or
 // ReasonItemCollectionFull when err from Apply carries a *outbox.TxError
-// that repeating cannot fix (outbox.TxError.Invalid, CollectionFull), so a
-// consumer dead-letters the event at once (sqsconsumer.Permanent) instead of
-// letting it be redelivered until the queue gives up. It returns "", false
-// for any other error (retry it).
+// that repeating cannot fix (outbox.TxError.Invalid, CollectionFull), or
+// ReasonTransactionInvalid when Apply refused the transaction before
+// sending it (outbox.ErrTransactionTooLarge: more than MaxEffects effects or
+// over DynamoDB's size limits; outbox.ErrDuplicateAction: two actions on
+// one item, e.g. an effect on the event's own dedup marker or ordering
+// gate), so a consumer dead-letters the event at once
+// (sqsconsumer.Permanent) instead of letting it be redelivered until the
+// queue gives up. It returns "", false for any other error (retry it).
 //
 // The outcome of every Apply cancellation, strongest first: the marker's
 // condition → duplicate (Apply returns false, nil); an effect whose failed
@@ -407,6 +438,9 @@ const (
 // otherwise (conflicts, throttling, unnamed reasons that outlasted
 // MaxAttempts) → retry.
 func PermanentReason(err error) (string, bool) {
+	if errors.Is(err, outbox.ErrTransactionTooLarge) || errors.Is(err, outbox.ErrDuplicateAction) {
+		return ReasonTransactionInvalid, true
+	}
 	te, ok := outbox.AsTxError(err)
 	switch {
 	case !ok:

@@ -3,6 +3,7 @@ package dedup
 import (
 	"errors"
 	"fmt"
+	"os"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 )
@@ -18,7 +19,12 @@ import (
 //   - config.EnvExpectedEventAccount (EXPECTED_EVENT_ACCOUNT), optional, a
 //     12-digit AWS account id: ExpectedAccount
 //   - config.EnvDedupRetentionSeconds (DEDUP_RETENTION_SECONDS, whole
-//     seconds), default config.DefaultDedupRetention: Dedup.Retention
+//     seconds, at least MinRetention: 3600), default
+//     config.DefaultDedupRetention: Dedup.Retention
+//
+// EVENT_SOURCE must not start with "aws." (EventBridge's PutEvents refuses
+// such sources), and required values must not begin or end with white
+// space (config.Required).
 //
 // The rest (Ordering, Logger, …) is the caller's; NewConsumer applies the
 // defaults. The error joins one error per missing or invalid variable, each
@@ -32,6 +38,8 @@ func ConsumerConfigFromEnv() (ConsumerConfig, error) {
 	}
 	if c.ExpectedSource, err = config.Required(config.EnvEventSource); err != nil {
 		errs = append(errs, err)
+	} else if reservedSource(c.ExpectedSource) {
+		errs = append(errs, fmt.Errorf("config: %s=%q starts with \"aws.\", which EventBridge's PutEvents refuses: no event of your relay can carry it", config.EnvEventSource, c.ExpectedSource))
 	}
 	c.ExpectedAccount = config.String(config.EnvExpectedEventAccount, "")
 	if c.ExpectedAccount != "" && !accountID(c.ExpectedAccount) {
@@ -39,6 +47,10 @@ func ConsumerConfigFromEnv() (ConsumerConfig, error) {
 	}
 	if c.Dedup.Retention, err = config.Seconds(config.EnvDedupRetentionSeconds, config.DefaultDedupRetention); err != nil {
 		errs = append(errs, err)
+	} else if c.Dedup.Retention < MinRetention {
+		// Set, and below the minimum (0 included: it would otherwise
+		// silently mean the 7-day default).
+		errs = append(errs, fmt.Errorf("config: %s=%q is below the dedup marker's minimum retention, %d seconds", config.EnvDedupRetentionSeconds, os.Getenv(config.EnvDedupRetentionSeconds), int(MinRetention.Seconds())))
 	}
 	return c, errors.Join(errs...)
 }

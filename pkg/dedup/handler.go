@@ -21,7 +21,12 @@ const ReasonEffectCondition = "effect_condition_failed"
 
 // EffectsFunc builds the effects of one event: the DynamoDB actions
 // committed with its dedup marker (and, ordered, its gate) in one
-// TransactWriteItems, at most outbox.MaxTransactionActions minus two. It
+// TransactWriteItems, at most MaxEffects (99 unordered, 97 ordered), none
+// on the event's own marker or gate (one action per item: DynamoDB's
+// TransactWriteItems rule); more, or two on one item, dead-letter the
+// event with ReasonTransactionInvalid. Items of the consumer's table whose
+// pk starts with the consumer's name and "#" are the protocol's (markers
+// MarkerKey, gates SequenceKey, buffer BufferKey): keep effects off them. It
 // may run more than once for one event (every delivery, every drain of the
 // resequencer) and must have no effect of its own. Returning no effects
 // records the event as seen without an effect: an ordered consumer's
@@ -62,8 +67,9 @@ func AppliedIf(effects ...int) HandlerOption {
 //     nil (acknowledged); an early event the resequencer cannot take →
 //     held, then dead-lettered with ReasonSequenceGap
 //     (ConsumerConfig.Hold); an AppliedIf effect's condition → duplicate;
-//     ValidationError or ItemCollectionSizeLimitExceeded → dead-lettered
-//     (PermanentReason); another effect's condition → dead-lettered with
+//     ValidationError or ItemCollectionSizeLimitExceeded, or effects the
+//     transaction cannot take (more than MaxEffects, two actions on one
+//     item) → dead-lettered (PermanentReason); another effect's condition → dead-lettered with
 //     ReasonEffectCondition; anything else (conflicts, throttling past
 //     Config.MaxAttempts, SDK errors) → an error, so the message is retried.
 //

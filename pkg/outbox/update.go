@@ -7,6 +7,7 @@ import (
 	"maps"
 	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
@@ -60,10 +61,12 @@ type UpdateInput struct {
 	// Key is the aggregate item's primary key in Table (partition key and,
 	// if the table has one, sort key), e.g. {"id": S "acc-1"}. Required.
 	Key map[string]types.AttributeValue
-	// VersionAttribute is the Number attribute of the item that holds the
-	// aggregate's version: the sequence of its last event. Default
-	// DefaultVersionAttribute ("version"). An item without it is at
-	// version 0.
+	// VersionAttribute is the top-level Number attribute of the item that
+	// holds the aggregate's version: the sequence of its last event.
+	// Default DefaultVersionAttribute ("version"). An item without it is at
+	// version 0. The name is taken literally (a dot in it is part of the
+	// name, not a document path); a name with [ or ] is refused
+	// (ErrInvalidUpdate).
 	VersionAttribute string
 	// Metadata goes onto every envelope of the change (correlation,
 	// causation, actor, trace context).
@@ -145,8 +148,9 @@ type ChangeFunc func(ctx context.Context, cur Current) (Change, error)
 //
 // Errors:
 //   - change's own error, unchanged; nothing is written;
-//   - ErrInvalidUpdate (wrapped) for a missing UpdateInput field, a version
-//     attribute that is not a Number, or a Change.Item whose key differs;
+//   - ErrInvalidUpdate (wrapped) for a missing UpdateInput field, a
+//     VersionAttribute name with [ or ], a stored version that is not a
+//     Number from 0 to MaxSafeInteger, or a Change.Item whose key differs;
 //   - Write's pre-send errors (ErrNoEvents, ErrInvalidEnvelope,
 //     ErrEntryTooLarge, ErrTransactionTooLarge, ErrDuplicateAction, …):
 //     DynamoDB's limits are checked with CheckTransaction before sending;
@@ -172,6 +176,11 @@ func (w *Writer) Update(ctx context.Context, in UpdateInput, change ChangeFunc) 
 		return UpdateResult{}, fmt.Errorf("%w: Key is required", ErrInvalidUpdate)
 	case in.Key[in.VersionAttribute] != nil:
 		return UpdateResult{}, fmt.Errorf("%w: VersionAttribute %q is a key attribute", ErrInvalidUpdate, in.VersionAttribute)
+	case strings.ContainsAny(in.VersionAttribute, "[]"):
+		// The expression builder reads brackets as a list index even in
+		// a literal name: the condition would test another attribute
+		// than the one read and written.
+		return UpdateResult{}, fmt.Errorf("%w: VersionAttribute %q holds a bracket; name a top-level attribute without [ ]", ErrInvalidUpdate, in.VersionAttribute)
 	}
 	keyNames := make([]string, 0, len(in.Key))
 	for n := range in.Key {
@@ -236,8 +245,8 @@ func (w *Writer) readAggregate(ctx context.Context, reader ItemReader, in Update
 	case nil:
 	case *types.AttributeValueMemberN:
 		n, err := strconv.ParseInt(v.Value, 10, 64)
-		if err != nil || n < 0 {
-			return Current{}, fmt.Errorf("%w: %s %s: %s = %q is not a version", ErrInvalidUpdate, in.AggregateType, in.AggregateID, in.VersionAttribute, v.Value)
+		if err != nil || n < 0 || n > MaxSafeInteger {
+			return Current{}, fmt.Errorf("%w: %s %s: %s = %q is not a version (a whole number 0..MaxSafeInteger)", ErrInvalidUpdate, in.AggregateType, in.AggregateID, in.VersionAttribute, v.Value)
 		}
 		cur.Version = n
 	default:
@@ -261,7 +270,10 @@ func (w *Writer) versionedWrite(in UpdateInput, cur Current, ch Change) (types.T
 		envs[i] = env
 	}
 	next := &types.AttributeValueMemberN{Value: strconv.FormatInt(cur.Version+int64(len(envs)), 10)}
-	version := expression.Name(in.VersionAttribute)
+	// A literal, top-level name: the item is read and put with
+	// VersionAttribute as a top-level attribute, so a dot in it must not
+	// become a document path in the condition and the update.
+	version := expression.NameNoDotSplit(in.VersionAttribute)
 	cond := expression.AttributeNotExists(version)
 	if cur.Version > 0 {
 		cond = expression.Equal(version, expression.Value(cur.Version))

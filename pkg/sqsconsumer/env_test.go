@@ -23,3 +23,20 @@ func TestConfigFromEnv(t *testing.T) {
 		t.Fatalf("missing DLQ URL: %v", err)
 	}
 }
+
+// TestConfigFromEnvRefusesWhatIsNotAQueueURL: a queue name, an ARN or a URL
+// with a stray space is refused at init, naming the variable, not when the
+// first event is dead-lettered.
+func TestConfigFromEnvRefusesWhatIsNotAQueueURL(t *testing.T) {
+	for _, v := range []string{"wallet-dlq", "arn:aws:sqs:eu-west-1:123456789012:wallet-dlq",
+		"https://sqs.eu-west-1.amazonaws.com/123456789012/wallet-dlq ", "https://sqs.eu-west-1.amazonaws.com/", "sqs.eu-west-1.amazonaws.com/1/q"} {
+		t.Setenv(config.EnvConsumerDLQURL, v)
+		if _, err := ConfigFromEnv(); err == nil || !strings.Contains(err.Error(), config.EnvConsumerDLQURL) {
+			t.Errorf("%q: %v", v, err)
+		}
+	}
+	t.Setenv(config.EnvConsumerDLQURL, "http://localhost:4566/000000000000/wallet-dlq")
+	if _, err := ConfigFromEnv(); err != nil {
+		t.Errorf("local queue URL: %v", err)
+	}
+}

@@ -1,10 +1,12 @@
 package localstack
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"sort"
 	"strings"
 	"time"
 
@@ -98,13 +100,18 @@ type Config struct {
 // with its DLQ <Name>-dlq, the SQS event source mapping and the handler;
 // an ordered consumer also gets its resequencer sweep schedule.
 type Consumer struct {
-	// Name is the consumer's name, unique in the stack. Required.
+	// Name is the consumer's name, unique in the stack. Required: letters,
+	// digits, hyphens and underscores, at most 59 characters (46 for an
+	// ordered consumer), as the queue and rule names the stack derives
+	// from it must be on AWS (SQS CreateQueue, EventBridge PutRule).
 	Name string
 	// Ordered says the consumer applies an aggregate's events in sequence
 	// order (dedup's ordered mode): it gets the sweep schedule, and its
 	// rule must match every event type of its aggregates or it waits
 	// forever for a sequence it never receives. With AggregateType the
-	// rule does.
+	// rule does; an ordered consumer's Pattern may match only on source,
+	// account, region and detail.aggregate_type (Start refuses e.g. a
+	// detail-type list).
 	Ordered bool
 	// AggregateType makes the rule {"source":[Source],"detail":
 	// {"aggregate_type":[AggregateType]}}: every event of that aggregate
@@ -231,19 +238,138 @@ func (c *Config) validate() error {
 			return bad("Consumers[%d]: Name is required", i)
 		case names[cs.Name]:
 			return bad("Consumers[%d]: name %q used twice", i, cs.Name)
+		case !validConsumerName(cs.Name, cs.Ordered):
+			return bad("Consumers[%d]: name %q: the stack names the consumer's queues and rules after it (%s), so it must be "+
+				"1..%d letters, digits, hyphens or underscores (SQS queue names: alphanumerics, - and _, at most 80 characters; "+
+				"EventBridge rule names: at most %d characters)", i, cs.Name, derivedNames(cs), maxConsumerName(cs.Ordered), maxRuleName)
 		case (cs.AggregateType == "") == (cs.Pattern == nil):
 			return bad("consumer %s: give exactly one of AggregateType and Pattern", cs.Name)
+		case cs.Ordered && cs.Pattern != nil:
+			if key := narrowingKey(cs.Pattern); key != "" {
+				return bad("ordered consumer %s: Pattern matches on %s, which can drop some event types of an aggregate: an ordered "+
+					"consumer waits for each sequence of an aggregate, and a sequence its rule drops never arrives and stalls that "+
+					"aggregate for ever (docs/ORDERING.md). Give AggregateType (the rule then matches every event of it), or a Pattern "+
+					"on source and detail.aggregate_type only", cs.Name, key)
+			}
 		case btoi(cs.Handler != nil)+btoi(cs.NewHandler != nil)+btoi(cs.SQSHandler != nil) != 1:
 			return bad("consumer %s: give exactly one of Handler, NewHandler and SQSHandler", cs.Name)
 		}
+		if cs.StateTable == c.OutboxTable {
+			return bad("consumer %s: StateTable %q is the outbox table: a consumer's state (dedup markers, gates, buffer) lives in its own table", cs.Name, cs.StateTable)
+		}
 		names[cs.Name] = true
 	}
+	tables := map[string]bool{}
 	for i, t := range c.Tables {
-		if t == nil || aws.ToString(t.TableName) == "" {
+		name := ""
+		if t != nil {
+			name = aws.ToString(t.TableName)
+		}
+		switch {
+		case name == "":
 			return bad("Tables[%d]: a CreateTableInput with a TableName is required", i)
+		case name == c.OutboxTable:
+			return bad("Tables[%d]: %q is the outbox table, which Start creates (outbox.CreateTableInput); name your business tables otherwise", i, name)
+		case tables[name]:
+			return bad("Tables[%d]: table %q given twice", i, name)
+		default:
+			tables[name] = true
 		}
 	}
 	return nil
+}
+
+// Names the stack derives from a consumer's name: its queue <Name>, DLQ
+// <Name>-dlq, rule <Name>-rule and the rule's DLQ <Name>-rule-dlq, and
+// for an ordered consumer the sweep schedule <Name>-resequencer-sweep.
+const (
+	ruleSuffix  = "-rule"
+	sweepSuffix = "-resequencer-sweep"
+	// maxRuleName is EventBridge's rule name limit (PutRule: 1..64 of
+	// [.-_A-Za-z0-9]); SQS queue names are 1..80 of [-_A-Za-z0-9]
+	// (CreateQueue), so the rule names bind first.
+	maxRuleName = 64
+)
+
+func maxConsumerName(ordered bool) int {
+	if ordered {
+		return maxRuleName - len(sweepSuffix)
+	}
+	return maxRuleName - len(ruleSuffix)
+}
+
+func validConsumerName(name string, ordered bool) bool {
+	if len(name) == 0 || len(name) > maxConsumerName(ordered) {
+		return false
+	}
+	for _, r := range name {
+		if !(r == '-' || r == '_' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
+			return false
+		}
+	}
+	return true
+}
+
+func derivedNames(cs Consumer) string {
+	n := []string{cs.Name, cs.Name + "-dlq", cs.Name + ruleSuffix, cs.Name + ruleSuffix + "-dlq"}
+	if cs.Ordered {
+		n = append(n, cs.Name+sweepSuffix)
+	}
+	return strings.Join(n, ", ")
+}
+
+// narrowingKey returns the first field of an event pattern that selects
+// events within an aggregate — anything but source, account, region and
+// detail.aggregate_type (e.g. detail-type, detail.event_type, $or) — or ""
+// when the pattern selects whole aggregates (or is not a JSON object: the
+// bus reports that).
+func narrowingKey(pattern any) string {
+	var raw []byte
+	switch v := pattern.(type) {
+	case string:
+		raw = []byte(v)
+	case []byte:
+		raw = v
+	case json.RawMessage:
+		raw = v
+	default:
+		var err error
+		if raw, err = json.Marshal(v); err != nil {
+			return ""
+		}
+	}
+	var p map[string]json.RawMessage
+	if json.Unmarshal(raw, &p) != nil {
+		return ""
+	}
+	keys := make([]string, 0, len(p))
+	for k := range p {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		switch k {
+		case "source", "account", "region":
+		case "detail":
+			var d map[string]json.RawMessage
+			if json.Unmarshal(p[k], &d) != nil {
+				return "detail"
+			}
+			dk := make([]string, 0, len(d))
+			for k := range d {
+				dk = append(dk, k)
+			}
+			sort.Strings(dk)
+			for _, k := range dk {
+				if k != "aggregate_type" {
+					return "detail." + k
+				}
+			}
+		default:
+			return k
+		}
+	}
+	return ""
 }
 
 // rulePattern is the consumer's rule's event pattern.

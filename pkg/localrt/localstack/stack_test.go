@@ -51,6 +51,45 @@ func TestStartRefusesInvalidConfig(t *testing.T) {
 			c.Consumers = []localstack.Consumer{{Name: "c", AggregateType: "A", Handler: h}, {Name: "c", AggregateType: "B", Handler: h}}
 		}, "used twice"},
 		"nil table": {func(c *localstack.Config) { c.Tables = []*dynamodb.CreateTableInput{nil} }, "Tables[0]"},
+		"name with a space": {func(c *localstack.Config) {
+			c.Consumers = []localstack.Consumer{{Name: "a b", AggregateType: "A", Handler: h}}
+		}, "letters, digits, hyphens or underscores"},
+		"name with a slash": {func(c *localstack.Config) {
+			c.Consumers = []localstack.Consumer{{Name: "a/b", AggregateType: "A", Handler: h}}
+		}, `name "a/b"`},
+		"name with #": {func(c *localstack.Config) {
+			c.Consumers = []localstack.Consumer{{Name: "a#b", AggregateType: "A", Handler: h}}
+		}, `name "a#b"`},
+		"name over the rule limit": {func(c *localstack.Config) {
+			c.Consumers = []localstack.Consumer{{Name: strings.Repeat("a", 60), AggregateType: "A", Handler: h}}
+		}, "1..59"},
+		"ordered name over the sweep rule limit": {func(c *localstack.Config) {
+			c.Consumers = []localstack.Consumer{{Name: strings.Repeat("a", 47), Ordered: true, AggregateType: "A", Handler: h}}
+		}, "-resequencer-sweep"},
+		"ordered pattern on detail-type": {func(c *localstack.Config) {
+			c.Consumers = []localstack.Consumer{{Name: "o", Ordered: true, Pattern: `{"source":["com.example.t"],"detail-type":["ThingMade"]}`, Handler: h}}
+		}, "detail-type"},
+		"ordered pattern on an event field": {func(c *localstack.Config) {
+			c.Consumers = []localstack.Consumer{{Name: "o", Ordered: true, Handler: h,
+				Pattern: map[string]any{"detail": map[string]any{"aggregate_type": []string{"A"}, "event_type": []string{"Made"}}}}}
+		}, "detail.event_type"},
+		"ordered pattern with $or": {func(c *localstack.Config) {
+			c.Consumers = []localstack.Consumer{{Name: "o", Ordered: true, Handler: h, Pattern: `{"$or":[{"detail-type":["X"]},{"source":["s"]}]}`}}
+		}, "$or"},
+		"state table is the outbox": {func(c *localstack.Config) {
+			c.Consumers = []localstack.Consumer{{Name: "c", AggregateType: "A", Handler: h, StateTable: "o"}}
+		}, "is the outbox table"},
+		"table named like the outbox": {func(c *localstack.Config) { c.Tables = []*dynamodb.CreateTableInput{outbox.CreateTableInput("o")} }, "is the outbox table"},
+		"table twice": {func(c *localstack.Config) {
+			c.Tables = []*dynamodb.CreateTableInput{outbox.CreateTableInput("x"), outbox.CreateTableInput("x")}
+		}, "given twice"},
+	}
+	// Accepted: an ordered consumer's pattern on whole aggregates.
+	wholeAggregates := ok
+	wholeAggregates.Consumers = []localstack.Consumer{{Name: "o", Ordered: true, Handler: h,
+		Pattern: `{"source":["com.example.t"],"detail":{"aggregate_type":["A","B"]}}`}}
+	if _, err := localstack.Start(context.Background(), wholeAggregates); errors.Is(err, localstack.ErrInvalidConfig) {
+		t.Errorf("ordered pattern on aggregate types refused: %v", err)
 	}
 	for name, tc := range cases {
 		cfg := ok
