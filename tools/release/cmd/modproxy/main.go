@@ -16,6 +16,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"os"
@@ -57,7 +58,7 @@ func main() {
 		fmt.Printf("%s (%d files)\n", w.Version.String(), w.Files)
 	}
 	upstream := "https://proxy.golang.org,direct"
-	if b, err := exec.Command("go", "env", "GOPROXY").Output(); err == nil && strings.TrimSpace(string(b)) != "" {
+	if b, err := exec.CommandContext(context.Background(), "go", "env", "GOPROXY").Output(); err == nil && strings.TrimSpace(string(b)) != "" {
 		upstream = strings.TrimSpace(string(b))
 	}
 	fmt.Printf("GOPROXY=file://%s,%s GONOSUMDB=github.com/ddb-outbox\n", filepath.ToSlash(dir), upstream)
