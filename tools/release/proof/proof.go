@@ -245,7 +245,15 @@ func environ(ctx context.Context, repo, proxy, modcache string) ([]string, error
 			}
 		}
 	}
+	// GODEBUG=goindex=0: the go command keeps an index of each module
+	// directory of the module cache in its build cache, keyed by the
+	// directory, because a published version never changes. Here it does:
+	// every run serves the working tree as the same version, and forget
+	// re-extracts it at the same path, so a stale index would compile the
+	// previous tree's imports against the new files ("could not import
+	// math (open : no such file or directory)").
 	return append(env,
+		"GODEBUG=goindex=0",
 		"GOWORK=off",
 		"GOFLAGS=-modcacherw -trimpath", // -trimpath: the compile cache does not depend on the cache's directory
 		"GOPROXY="+strings.Join(proxies, ","),
