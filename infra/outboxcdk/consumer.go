@@ -257,6 +257,7 @@ func NewConsumer(scope constructs.Construct, id string, props ConsumerProps) (*C
 	if f, ok := fn.(awslambda.Function); ok {
 		env := map[string]*string{
 			config.EnvConsumerTable:        c.Table.TableName(),
+			config.EnvConsumerName:         jsii.String(props.Name),
 			config.EnvEventSource:          jsii.String(props.EventSource),
 			config.EnvConsumerDLQURL:       c.DLQ.Queue.QueueUrl(),
 			config.EnvExpectedEventAccount: awscdk.Stack_Of(c.Construct).Account(),

@@ -464,6 +464,7 @@ func TestConsumerSetsTheRuntimeEnvironment(t *testing.T) {
 	} {
 		want := map[string]any{
 			config.EnvConsumerTable:        ref(s.id(c.c.Table)),
+			config.EnvConsumerName:         c.c.Props().Name,
 			config.EnvEventSource:          "com.example.wallet",
 			config.EnvConsumerDLQURL:       ref(s.id(c.c.DLQ.Queue)),
 			config.EnvExpectedEventAccount: ref("AWS::AccountId"),

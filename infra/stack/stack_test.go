@@ -520,6 +520,7 @@ func TestEnvironmentVariables(t *testing.T) {
 		return map[string]any{
 			env:                      ref(def.id(s.Consumers[name].Table)),
 			config.EnvConsumerTable:  state,
+			config.EnvConsumerName:   name,
 			config.EnvEventSource:    appenv.EventSource,
 			config.EnvConsumerDLQURL: ref(def.id(s.Consumers[name].DLQ.Queue)),
 			// events from another account are refused

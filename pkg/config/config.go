@@ -74,6 +74,13 @@ const (
 	// (dedup.WithStateIndex). The CDK module's consumer construct sets it;
 	// dedup.ConsumerConfigFromEnv reads it.
 	EnvConsumerTable = "CONSUMER_TABLE_NAME"
+	// EnvConsumerName is a consumer's name: the prefix of its dedup
+	// markers, gates and buffer keys and the Consumer dimension of its
+	// metrics, which the consumer construct's buffered-age alarm watches
+	// (outboxcdk.ConsumerProps.Name). The construct sets it;
+	// dedup.NewConsumerFromEnv reads it, so the code and the alarm cannot
+	// disagree on the name.
+	EnvConsumerName = "CONSUMER_NAME"
 	// EnvTracing turns OpenTelemetry tracing on in a function: TracingOn
 	// ("otlp") exports spans over OTLP/HTTP to the endpoint the standard
 	// OTEL_EXPORTER_OTLP_ENDPOINT names (on AWS: the ADOT collector layer's

@@ -76,8 +76,8 @@
 // sqsconsumer.New takes. The configuration comes from the variables the
 // consumer construct sets:
 //
-//	cfg, err := dedup.ConsumerConfigFromEnv() // CONSUMER_TABLE_NAME, EVENT_SOURCE, EXPECTED_EVENT_ACCOUNT, DEDUP_RETENTION_SECONDS
-//	c, err := dedup.NewConsumer("wallet-projection", ddb, cfg, 0, dedup.Ordered)
+//	// CONSUMER_NAME, CONSUMER_TABLE_NAME, EVENT_SOURCE, EXPECTED_EVENT_ACCOUNT, DEDUP_RETENTION_SECONDS
+//	c, cfg, err := dedup.NewConsumerFromEnv(ddb, dedup.Ordered)
 //	h, err := c.Handler(func(ctx context.Context, env outbox.Envelope) ([]types.TransactWriteItem, error) {
 //		return []types.TransactWriteItem{{Update: addToBalance(env)}}, nil
 //	})

@@ -54,3 +54,19 @@ func ConsumerConfigFromEnv() (ConsumerConfig, error) {
 	}
 	return c, errors.Join(errs...)
 }
+
+// NewConsumerFromEnv is NewConsumer(name, client, cfg, 0, ordering) with the
+// name from config.EnvConsumerName (CONSUMER_NAME, required: the name the
+// consumer construct gives the consumer's alarms and sets on its function)
+// and cfg from ConsumerConfigFromEnv. It returns cfg too, for the effect
+// builder's table (cfg.Table). The error joins one error per missing or
+// invalid variable, each naming it, or is NewConsumer's.
+func NewConsumerFromEnv(client TransactWriter, ordering Ordering) (Consumer, ConsumerConfig, error) {
+	name, nerr := config.Required(config.EnvConsumerName)
+	cfg, err := ConsumerConfigFromEnv()
+	if err := errors.Join(nerr, err); err != nil {
+		return Consumer{}, cfg, err
+	}
+	c, err := NewConsumer(name, client, cfg, 0, ordering)
+	return c, cfg, err
+}

@@ -208,3 +208,31 @@ func TestConsumerConfigFromEnv(t *testing.T) {
 		}
 	}
 }
+
+// NewConsumerFromEnv takes the consumer's name from CONSUMER_NAME (the name
+// the construct's alarms use) and refuses to start without it.
+func TestNewConsumerFromEnv(t *testing.T) {
+	t.Setenv(config.EnvConsumerTable, "wallet-consumer")
+	t.Setenv(config.EnvEventSource, "com.example.wallet")
+	t.Setenv(config.EnvExpectedEventAccount, "")
+	t.Setenv(config.EnvDedupRetentionSeconds, "")
+	t.Setenv(config.EnvConsumerName, "")
+	if _, _, err := dedup.NewConsumerFromEnv(nil, dedup.Ordered); err == nil || !strings.Contains(err.Error(), config.EnvConsumerName) {
+		t.Fatalf("without %s: %v", config.EnvConsumerName, err)
+	}
+	t.Setenv(config.EnvConsumerName, "statement")
+	c, cfg, err := dedup.NewConsumerFromEnv(nopWriter{}, dedup.Ordered)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Config.Dedup.Consumer != "statement" || cfg.Table != "wallet-consumer" || c.Config.Ordering != dedup.Ordered {
+		t.Fatalf("consumer %q ordering %v, config table %q", c.Config.Dedup.Consumer, c.Config.Ordering, cfg.Table)
+	}
+}
+
+// nopWriter is a client NewConsumer accepts for an ordered consumer
+// (TransactWriteItems and GetItem) that is never called.
+type nopWriter struct {
+	dedup.TransactWriter
+	dedup.ItemGetter
+}
