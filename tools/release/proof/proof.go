@@ -215,11 +215,11 @@ func Prove(ctx context.Context, cfg Config) error {
 // database for this project's modules (their zips are the working tree's),
 // which must not bypass the proxy either (GOPRIVATE and GONOPROXY cleared).
 func environ(ctx context.Context, repo, proxy, modcache string) ([]string, error) {
-	upstream, err := goEnv(ctx, "GOPROXY")
+	upstream, err := GoEnv(ctx, "GOPROXY")
 	if err != nil {
 		return nil, err
 	}
-	shared, err := goEnv(ctx, "GOMODCACHE")
+	shared, err := GoEnv(ctx, "GOMODCACHE")
 	if err != nil {
 		return nil, err
 	}
@@ -267,7 +267,9 @@ func environ(ctx context.Context, repo, proxy, modcache string) ([]string, error
 
 func fileURL(p string) string { return "file://" + filepath.ToSlash(p) }
 
-func goEnv(ctx context.Context, name string) (string, error) {
+// GoEnv is the go command's value of the variable name (go env NAME),
+// trimmed; the error names the variable.
+func GoEnv(ctx context.Context, name string) (string, error) {
 	out, err := exec.CommandContext(ctx, "go", "env", name).Output()
 	if err != nil {
 		return "", fmt.Errorf("go env %s: %w", name, err)

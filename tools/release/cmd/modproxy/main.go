@@ -20,9 +20,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 
 	"github.com/ddb-outbox/ddb-outbox/tools/release/modproxy"
 	"github.com/ddb-outbox/ddb-outbox/tools/release/proof"
@@ -58,8 +56,8 @@ func main() {
 		fmt.Printf("%s (%d files)\n", w.Version.String(), w.Files)
 	}
 	upstream := "https://proxy.golang.org,direct"
-	if b, err := exec.CommandContext(context.Background(), "go", "env", "GOPROXY").Output(); err == nil && strings.TrimSpace(string(b)) != "" {
-		upstream = strings.TrimSpace(string(b))
+	if v, err := proof.GoEnv(context.Background(), "GOPROXY"); err == nil && v != "" {
+		upstream = v
 	}
 	fmt.Printf("GOPROXY=file://%s,%s GONOSUMDB=github.com/ddb-outbox\n", filepath.ToSlash(dir), upstream)
 }
