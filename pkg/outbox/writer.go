@@ -56,6 +56,12 @@ var (
 type WriterConfig struct {
 	// Table is the outbox table name. Required.
 	Table string
+	// Region is the writer's Region in multi-Region mode
+	// (config.RegionFromEnv; "" = single-Region mode): every record is
+	// stamped with outbox.AttrOriginRegion and a Region pending shard, and
+	// every aggregate's home Region is checked in the same transaction
+	// (docs/MULTI-REGION.md).
+	Region string
 	// Source is the EventBridge Source the relay publishes with (the
 	// relay's config.EnvEventSource; relay.PublisherConfig.Source); it
 	// counts toward the entry size. Required: events of a team's outbox go

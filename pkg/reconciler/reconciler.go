@@ -124,6 +124,11 @@ type reserver interface{ Reserve() time.Duration }
 type Config struct {
 	// Table is the outbox table name. Required.
 	Table string
+	// Region is this reconciler's Region in multi-Region mode
+	// (config.RegionFromEnv; "" = single-Region mode): it sweeps only its
+	// own Region's pending shards (outbox.RegionShardName), and the failed
+	// Region's during a takeover it survives (docs/MULTI-REGION.md).
+	Region string
 	// PendingShards is the number of pending index shards; it must match the
 	// writers'. Default config.DefaultPendingShards (16), at most
 	// config.MaxPendingShards.

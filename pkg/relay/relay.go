@@ -35,6 +35,11 @@ type Config struct {
 	// Logger receives structured logs. Default slog.Default(); it is also
 	// the default logger of Publisher and Marker.
 	Logger *slog.Logger
+	// Region is this relay's Region in multi-Region mode
+	// (config.RegionFromEnv; "" = single-Region mode): the relay publishes
+	// only records whose outbox.AttrOriginRegion is Region, and
+	// acknowledges every other record unpublished (docs/MULTI-REGION.md).
+	Region string
 }
 
 func (c *Config) setDefaults() {
