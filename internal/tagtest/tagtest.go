@@ -24,7 +24,7 @@ const DefaultTimeout = 10 * time.Minute
 //
 // in the calling test's working directory (its package directory, so pkg
 // may be "."), and fails t unless that run fails and its output shows the
-// test itself failed ("--- FAIL: <run>"): a build error, a missing test or a
+// test itself failed ("--- FAIL: <run> ("): a build error, a missing test or a
 // skip is not the failure wanted, and is reported with the output. run is a
 // test name (a subtest "TestA/case" is anchored part by part), not a
 // pattern. The inner run is bounded by t's deadline (less a minute to

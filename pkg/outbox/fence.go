@@ -63,7 +63,9 @@ type NotHomeError struct {
 	// Home is the Region the aggregate's home item names, or "" when the
 	// aggregate has no home item (it was created before multi-Region mode,
 	// or its home item has not replicated here yet): then claim it with
-	// Writer.ClaimHome in the Region that is to write it.
+	// Writer.ClaimHome in the Region that is to write it. It is also ""
+	// when DynamoDB returned no cancellation item (a server that lists the
+	// reasons only in its message).
 	Home string
 	// Here is the Region of the refused write (WriterConfig.Region).
 	Here string
