@@ -7,6 +7,7 @@ package tagtest
 
 import (
 	"context"
+	"errors"
 	"os/exec"
 	"regexp"
 	"strings"
@@ -44,13 +45,14 @@ func MustFail(t testing.TB, pkg, tags, run string) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	args := []string{"test", "-count=1", "-tags", tags, "-run", Anchor(run), pkg}
-	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd := exec.CommandContext(ctx, "go", args...) //nolint:gosec // G204: a test helper running the go command on the calling test's own package, tags and test name
 	out, err := cmd.CombinedOutput()
 	line := "go " + strings.Join(args, " ")
 	if err == nil {
 		t.Fatalf("tagtest: %s passed; it must fail on this build:\n%s", line, out)
 	}
-	if _, ok := err.(*exec.ExitError); !ok || ctx.Err() != nil {
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || ctx.Err() != nil {
 		t.Fatalf("tagtest: %s did not run to the end: %v\n%s", line, err, out)
 	}
 	if !strings.Contains(string(out), "--- FAIL: "+run+" (") {
