@@ -51,6 +51,24 @@
 //		return outbox.Change{Item: newItem, Events: []outbox.Event{{Type: "AmountDeposited", Version: 1, Payload: p}}}, nil
 //	})
 //
+// # Multi-Region mode
+//
+// With WriterConfig.Region set (WriterConfigFromEnv: AWS_REGION when
+// OUTBOX_REGIONS lists the global table's Regions; docs/MULTI-REGION.md)
+// every record is stamped with AttrOriginRegion and kept in its Region's
+// pending shards (PendingShardIn), so each Region's relay and reconciler
+// handle only what was written there. Every transaction is also fenced: an
+// aggregate's first event (sequence 1) writes its home item (HomeKey,
+// AttrHomeRegion = Region) and every later one checks that the home item
+// names this Region. A write elsewhere is refused with a *NotHomeError
+// (ErrNotHomeRegion), final and never retried; an aggregate created before
+// multi-Region mode has no home item until Writer.ClaimHome writes it. Home
+// items carry no event id and no pending shard, so the relay's stream filter
+// and the pending index never see them, and no TTL: one small item per
+// aggregate stays. The writer then also needs dynamodb:ConditionCheckItem
+// on the outbox table. Without a Region nothing changes: items, keys and
+// transactions are those of single-Region mode.
+//
 // # Example
 //
 //	env, _ := outbox.NewEnvelope(outbox.Aggregate{Type: "Order", ID: id, Sequence: 1},

@@ -16,6 +16,10 @@ import (
 //     default config.DefaultPendingShards: PendingShards
 //   - config.EnvMaxEntryBytes (MAX_ENTRY_BYTES, bytes), default
 //     config.DefaultMaxEntryBytes: MaxEntryBytes
+//   - config.EnvRegions (OUTBOX_REGIONS) and config.EnvAWSRegion
+//     (AWS_REGION), through config.RegionFromEnv: Region ("" when
+//     OUTBOX_REGIONS is unset: single-Region mode; an error when it is
+//     malformed or does not list AWS_REGION)
 //
 // Keys and the Update settings are left zero: set Keys for your own tables
 // (TableKeys) before NewWriter. The error joins one error per missing or
@@ -39,6 +43,9 @@ func WriterConfigFromEnv() (WriterConfig, error) {
 		errs = append(errs, err)
 	}
 	if c.MaxEntryBytes, err = config.Int(config.EnvMaxEntryBytes, config.DefaultMaxEntryBytes); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Region, err = config.RegionFromEnv(); err != nil {
 		errs = append(errs, err)
 	}
 	return c, errors.Join(errs...)

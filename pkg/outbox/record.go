@@ -103,20 +103,39 @@ type Record struct {
 	CreatedAt    time.Time
 	// ExpiresAt is zero while the record has no TTL.
 	ExpiresAt time.Time
+	// OriginRegion is the Region whose writer committed the record
+	// (AttrOriginRegion), "" for a record written in single-Region mode
+	// (the attribute is then absent).
+	OriginRegion string
+	// RedriveGeneration counts the origin Region's redrives of the record
+	// (AttrRedriveGeneration); 0 when the attribute is absent (never
+	// redriven in multi-Region mode).
+	RedriveGeneration int64
 }
 
 // NewRecord returns the pending record for the index-th envelope of a change.
 func NewRecord(env Envelope, index, shards int) Record {
+	return NewRecordIn("", env, index, shards)
+}
+
+// NewRecordIn returns the pending record for the index-th envelope of a
+// change written in region: stamped with OriginRegion = region and kept in
+// the Region's pending shard (PendingShardIn). An empty region returns
+// exactly NewRecord's record (single-Region mode).
+func NewRecordIn(region string, env Envelope, index, shards int) Record {
 	return Record{
 		Key:          KeyFor(env.AggregateType, env.AggregateID, env.Sequence, index),
 		Envelope:     env,
 		Status:       StatusPending,
-		PendingShard: PendingShard(env.EventID, shards),
+		PendingShard: PendingShardIn(region, env.EventID, shards),
 		CreatedAt:    env.OccurredAt,
+		OriginRegion: region,
 	}
 }
 
-// Item returns the record as a DynamoDB item.
+// Item returns the record as a DynamoDB item. AttrOriginRegion and
+// AttrRedriveGeneration are written only when set (non-empty, non-zero), so
+// a single-Region record's item is unchanged.
 func (r Record) Item() map[string]types.AttributeValue {
 	e := r.Envelope
 	item := map[string]types.AttributeValue{
@@ -154,10 +173,17 @@ func (r Record) Item() map[string]types.AttributeValue {
 	if !r.ExpiresAt.IsZero() {
 		item[AttrExpiresAt] = &types.AttributeValueMemberN{Value: strconv.FormatInt(r.ExpiresAt.Unix(), 10)}
 	}
+	if r.OriginRegion != "" {
+		item[AttrOriginRegion] = &types.AttributeValueMemberS{Value: r.OriginRegion}
+	}
+	if r.RedriveGeneration != 0 {
+		item[AttrRedriveGeneration] = &types.AttributeValueMemberN{Value: strconv.FormatInt(r.RedriveGeneration, 10)}
+	}
 	return item
 }
 
-// RecordFromItem decodes a stored outbox item. It returns an error wrapping
+// RecordFromItem decodes a stored outbox item (AttrOriginRegion and
+// AttrRedriveGeneration when present). It returns an error wrapping
 // ErrInvalidEnvelope when a required attribute is missing or has the wrong
 // type, or when the decoded envelope does not validate.
 func RecordFromItem(item map[string]types.AttributeValue) (Record, error) {
@@ -226,6 +252,8 @@ func RecordFromItem(item map[string]types.AttributeValue) (Record, error) {
 	if s := num(AttrExpiresAt, false); s != 0 {
 		r.ExpiresAt = time.Unix(s, 0).UTC()
 	}
+	r.OriginRegion = str(AttrOriginRegion, false)
+	r.RedriveGeneration = num(AttrRedriveGeneration, false)
 	if len(errs) > 0 {
 		return r, fmt.Errorf("%w: outbox item %s/%s: %v", ErrInvalidEnvelope, r.Key.PK, r.Key.SK, errs)
 	}

@@ -51,9 +51,29 @@ var CancellationReasons = []string{
 //     package does not know. Repeating the identical transaction may
 //     succeed. Throttled tells throttling (retry later: HTTP 503) from
 //     conflicts alone (contention: HTTP 409).
+//
+// In multi-Region mode a Writer turns a cancellation whose home action
+// (fence.go) failed its condition into a *NotHomeError instead, here in
+// translateTxError: the refusal is final, not a condition to retry.
 type TxError struct {
 	Reasons []string
-	Err     error
+	// Items are the stored items of the actions whose condition failed,
+	// as DynamoDB returns them for actions sent with
+	// ReturnValuesOnConditionCheckFailure ALL_OLD (CancellationReason.Item);
+	// Items[i] is nil for other actions, and Items is nil when DynamoDB
+	// returned no reason list. Read it with Item.
+	Items []map[string]types.AttributeValue
+	Err   error
+}
+
+// Item returns the stored item DynamoDB returned for action i (sent with
+// ReturnValuesOnConditionCheckFailure ALL_OLD and failed its condition),
+// or nil.
+func (e *TxError) Item(i int) map[string]types.AttributeValue {
+	if i < 0 || i >= len(e.Items) {
+		return nil
+	}
+	return e.Items[i]
 }
 
 func (e *TxError) Error() string {
@@ -121,14 +141,25 @@ func AsTxError(err error) (*TxError, bool) {
 // *TxError; other errors are returned unchanged.
 func TranslateTxError(err error) error { return translateTxError(err) }
 
-func translateTxError(err error) error {
+// translateTxError is TranslateTxError for the Writer's own transactions:
+// when one of homes (the transaction's home actions) failed its condition
+// and its stored item names another Region or none, the result is that
+// aggregate's *NotHomeError (notHome).
+func translateTxError(err error, homes ...homeAction) error {
 	var tce *types.TransactionCanceledException
 	if !errors.As(err, &tce) {
 		return err
 	}
 	reasons := make([]string, len(tce.CancellationReasons))
+	var items []map[string]types.AttributeValue
 	for i, r := range tce.CancellationReasons {
 		reasons[i] = aws.ToString(r.Code)
+		if len(r.Item) > 0 {
+			if items == nil {
+				items = make([]map[string]types.AttributeValue, len(tce.CancellationReasons))
+			}
+			items[i] = r.Item
+		}
 	}
 	if len(reasons) == 0 {
 		// Older SDKs and some emulators put the list only in the message:
@@ -142,7 +173,11 @@ func translateTxError(err error) error {
 			reasons[i] = ReasonNone
 		}
 	}
-	return &TxError{Reasons: reasons, Err: err}
+	te := &TxError{Reasons: reasons, Items: items, Err: err}
+	if nh := notHome(te, homes); nh != nil {
+		return nh
+	}
+	return te
 }
 
 // reasonsFromMessage returns the codes listed in the last [...] of a

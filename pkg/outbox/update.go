@@ -136,7 +136,10 @@ type ChangeFunc func(ctx context.Context, cur Current) (Change, error)
 // ordered consumer's gate needs (docs/ORDERING.md).
 //
 // Transaction actions, for a *TxError's reasons: 0 the aggregate's item,
-// 1..len(Writes) the Writes, then the outbox records.
+// 1..len(Writes) the Writes, then the outbox records, then (multi-Region
+// mode) the aggregate's home action: the home item's Put when the change
+// creates it (version 0), else a ConditionCheck that its home is
+// WriterConfig.Region (see Write).
 //
 // A conflict — the aggregate action cancelled with ConditionalCheckFailed
 // (another writer moved the version), or a cancellation whose reasons are
@@ -155,6 +158,9 @@ type ChangeFunc func(ctx context.Context, cur Current) (Change, error)
 //     ErrEntryTooLarge, ErrTransactionTooLarge, ErrDuplicateAction, …):
 //     DynamoDB's limits are checked with CheckTransaction before sending;
 //   - ErrConflict wrapping the last *TxError once the attempts are spent;
+//   - a *NotHomeError (errors.Is ErrNotHomeRegion) in multi-Region mode
+//     when the aggregate's home is another Region or it has none: final,
+//     never retried, nothing written;
 //   - a *TxError whose failed condition is one of Writes' or an outbox
 //     record's (not retried: repeating cannot help), or ValidationError;
 //   - ErrNoItemReader when the Writer's client has no GetItem;
@@ -202,7 +208,7 @@ func (w *Writer) Update(ctx context.Context, in UpdateInput, change ChangeFunc) 
 		if err != nil {
 			return UpdateResult{}, err
 		}
-		tx, err := w.build(append([]types.TransactWriteItem{aggWrite}, ch.Writes...), envs, keys)
+		tx, homes, err := w.build(append([]types.TransactWriteItem{aggWrite}, ch.Writes...), envs, keys)
 		if err != nil {
 			return UpdateResult{}, err
 		}
@@ -210,7 +216,12 @@ func (w *Writer) Update(ctx context.Context, in UpdateInput, change ChangeFunc) 
 		if err == nil {
 			return UpdateResult{Version: cur.Version + int64(len(envs)), Events: envs, Attempts: attempt}, nil
 		}
-		err = translateTxError(err)
+		err = translateTxError(err, homes...)
+		if errors.Is(err, ErrNotHomeRegion) {
+			// Final: another Region is the aggregate's home; reading
+			// again cannot change that.
+			return UpdateResult{}, err
+		}
 		te, ok := AsTxError(err)
 		if !ok {
 			return UpdateResult{}, err

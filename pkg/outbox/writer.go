@@ -108,7 +108,9 @@ func (c *WriterConfig) setDefaults() {
 	}
 }
 
-// Validate reports a configuration error.
+// Validate reports a configuration error: a missing Table or Source, a
+// Source starting with "aws.", a setting out of range, or a Region that is
+// not shaped like an AWS Region code (config.ValidRegionName).
 func (c WriterConfig) Validate() error {
 	switch {
 	case c.Table == "":
@@ -125,6 +127,11 @@ func (c WriterConfig) Validate() error {
 		return fmt.Errorf("outbox: UpdateMaxAttempts %d is below 1", c.UpdateMaxAttempts)
 	case c.UpdateRetryBase < 0 || c.UpdateRetryMax < c.UpdateRetryBase:
 		return fmt.Errorf("outbox: UpdateRetryBase %v and UpdateRetryMax %v: want 0 <= base <= max", c.UpdateRetryBase, c.UpdateRetryMax)
+	}
+	if c.Region != "" {
+		if err := config.ValidRegionName(c.Region); err != nil {
+			return fmt.Errorf("outbox: WriterConfig.Region: %w", err)
+		}
 	}
 	return nil
 }
@@ -168,6 +175,18 @@ func WithClientRequestToken(token string) WriteOption {
 // business writes, so CancellationReasons index i < len(writes) points at a
 // business write.
 //
+// In multi-Region mode (WriterConfig.Region set) every record is stamped
+// with AttrOriginRegion and kept in the Region's pending shard
+// (PendingShardIn), and the transaction is fenced (docs/MULTI-REGION.md):
+// after the outbox puts comes one home action per aggregate of events, in
+// order of first appearance — a Put of its home item (HomeKey, naming this
+// Region; conditioned on it not existing or already naming this Region)
+// when the aggregate's lowest sequence in the change is 1, otherwise a
+// ConditionCheck that the home item names this Region. They count toward
+// the 100-action and 4 MB limits. The writer's IAM role then needs
+// dynamodb:ConditionCheckItem on the outbox table besides
+// dynamodb:PutItem.
+//
 // Errors, all before any request is sent unless stated:
 //   - ErrNoEvents when events is empty;
 //   - an error wrapping ErrInvalidEnvelope when an envelope does not validate,
@@ -176,57 +195,67 @@ func WithClientRequestToken(token string) WriteOption {
 //   - ErrEntryTooLarge when an event's entry exceeds MaxEntryBytes;
 //   - ErrTransactionTooLarge past 100 actions, 4 MB or a 400 KB item;
 //   - ErrDuplicateAction when two actions name the same item;
-//   - after sending: a *TxError (see AsTxError) when DynamoDB cancels the
-//     transaction, or the SDK's error.
+//   - ErrKeyTooLong (wrapped; multi-Region mode) when an aggregate's home
+//     key exceeds MaxPartitionKeyBytes;
+//   - after sending: a *NotHomeError (errors.Is ErrNotHomeRegion;
+//     multi-Region mode) when a home action failed because the aggregate's
+//     home is another Region or it has no home item — nothing was written;
+//     a *TxError (see AsTxError) when DynamoDB cancels the transaction
+//     otherwise; or the SDK's error.
 func (w *Writer) Write(ctx context.Context, writes []types.TransactWriteItem, events []Envelope, opts ...WriteOption) error {
-	in, err := w.Build(writes, events, opts...)
+	in, homes, err := w.build(writes, events, nil, opts...)
 	if err != nil {
 		return err
 	}
 	if _, err := w.client.TransactWriteItems(ctx, in); err != nil {
-		return translateTxError(err)
+		return translateTxError(err, homes...)
 	}
 	return nil
 }
 
 // Build validates and assembles the TransactWriteItems input Write would send.
-// It returns the same errors as Write's pre-send checks.
+// It returns the same errors as Write's pre-send checks. In multi-Region
+// mode the home actions follow the outbox records; a caller sending the
+// input itself sees a refusal as a *TxError whose failed condition is one
+// of them (Write returns a *NotHomeError instead).
 func (w *Writer) Build(writes []types.TransactWriteItem, events []Envelope, opts ...WriteOption) (*dynamodb.TransactWriteItemsInput, error) {
-	return w.build(writes, events, nil, opts...)
+	in, _, err := w.build(writes, events, nil, opts...)
+	return in, err
 }
 
 // build is Build with extra key names for CheckTransaction (the aggregate
-// table's, for Update).
-func (w *Writer) build(writes []types.TransactWriteItem, events []Envelope, keys []TableKeys, opts ...WriteOption) (*dynamodb.TransactWriteItemsInput, error) {
+// table's, for Update). It also returns the transaction's home actions
+// (multi-Region mode), for translateTxError.
+func (w *Writer) build(writes []types.TransactWriteItem, events []Envelope, keys []TableKeys, opts ...WriteOption) (*dynamodb.TransactWriteItemsInput, []homeAction, error) {
 	var o writeOptions
 	for _, opt := range opts {
 		opt(&o)
 	}
 	if len(events) == 0 {
-		return nil, ErrNoEvents
+		return nil, nil, ErrNoEvents
 	}
 	items := make([]types.TransactWriteItem, 0, len(writes)+len(events))
 	items = append(items, writes...)
 	cond, err := expression.NewBuilder().
 		WithCondition(expression.AttributeNotExists(expression.Name(AttrPK))).Build()
 	if err != nil {
-		return nil, fmt.Errorf("outbox: build condition: %w", err)
+		return nil, nil, fmt.Errorf("outbox: build condition: %w", err)
 	}
 	for i, env := range events {
 		if err := env.ValidateForPublish(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		detail, err := env.Detail()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if err := sqsmsg.CheckJSON(string(detail), sqsmsg.MaxMaxBytes); errors.Is(err, sqsmsg.ErrInvalidContents) {
-			return nil, fmt.Errorf("%w: %s %s: %v", ErrUndeliverableText, env.EventType, env.EventID, err)
+			return nil, nil, fmt.Errorf("%w: %s %s: %v", ErrUndeliverableText, env.EventType, env.EventID, err)
 		}
 		if size := EntrySize(w.cfg.Source, env.EventType, detail); size > w.cfg.MaxEntryBytes {
-			return nil, fmt.Errorf("%w: %s %s is %d bytes, limit %d", ErrEntryTooLarge, env.EventType, env.EventID, size, w.cfg.MaxEntryBytes)
+			return nil, nil, fmt.Errorf("%w: %s %s is %d bytes, limit %d", ErrEntryTooLarge, env.EventType, env.EventID, size, w.cfg.MaxEntryBytes)
 		}
-		rec := NewRecord(env, i, w.cfg.PendingShards)
+		rec := NewRecordIn(w.cfg.Region, env, i, w.cfg.PendingShards)
 		items = append(items, types.TransactWriteItem{Put: &types.Put{
 			TableName:                 aws.String(w.cfg.Table),
 			Item:                      rec.Item(),
@@ -235,14 +264,19 @@ func (w *Writer) build(writes []types.TransactWriteItem, events []Envelope, keys
 			ExpressionAttributeValues: cond.Values(),
 		}})
 	}
+	fence, homes, err := w.homeActions(events, len(items))
+	if err != nil {
+		return nil, nil, err
+	}
+	items = append(items, fence...)
 	if err := CheckTransaction(items, append(keys, w.cfg.Keys...)...); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	in := &dynamodb.TransactWriteItemsInput{TransactItems: items}
 	if o.token != "" {
 		in.ClientRequestToken = aws.String(o.token)
 	}
-	return in, nil
+	return in, homes, nil
 }
 
 // TableKeys names a table's key attributes — its partition key and, when it

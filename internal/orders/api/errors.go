@@ -32,6 +32,10 @@ import (
 //	409    already_exists          the generated order id is taken (should not happen)
 //	413    payload_too_large       body larger than Config.MaxBodyBytes
 //	415    unsupported_media_type  a body without Content-Type application/json
+//	421    wrong_region            multi-Region mode: the order's home is another Region (ErrorBody.HomeRegion names
+//	                               it; send the request to that Region's API), or the order has no home Region item
+//	                               yet (HomeRegion empty: an operator claims it, outbox.Writer.ClaimHome); nothing
+//	                               was written (outbox.ErrNotHomeRegion)
 //	422    validation_failed       well-formed but invalid values (amount, currency, customer id length, reason length)
 //	422    invalid_text            a text field holds a forbidden character: customer_id outside [A-Za-z0-9._:@-],
 //	                               or a reason with a control (Cc: ESC, CR, LF, TAB, ...), format (Cf: U+202E, ...),
@@ -55,6 +59,7 @@ const (
 	CodeAlreadyExists        = "already_exists"
 	CodePayloadTooLarge      = "payload_too_large"
 	CodeUnsupportedMedia     = "unsupported_media_type"
+	CodeWrongRegion          = "wrong_region"
 	CodeValidationFailed     = "validation_failed"
 	CodeInvalidText          = "invalid_text"
 	CodeInternal             = "internal"
@@ -67,13 +72,18 @@ type ErrorBody struct {
 	Code string `json:"code"`
 	// Message is a human-readable explanation; it never carries internals.
 	Message string `json:"message"`
+	// HomeRegion is set with CodeWrongRegion: the Region (e.g.
+	// "eu-west-1") whose API writes the order; omitted when the order has
+	// no home Region yet, and with every other code.
+	HomeRegion string `json:"home_region,omitempty"`
 }
 
 // apiError is an error with its HTTP status and code.
 type apiError struct {
-	status  int
-	code    string
-	message string
+	status     int
+	code       string
+	message    string
+	homeRegion string
 }
 
 func (e *apiError) Error() string { return e.code + ": " + e.message }
@@ -86,9 +96,19 @@ func newError(status int, code, message string) *apiError {
 // internal is true when the error is unexpected and must be logged in full.
 func classify(err error) (e *apiError, internal bool) {
 	var ae *apiError
+	var nh *outbox.NotHomeError
 	switch {
 	case errors.As(err, &ae):
 		return ae, false
+	case errors.As(err, &nh):
+		e := newError(http.StatusMisdirectedRequest, CodeWrongRegion, "the order is written in Region "+nh.Home+", not here; send the request to that Region")
+		if nh.Home == "" {
+			e.message = "the order has no home Region yet, so no Region accepts its changes; an operator claims it for one Region"
+		}
+		e.homeRegion = nh.Home
+		return e, false
+	case errors.Is(err, outbox.ErrNotHomeRegion):
+		return newError(http.StatusMisdirectedRequest, CodeWrongRegion, "the order is written in another Region"), false
 	case errors.Is(err, order.ErrNotFound):
 		return newError(http.StatusNotFound, CodeNotFound, "order not found"), false
 	case errors.Is(err, order.ErrInvalidTransition):

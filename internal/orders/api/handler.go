@@ -431,7 +431,7 @@ func (h *Handler) ok(w http.ResponseWriter, r *http.Request, info reqInfo, statu
 
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, info reqInfo, err error) {
 	e, internal := classify(err)
-	writeJSON(w, e.status, ErrorBody{Code: e.code, Message: e.message})
+	writeJSON(w, e.status, ErrorBody{Code: e.code, Message: e.message, HomeRegion: e.homeRegion})
 	level := slog.LevelInfo
 	if internal {
 		level = slog.LevelError

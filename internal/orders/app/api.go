@@ -73,11 +73,14 @@ func CallerMode(v string) (api.CallerMode, error) {
 		appenv.APICallerModeAuto, appenv.APICallerModeIAMOnly, appenv.APICallerModeOpenDemo)
 }
 
-// NewOutboxWriter returns the outbox writer for Settings.
+// NewOutboxWriter returns the outbox writer for Settings; with
+// Settings.Region set (multi-Region mode) it stamps and fences every write
+// (outbox.WriterConfig.Region).
 func NewOutboxWriter(s Settings, tx outbox.TransactWriter) (*outbox.Writer, error) {
 	return outbox.NewWriter(tx, outbox.WriterConfig{
 		Table:         s.OutboxTable,
 		Source:        s.Source,
+		Region:        s.Region,
 		PendingShards: s.PendingShards,
 		MaxEntryBytes: s.MaxEntryBytes,
 	})

@@ -141,6 +141,41 @@ func (f FunctionPermissions) WithEncryptionKey() FunctionPermissions {
 	return f
 }
 
+// RegionWriteActions are the IAM actions an outbox writer needs on the
+// outbox table in multi-Region mode (config.EnvRegions set) besides
+// dynamodb:PutItem: the ConditionCheck on each aggregate's home item that
+// fences every write after its creation (outbox.Writer.Write,
+// docs/MULTI-REGION.md). A ConditionCheck inside TransactWriteItems is
+// authorized by dynamodb:ConditionCheckItem (DynamoDB developer guide,
+// "Using IAM with DynamoDB transactions"); the home item's Put by
+// dynamodb:PutItem, which the writer has. That page names no further
+// permission for the stored item DynamoDB returns with a failed condition
+// (ReturnValuesOnConditionCheckFailure ALL_OLD, for outbox.NotHomeError's
+// Home); not yet verified on AWS.
+var RegionWriteActions = []string{"dynamodb:ConditionCheckItem"}
+
+// WithRegions returns f as deployed in multi-Region mode (config.EnvRegions
+// set): the api's outbox writes carry the home item's ConditionCheck, so
+// its TransactWriteItems call also needs RegionWriteActions on
+// ResourceOutboxTable. Other functions are returned unchanged. Single-Region
+// deployments use f as it is.
+func (f FunctionPermissions) WithRegions() FunctionPermissions {
+	if f.Function != FunctionAPI {
+		return f
+	}
+	calls := slices.Clone(f.Calls)
+	for i, c := range calls {
+		if c.Operation != "dynamodb.TransactWriteItems" {
+			continue
+		}
+		c.Grants = append(slices.Clone(c.Grants), Grant{ResourceOutboxTable, slices.Clone(RegionWriteActions)})
+		c.Why += "; in multi-Region mode the ConditionCheck on each aggregate's home item (outbox.HomeKey) fences every write after the order's creation"
+		calls[i] = c
+	}
+	f.Calls = calls
+	return f
+}
+
 // Operations returns the sorted SDK operations of f.Calls.
 func (f FunctionPermissions) Operations() []string {
 	out := make([]string, 0, len(f.Calls))

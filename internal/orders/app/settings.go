@@ -46,6 +46,11 @@ type Settings struct {
 	// appenv.APICallerModeAuto (default), APICallerModeIAMOnly,
 	// APICallerModeOpenDemo. Read by the api.
 	APICallerMode string
+	// Region is this function's Region in multi-Region mode
+	// (config.RegionFromEnv: AWS_REGION, which must be listed in
+	// OUTBOX_REGIONS), "" in single-Region mode. The api's outbox writer
+	// stamps and fences its writes with it (outbox.WriterConfig.Region).
+	Region string
 	// PendingShards is the pending index shard count (1..256).
 	PendingShards int
 	// ReconcileAfter is the age after which pending records are re-sent.
@@ -126,6 +131,9 @@ func SettingsFromEnv() (Settings, error) {
 		errs = append(errs, fmt.Errorf("config: %s=%q is not %q or %q", config.EnvTracing, v, config.TracingOff, config.TracingOn))
 	}
 	if s.PendingShards, err = config.Int(config.EnvPendingShards, config.DefaultPendingShards); err != nil {
+		errs = append(errs, err)
+	}
+	if s.Region, err = config.RegionFromEnv(); err != nil {
 		errs = append(errs, err)
 	}
 	if s.MaxEntryBytes, err = config.Int(config.EnvMaxEntryBytes, config.DefaultMaxEntryBytes); err != nil {

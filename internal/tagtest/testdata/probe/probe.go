@@ -1,0 +1,3 @@
+// Package probe is MustFail's test subject: TestProbe fails only when built
+// with the tagtest_broken tag (broken_on.go).
+package probe
