@@ -117,6 +117,19 @@ type Marker interface {
 	MarkAll(ctx context.Context, marks []relay.Mark) []error
 }
 
+// MultiRegionAPI is what a multi-Region reconciler (Config.Region set)
+// calls besides DynamoDBAPI, with the SDK's exact signatures
+// (*dynamodb.Client satisfies it): GetItem (a failed Region's record,
+// strongly consistent in this Region's replica, before a takeover publish),
+// PutItem (heartbeat, takeover marks), BatchGetItem (takeover marks of a
+// page of own records, to adopt). New detects it on its DynamoDBAPI with a
+// type assertion and refuses a Region without it.
+type MultiRegionAPI interface {
+	GetItem(ctx context.Context, params *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
+	PutItem(ctx context.Context, params *dynamodb.PutItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
+	BatchGetItem(ctx context.Context, params *dynamodb.BatchGetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error)
+}
+
 // reserver is the optional Marker method giving its marking reserve.
 type reserver interface{ Reserve() time.Duration }
 
@@ -170,11 +183,22 @@ type Config struct {
 	// (Lambda's log stream in Lambda, nothing elsewhere; config.EnvMetrics
 	// overrides); io.Discard disables.
 	Metrics io.Writer
+	// MarkRetention is how long a PUBLISHED takeover mark lives (its TTL,
+	// expires_at) in multi-Region mode: it must outlast the failed Region's
+	// outage, or the recovered Region re-sends what the survivor published
+	// (a duplicate consumers absorb, I3). Default DefaultMarkRetention.
+	MarkRetention time.Duration
 	// Now returns the current time. Default time.Now.
 	Now func() time.Time
 }
 
+// DefaultMarkRetention is Config.MarkRetention's default: 30 days.
+const DefaultMarkRetention = 30 * 24 * time.Hour
+
 func (c *Config) setDefaults() {
+	if c.MarkRetention == 0 {
+		c.MarkRetention = DefaultMarkRetention
+	}
 	if c.PendingShards == 0 {
 		c.PendingShards = config.DefaultPendingShards
 	}
@@ -233,6 +257,13 @@ func (c Config) Validate() error {
 		return fmt.Errorf("reconciler: MaxPagesPerShard %d must be >= 1", c.MaxPagesPerShard)
 	case c.CallTimeout <= 0:
 		return errors.New("reconciler: CallTimeout must be positive")
+	case c.MarkRetention < time.Hour:
+		return fmt.Errorf("reconciler: MarkRetention %s is below an hour", c.MarkRetention)
+	}
+	if c.Region != "" {
+		if err := config.ValidRegionName(c.Region); err != nil {
+			return fmt.Errorf("reconciler: Config.Region: %w", err)
+		}
 	}
 	return nil
 }
@@ -265,6 +296,17 @@ type Report struct {
 	// Truncated is true when the budget or the page bound stopped the run
 	// before every due record or every pending record was visited.
 	Truncated bool
+	// TakenOver counts a failed Region's records this run published during
+	// a takeover it survives (each recorded by a PUBLISHED takeover mark;
+	// the record itself is never written). Multi-Region mode only.
+	TakenOver int
+	// Adopted counts own records marked published without being sent
+	// because a survivor's takeover mark says it published them.
+	// Multi-Region mode only.
+	Adopted int
+	// Takeovers are the active takeovers this run swept for, by failed
+	// Region.
+	Takeovers []string
 }
 
 // Reconciler re-publishes stale pending outbox records. It is safe for
@@ -280,10 +322,13 @@ type Reconciler struct {
 	// reserve is kept before the run's deadline for marking (0 when the
 	// marker does not say).
 	reserve time.Duration
+	// multi is ddb's MultiRegionAPI (nil in single-Region mode).
+	multi MultiRegionAPI
 }
 
-// New returns a Reconciler, or an error if cfg does not validate or a
-// dependency is nil.
+// New returns a Reconciler, or an error if cfg does not validate, a
+// dependency is nil, or Config.Region is set and ddb is not a
+// MultiRegionAPI.
 func New(ddb DynamoDBAPI, pub Publisher, marker Marker, cfg Config) (*Reconciler, error) {
 	if ddb == nil || pub == nil || marker == nil {
 		return nil, errors.New("reconciler: New: nil dependency")
@@ -295,6 +340,13 @@ func New(ddb DynamoDBAPI, pub Publisher, marker Marker, cfg Config) (*Reconciler
 	rc := &Reconciler{ddb: ddb, pub: pub, marker: marker, cfg: cfg, emf: relay.NewEMF(cfg.Metrics, cfg.Table)}
 	if m, ok := marker.(reserver); ok {
 		rc.reserve = m.Reserve()
+	}
+	if cfg.Region != "" {
+		m, ok := ddb.(MultiRegionAPI)
+		if !ok {
+			return nil, fmt.Errorf("reconciler: Config.Region %s needs a client with GetItem, PutItem and BatchGetItem (MultiRegionAPI)", cfg.Region)
+		}
+		rc.multi = m
 	}
 	return rc, nil
 }
@@ -310,7 +362,8 @@ func (r *Reconciler) Handle(ctx context.Context, ev events.EventBridgeEvent) err
 }
 
 // Run first repairs: it pages through the records with created_at_ms < now −
-// ReconcileAfter of every pending index shard ("p00".."pNN", at most
+// ReconcileAfter of every pending index shard ("p00".."pNN", or
+// "<Region>#p00".. in multi-Region mode: outbox.RegionShardName; at most
 // MaxPagesPerShard pages of PageSize each), merged in created_at order, and
 // claims, re-publishes (in order per aggregate) and marks them (see sweep).
 // Then, with the budget left, it gauges: counts every shard's pending
@@ -319,6 +372,19 @@ func (r *Reconciler) Handle(ctx context.Context, ev events.EventBridgeEvent) err
 // and ReconcilerResent (ParkedRecords is emitted by the Marker per record). It returns the report and the joined
 // Query errors, if any (a failing shard does not stop the others); running
 // out of budget is not an error but sets Report.Truncated.
+//
+// Multi-Region mode (Config.Region set) adds, in this order: a heartbeat
+// (HeartbeatKey(Region), PutItem); the takeovers read from the table
+// (ListTakeovers); adoption in the own sweep, when any takeover of this
+// Region was ever declared: a due record that a survivor's PUBLISHED
+// takeover mark covers is marked published without being sent; and, for
+// each ACTIVE takeover naming this Region as survivor, a sweep of the
+// failed Region's shards (outbox.RegionShardName(failed, i)) for records
+// older than ReconcileAfter + the takeover's lag margin, each claimed by a
+// takeover mark (MarkKey), published through the same Publisher and then
+// recorded by marking the mark PUBLISHED; the failed Region's record is
+// never written. It emits TakeoverPublished, TakeoverAdopted and
+// ActiveTakeovers besides the single-Region metrics.
 func (r *Reconciler) Run(ctx context.Context) (rep Report, err error) {
 	ctx, span := outboxtrace.Tracer().Start(ctx, "outbox reconcile")
 	defer func() {
@@ -339,7 +405,25 @@ func (r *Reconciler) Run(ctx context.Context) (rep Report, err error) {
 	// get what is left. Counting first let a tight budget (or a slow store)
 	// spend every run on the gauges and never reach the sweep, so a pending
 	// record was never re-sent.
-	errs := r.sweep(ctx, pubCtx, cutoff, &rep)
+	var errs []error
+	own := r.ownLane()
+	var takeovers []*lane
+	if r.cfg.Region != "" {
+		// Multi-Region: the heartbeat first (cheap, and written even when
+		// the run is cut short), then the takeovers this Region is part of.
+		if err := r.heartbeat(ctx, now); err != nil {
+			errs = append(errs, err)
+		}
+		var err error
+		if takeovers, err = r.takeoverLanes(ctx, own); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	errs = append(errs, r.sweep(ctx, pubCtx, own, cutoff, &rep)...)
+	for _, l := range takeovers {
+		rep.Takeovers = append(rep.Takeovers, l.failed)
+		errs = append(errs, r.sweep(ctx, pubCtx, l, takeoverCutoff(now, r.cfg.ReconcileAfter, l.lagMargin), &rep)...)
+	}
 	oldest, countErrs := r.gauge(ctx, &rep)
 	errs = append(errs, countErrs...)
 	if oldest >= 0 {
@@ -352,11 +436,19 @@ func (r *Reconciler) Run(ctx context.Context) (rep Report, err error) {
 		"pending", rep.Pending, "oldest_pending_age_seconds", rep.OldestPendingAge.Seconds(),
 		"resent", rep.Resent, "parked", rep.Parked, "failed", rep.Failed, "held_back", rep.HeldBack,
 		"skipped", rep.Skipped, "truncated", rep.Truncated)
-	r.emf.Emit(map[string]relay.Metric{
+	metrics := map[string]relay.Metric{
 		config.MetricPendingCount:     {Value: float64(rep.Pending), Unit: relay.UnitCount},
 		config.MetricOldestPendingAge: {Value: rep.OldestPendingAge.Seconds(), Unit: relay.UnitSeconds},
 		config.MetricReconcilerResent: {Value: float64(rep.Resent), Unit: relay.UnitCount},
-	})
+	}
+	if r.cfg.Region != "" {
+		metrics[MetricTakeoverPublished] = relay.Metric{Value: float64(rep.TakenOver), Unit: relay.UnitCount}
+		metrics[MetricTakeoverAdopted] = relay.Metric{Value: float64(rep.Adopted), Unit: relay.UnitCount}
+		metrics[MetricActiveTakeovers] = relay.Metric{Value: float64(len(rep.Takeovers)), Unit: relay.UnitCount}
+		r.cfg.Logger.InfoContext(ctx, "reconciler: multi-Region run", "region", r.cfg.Region,
+			"taken_over", rep.TakenOver, "adopted", rep.Adopted, "takeovers", rep.Takeovers)
+	}
+	r.emf.Emit(metrics)
 	return rep, errors.Join(errs...)
 }
 
@@ -377,7 +469,7 @@ func (r *Reconciler) gauge(ctx context.Context, rep *Report) (int64, []error) {
 	)
 	g.SetLimit(gaugeConcurrency)
 	for i := 0; i < r.cfg.PendingShards; i++ {
-		shard := outbox.ShardName(i)
+		shard := outbox.RegionShardName(r.cfg.Region, i)
 		g.Go(func() error {
 			if ctx.Err() != nil {
 				mu.Lock()
