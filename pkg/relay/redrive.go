@@ -220,7 +220,7 @@ func Redrive(ctx context.Context, ddb RedriveAPI, table string, shards int, key 
 	var ccf *types.ConditionalCheckFailedException
 	if errors.As(err, &ccf) {
 		if o.region != "" && len(ccf.Item) > 0 {
-			if now, gerr := RedriveGeneration(ccf.Item); gerr != nil || now != gen {
+			if cur, gerr := RedriveGeneration(ccf.Item); gerr != nil || cur != gen {
 				return fmt.Errorf("redrive %s/%s: read generation %d: %w", key.PK, key.SK, gen, ErrRedriveConflict)
 			}
 		}
