@@ -53,7 +53,9 @@ func (f fixture) item(t *testing.T, k outbox.Key) map[string]ddbtypes.AttributeV
 	return out.Item
 }
 
-func keyOf(e outbox.Envelope) outbox.Key { return outbox.KeyFor(e.AggregateType, e.AggregateID, e.Sequence, 0) }
+func keyOf(e outbox.Envelope) outbox.Key {
+	return outbox.KeyFor(e.AggregateType, e.AggregateID, e.Sequence, 0)
+}
 
 func sAttr(item map[string]ddbtypes.AttributeValue, name string) string {
 	switch v := item[name].(type) {

@@ -94,7 +94,6 @@ type Relay struct {
 // value means the filter is missing or wrong.
 const MetricForeignRecordsSkipped = "ForeignRecordsSkipped"
 
-
 // New builds a Relay with its Publisher and Marker. It returns an error if
 // cfg does not validate or a client is nil.
 func New(eb EventBridgeAPI, ddb UpdateItemAPI, queue QueueSender, cfg Config) (*Relay, error) {
