@@ -36,7 +36,7 @@ func TestTakeoverCommands(t *testing.T) {
 	ctx := context.Background()
 	// A's heartbeat, 3 minutes old, as replicated into B.
 	hb := reconciler.HeartbeatKey(a).AttributeValues()
-	hb[reconciler.AttrHeartbeatAtMs] = &types.AttributeValueMemberN{Value: strconv.FormatInt(time.Now().Add(-3 * time.Minute).UnixMilli(), 10)}
+	hb[reconciler.AttrHeartbeatAtMs] = &types.AttributeValueMemberN{Value: strconv.FormatInt(time.Now().Add(-3*time.Minute).UnixMilli(), 10)}
 	if _, err := env.DDB.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(table), Item: hb}); err != nil {
 		t.Fatal(err)
 	}
@@ -134,4 +134,3 @@ func TestMultiRegionFlags(t *testing.T) {
 	}
 	mustContain(t, "status in A", out.String(), "pending           0")
 }
-
