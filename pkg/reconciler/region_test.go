@@ -3,15 +3,18 @@ package reconciler_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
 	"github.com/ddb-outbox/ddb-outbox/pkg/reconciler"
@@ -322,5 +325,91 @@ func TestRegionConfig(t *testing.T) {
 	if _, err := reconciler.New(&queryRecorder{DynamoDBAPI: f.env.DDB}, f.relay.Publisher(), f.relay.Marker(), reconciler.Config{Table: f.table, Region: regionA}); err == nil ||
 		!strings.Contains(err.Error(), "MultiRegionAPI") {
 		t.Errorf("a client without GetItem/PutItem/BatchGetItem: %v", err)
+	}
+}
+
+// batchGetLimits refuses what BatchGetItem refuses (more than 100 keys:
+// ValidationException) and answers its first call with the last 10 keys
+// unprocessed, as DynamoDB may under load.
+type batchGetLimits struct {
+	*dynamodb.Client
+	mu    sync.Mutex
+	calls int
+	max   int
+}
+
+func (b *batchGetLimits) BatchGetItem(ctx context.Context, in *dynamodb.BatchGetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error) {
+	b.mu.Lock()
+	b.calls++
+	first := b.calls == 1
+	b.mu.Unlock()
+	var n int
+	for _, ka := range in.RequestItems {
+		n += len(ka.Keys)
+	}
+	b.mu.Lock()
+	b.max = max(b.max, n)
+	b.mu.Unlock()
+	if n > reconciler.MaxBatchGetKeys {
+		return nil, &smithy.GenericAPIError{Code: "ValidationException", Message: "Too many items requested for the BatchGetItem call"}
+	}
+	if !first {
+		return b.Client.BatchGetItem(ctx, in, opts...)
+	}
+	req := map[string]ddbtypes.KeysAndAttributes{}
+	held := map[string]ddbtypes.KeysAndAttributes{}
+	for table, ka := range in.RequestItems {
+		cut := max(len(ka.Keys)-10, 0)
+		sent, kept := ka, ka
+		sent.Keys, kept.Keys = ka.Keys[:cut], ka.Keys[cut:]
+		req[table], held[table] = sent, kept
+	}
+	out, err := b.Client.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req}, opts...)
+	if err != nil {
+		return out, err
+	}
+	out.UnprocessedKeys = held
+	return out, nil
+}
+
+// TestAdoptionBatchesMarkReads: adopting 150 records reads their marks in
+// BatchGetItem calls of at most 100 keys and retries the unprocessed ones:
+// every record is adopted, none re-sent.
+func TestAdoptionBatchesMarkReads(t *testing.T) {
+	t.Parallel()
+	f := setup(t, 1)
+	ctx := context.Background()
+	const n = 150
+	var envs []outbox.Envelope
+	for i := range n {
+		e := f.putRegional(t, regionA, fmt.Sprintf("o%03d", i), time.Hour)
+		envs = append(envs, e)
+		m := reconciler.MarkKey(regionA, regionB, e.EventID).AttributeValues()
+		m[reconciler.AttrTakeoverState] = &ddbtypes.AttributeValueMemberS{Value: reconciler.MarkPublished}
+		m[reconciler.AttrMarkEventID] = &ddbtypes.AttributeValueMemberS{Value: e.EventID}
+		m[outbox.AttrBusEventID] = &ddbtypes.AttributeValueMemberS{Value: "by-b"}
+		if _, err := f.env.DDB.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(f.table), Item: m}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := reconciler.DeclareTakeover(ctx, f.env.DDB, f.table, reconciler.TakeoverDecl{Failed: regionA, Survivor: regionB}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	spy := &batchGetLimits{Client: f.env.DDB}
+	rc := f.reconciler(t, spy, io.Discard, func(c *reconciler.Config) { c.Region = regionA; c.PageSize = 1000 })
+	rep, err := rc.Run(ctx)
+	if err != nil || rep.Adopted != n || rep.Resent != 0 {
+		t.Fatalf("report %+v %v: want %d adopted, none resent", rep, err, n)
+	}
+	if spy.max > reconciler.MaxBatchGetKeys || spy.calls < 3 {
+		t.Errorf("BatchGetItem: %d calls, largest %d keys: want chunks of at most 100 and a retry of the unprocessed", spy.calls, spy.max)
+	}
+	if len(f.eb.sent) != 0 {
+		t.Errorf("sent %d events, want none", len(f.eb.sent))
+	}
+	for _, e := range envs[:3] {
+		if got := f.record(t, e).Status; got != outbox.StatusPublished {
+			t.Errorf("record %s %s, want PUBLISHED", e.AggregateID, got)
+		}
 	}
 }
