@@ -49,6 +49,23 @@
 //     run are then marked in it rather than left pending and re-sent by the
 //     next run. The half-run cap keeps short local runs (devstack) useful.
 //
+// # Multi-Region mode
+//
+// With Config.Region set (config.RegionFromEnv: OUTBOX_REGIONS lists the
+// global table's Regions, docs/MULTI-REGION.md) the reconciler sweeps only
+// its own Region's pending shards (outbox.RegionShardName) and claims only
+// records whose origin_region is its Region: one writing Region per record.
+// Each run writes a heartbeat (HeartbeatKey). Takeover is an operator's
+// decision, never a timer: DeclareTakeover (outboxctl takeover) writes a
+// takeover item in the surviving Region; while it is ACTIVE the survivor's
+// runs also sweep the failed Region's shards for records older than
+// ReconcileAfter plus the takeover's lag margin, claim each by a takeover
+// mark of their own (MarkKey), publish it through the same Publisher and
+// mark the mark PUBLISHED, never writing the failed Region's record.
+// ReleaseTakeover ends it. Once back, the failed Region's reconciler adopts
+// the survivor's PUBLISHED marks: it marks its own record published without
+// sending it again. Single-Region mode (Region "") is unchanged.
+//
 // # Example
 //
 //	rc, err := reconciler.New(ddb, r.Publisher(), r.Marker(), reconciler.Config{Table: table})

@@ -112,7 +112,8 @@ func (r *Reconciler) heartbeat(ctx context.Context, now time.Time) error {
 
 // claimMark returns the claim of a takeover lane: it reads the failed
 // Region's record in this Region's replica (GetItem, strongly consistent)
-// and goes on only if it is still PENDING and written in failed; then it
+// and goes on only if it is still PENDING, written in failed and decodes
+// as an outbox record; then it
 // puts this Region's takeover mark (MarkKey) with takeover_state CLAIMED
 // and claimed_until = now + ClaimLease, conditioned on no mark or a lapsed
 // CLAIMED one. A PUBLISHED or FAILED mark means nothing to do; a live
@@ -130,6 +131,12 @@ func (r *Reconciler) claimMark(failed string) func(context.Context, outbox.Key, 
 			return claimFailed, nil, err
 		}
 		if got.Item == nil || str(got.Item[outbox.AttrStatus]) != outbox.StatusPending || str(got.Item[outbox.AttrOriginRegion]) != failed {
+			return notPending, nil, nil
+		}
+		if _, err := outbox.RecordFromItem(got.Item); err != nil {
+			// Undecodable: never the survivor's to park, and no mark is
+			// written for it; its origin parks it once back.
+			r.cfg.Logger.ErrorContext(ctx, "reconciler: undecodable record of a failed Region, left to its origin", "pk", key.PK, "sk", key.SK, "failed_region", failed, "error", err)
 			return notPending, nil, nil
 		}
 		now := r.cfg.Now().UnixMilli()
