@@ -258,7 +258,7 @@ func ReleaseTakeover(ctx context.Context, ddb TakeoverAPI, table, failed, surviv
 // replica (one Query of TakeoverPK, strongly consistent: the local
 // Region's view, which for another Region's items lags by the replication
 // delay), active and released, sorted by failed then survivor Region.
-func ListTakeovers(ctx context.Context, ddb outboxQuerier, table string) ([]Takeover, error) {
+func ListTakeovers(ctx context.Context, ddb QueryAPI, table string) ([]Takeover, error) {
 	expr, err := expression.NewBuilder().
 		WithKeyCondition(expression.Key(outbox.AttrPK).Equal(expression.Value(TakeoverPK))).Build()
 	if err != nil {
@@ -286,11 +286,6 @@ func ListTakeovers(ctx context.Context, ddb outboxQuerier, table string) ([]Take
 		return out[i].Survivor < out[j].Survivor
 	})
 	return out, nil
-}
-
-// outboxQuerier is the Query method with the SDK's exact signature.
-type outboxQuerier interface {
-	Query(ctx context.Context, params *dynamodb.QueryInput, optFns ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
 }
 
 func takeoverFromItem(it map[string]types.AttributeValue) Takeover {
