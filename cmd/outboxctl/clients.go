@@ -42,6 +42,9 @@ type clients struct {
 	// none.
 	cw    *cloudwatch.Client
 	local bool
+	// region is the clients' Region (-region, AWS_REGION, the profile's,
+	// or DefaultLocalRegion against a local endpoint).
+	region string
 }
 
 // isLoopback reports whether u is an http(s) URL whose host is localhost
@@ -103,7 +106,8 @@ func (t target) connect(ctx context.Context) (clients, error) {
 		ep = aws.String(t.endpoint)
 	}
 	return clients{
-		local: local,
+		local:  local,
+		region: cfg.Region,
 		ddb: dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) {
 			if ep != nil {
 				o.BaseEndpoint = ep

@@ -63,6 +63,7 @@ func runStatus(ctx context.Context, e *cmdEnv, args []string) error {
 	failureQ := fs.String("failure-queue", "", "the stream event source mapping's on-failure queue URL")
 	var dlqs listFlag
 	fs.Var(&dlqs, "dlq", "a consumer DLQ URL (repeatable)")
+	regions := regionsFlag(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -74,6 +75,10 @@ func runStatus(ctx context.Context, e *cmdEnv, args []string) error {
 		return err
 	}
 	defer done()
+	region, err := multiRegion("status", *regions, c.region)
+	if err != nil {
+		return err
+	}
 	var refs []operator.QueueRef
 	if *prefix != "" {
 		if refs, err = operator.DiscoverQueues(ctx, c.sqs, *prefix); err != nil {
@@ -89,7 +94,7 @@ func runStatus(ctx context.Context, e *cmdEnv, args []string) error {
 	for _, u := range dlqs {
 		refs = append(refs, operator.QueueRef{Kind: operator.KindConsumerDLQ, URL: u})
 	}
-	st, err := operator.ReadStatus(ctx, c.ddb, c.sqs, operator.StatusOptions{Table: *table, Shards: *shards, Window: *window, Queues: refs})
+	st, err := operator.ReadStatus(ctx, c.ddb, c.sqs, operator.StatusOptions{Table: *table, Shards: *shards, Window: *window, Queues: refs, Region: region})
 	if err != nil {
 		return err
 	}
@@ -211,6 +216,7 @@ func runReplay(ctx context.Context, e *cmdEnv, args []string) error {
 	direct := fs.Bool("direct", false, "PutEvents the stored envelope now through the relay's publisher, from your principal (the local stack; on AWS the bus policy admits only the relay and reconciler roles), instead of making the record pending for the reconciler")
 	bus := fs.String("bus", os.Getenv(config.EnvEventBusName), "with -direct: event bus name or ARN the relay publishes to (default $"+config.EnvEventBusName+")")
 	source := fs.String("source", config.String(config.EnvEventSource, appenv.EventSource), "with -direct: event Source, as the relay sets it (default $"+config.EnvEventSource+" or "+appenv.EventSource+")")
+	regions := regionsFlag(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -228,6 +234,10 @@ func runReplay(ctx context.Context, e *cmdEnv, args []string) error {
 		return err
 	}
 	defer done()
+	region, err := multiRegion("replay", *regions, c.region)
+	if err != nil {
+		return err
+	}
 	views, err := sel.find(ctx, "replay", c, *table)
 	if err != nil {
 		return err
@@ -244,7 +254,7 @@ func runReplay(ctx context.Context, e *cmdEnv, args []string) error {
 		summary = "replayed to " + *bus + " (consumers deduplicate on event_id)"
 		return printReplay(e.out, results, operator.ReplayPublished, summary, err)
 	}
-	results, err = operator.Requeue(ctx, c.ddb, *table, *shards, views, time.Now())
+	results, err = operator.Requeue(ctx, c.ddb, *table, *shards, views, time.Now(), operator.RequeueInRegion(region))
 	summary = "requeued: PENDING again, the reconciler publishes each on its next run once older than " + reconcileAge + " (created_at is kept; consumers deduplicate on event_id)"
 	return printReplay(e.out, results, operator.ReplayRequeued, summary, err)
 }
@@ -300,6 +310,7 @@ func runRedrive(ctx context.Context, e *cmdEnv, args []string) error {
 	sk := fs.String("sk", "", "the record's sk")
 	event := fs.String("event", "", "the record's event_id (a table Scan)")
 	all := fs.Bool("all", false, "every parked record")
+	regions := regionsFlag(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -320,6 +331,10 @@ func runRedrive(ctx context.Context, e *cmdEnv, args []string) error {
 		return err
 	}
 	defer done()
+	region, err := multiRegion("redrive", *regions, c.region)
+	if err != nil {
+		return err
+	}
 	type target struct {
 		key            outbox.Key
 		eventID, etype string
@@ -348,7 +363,7 @@ func runRedrive(ctx context.Context, e *cmdEnv, args []string) error {
 	var errs []error
 	n := 0
 	for _, t := range targets {
-		if err := relay.Redrive(ctx, c.ddb, *table, *shards, t.key, time.Now()); err != nil {
+		if err := relay.Redrive(ctx, c.ddb, *table, *shards, t.key, time.Now(), relay.RedriveInRegion(region)); err != nil {
 			errs = append(errs, err)
 			fmt.Fprintf(e.out, "failed\t%s\t%s\t%s\t%v\n", t.key.PK, t.key.SK, t.eventID, err)
 			continue

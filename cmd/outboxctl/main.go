@@ -16,6 +16,19 @@
 //	outboxctl [-endpoint URL] replays  [-prefix P]
 //	outboxctl [-endpoint URL] history  -table T AGGREGATE_ID
 //	outboxctl [-region R] alarms test (-prefix STACK | -alarm NAME) [-wait 2m]
+//	outboxctl -region B takeover  -table T -failed A [-survivor B] [-lag-margin 1m] [-by NAME] [-regions A,B]
+//	outboxctl -region B release   -table T -failed A [-survivor B] [-by NAME]
+//	outboxctl -region B takeovers -table T [-regions A,B]
+//
+// Multi-Region mode (issue 34, docs/MULTI-REGION.md): with -regions (or
+// OUTBOX_REGIONS) set, status counts the client Region's pending shards,
+// and redrive and replay act only on records written in the client's
+// Region (-region), bumping their redrive generation; a record of another
+// Region is refused (run the command there). takeover declares a Region
+// down, an operator's decision and never a timer: the survivor (the
+// client's Region) publishes the failed Region's replicated pending records
+// and never writes them; release ends it; takeovers lists them with each
+// Region's heartbeat age.
 //
 // Every command prints one line per record or message it handled and a
 // count. status, show and parked read; redrive makes parked records
@@ -132,6 +145,12 @@ func init() {
 			"outboxctl -endpoint http://127.0.0.1:4580 replays -prefix backfill-", runReplays},
 		{"history", "an aggregate's published events (sequence, type, time, event id) from the outbox table, and which sequences expired from it",
 			"outboxctl -endpoint http://127.0.0.1:4580 history -table dev-outbox ORDER_ID", runHistory},
+		{"takeover", "declare a Region down (an operator's decision, never a timer): the survivor's reconciler also publishes the failed Region's replicated pending records older than its stale age plus -lag-margin, once each, never writing them; prints the runbook and the heartbeat ages",
+			"outboxctl -endpoint http://127.0.0.1:4580 takeover -region eu-central-1 -table dev-outbox -failed eu-west-1 -lag-margin 1m", runTakeover},
+		{"release", "end a takeover (in the survivor's Region); the failed Region's reconciler keeps adopting what the survivor published",
+			"outboxctl -endpoint http://127.0.0.1:4580 release -region eu-central-1 -table dev-outbox -failed eu-west-1 -survivor eu-central-1", runRelease},
+		{"takeovers", "list takeovers (active and released) and each Region's heartbeat age, as the client's Region's replica has them",
+			"outboxctl -endpoint http://127.0.0.1:4580 takeovers -region eu-central-1 -table dev-outbox -regions eu-west-1,eu-central-1", runTakeovers},
 		{"alarms", "alarms test (AWS only): set one of the stack's alarms to ALARM, wait for its SNS action's result in the alarm's history (success, or AWS's failure text), set it back to OK",
 			"outboxctl -region eu-west-1 alarms test -prefix DdbOutbox", runAlarms},
 	}

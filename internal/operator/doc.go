@@ -27,7 +27,11 @@
 //     consumers deduplicate on the outbox event_id, so those that applied
 //     it change nothing. Only PUBLISHED records are replayed: a PENDING one
 //     is the relay's or reconciler's to publish, a PARKED one is redriven
-//     (relay.Redrive).
+//     (relay.Redrive). In multi-Region mode (RequeueInRegion) a record is
+//     requeued only in its origin Region, its redrive_generation bumped
+//     under a condition on the one read (relay.ErrNotOrigin,
+//     relay.ErrRedriveConflict); ReadStatus with StatusOptions.Region counts
+//     that Region's pending shards.
 //   - Backfill, Replays, CheckArchiveReach, FindStartGap and History:
 //     replay the outbox's EventBridge archive to one consumer's rule (a new
 //     or rebuilt consumer) and follow it (DescribeReplay) until it ends,

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
+	"github.com/ddb-outbox/ddb-outbox/pkg/relay"
 )
 
 // UpdateAPI is the DynamoDB method Requeue calls, with the SDK's exact
@@ -39,9 +40,25 @@ const AttrReplayedAt = "replayed_at"
 // PENDING, PARKED and undecodable records are skipped as by Replay. The
 // error is non-nil when any update failed (a record no longer PUBLISHED
 // fails with ErrNotPublished).
-func Requeue(ctx context.Context, ddb UpdateAPI, table string, shards int, views []EventView, now time.Time) ([]ReplayResult, error) {
+//
+// With RequeueInRegion (multi-Region mode) a record written in another
+// Region is refused (relay.ErrNotOrigin: its status has one writing
+// Region, its origin), the record goes to its Region's pending shard
+// (outbox.PendingShardIn) and its outbox.AttrRedriveGeneration is bumped,
+// conditioned on the generation in the view (relay.ErrRedriveConflict when
+// it moved since the view was read) and on its origin.
+func Requeue(ctx context.Context, ddb UpdateAPI, table string, shards int, views []EventView, now time.Time, opts ...RequeueOption) ([]ReplayResult, error) {
+	var o requeueOptions
+	for _, fn := range opts {
+		fn(&o)
+	}
 	if shards < 1 || shards > config.MaxPendingShards {
 		return nil, fmt.Errorf("requeue: %d pending shards out of range 1..%d (use the writers' %s)", shards, config.MaxPendingShards, config.EnvPendingShards)
+	}
+	if o.region != "" {
+		if err := config.ValidRegionName(o.region); err != nil {
+			return nil, fmt.Errorf("requeue: %w", err)
+		}
 	}
 	results := make([]ReplayResult, len(views))
 	var errs []error
@@ -51,14 +68,30 @@ func Requeue(ctx context.Context, ddb UpdateAPI, table string, shards int, views
 			results[i].Reason = reason
 			continue
 		}
-		shard := outbox.PendingShard(v.EventID, shards)
-		expr, err := expression.NewBuilder().
-			WithCondition(expression.Name(outbox.AttrStatus).Equal(expression.Value(outbox.StatusPublished))).
-			WithUpdate(expression.
-				Set(expression.Name(outbox.AttrStatus), expression.Value(outbox.StatusPending)).
-				Set(expression.Name(outbox.AttrPendingShard), expression.Value(shard)).
-				Set(expression.Name(AttrReplayedAt), expression.Value(now.UTC().Format(time.RFC3339Nano))).
-				Remove(expression.Name(outbox.AttrExpiresAt))).Build()
+		shard := outbox.PendingShardIn(o.region, v.EventID, shards)
+		cond := expression.Name(outbox.AttrStatus).Equal(expression.Value(outbox.StatusPublished))
+		upd := expression.
+			Set(expression.Name(outbox.AttrStatus), expression.Value(outbox.StatusPending)).
+			Set(expression.Name(outbox.AttrPendingShard), expression.Value(shard)).
+			Set(expression.Name(AttrReplayedAt), expression.Value(now.UTC().Format(time.RFC3339Nano))).
+			Remove(expression.Name(outbox.AttrExpiresAt))
+		var gen int64
+		if o.region != "" {
+			var err error
+			if origin := attrS(v.item, outbox.AttrOriginRegion); origin != o.region {
+				err = fmt.Errorf("requeue %s (%s/%s): origin Region %q, this is %s: %w", v.EventID, v.Key.PK, v.Key.SK, origin, o.region, relay.ErrNotOrigin)
+			} else if gen, err = relay.RedriveGeneration(v.item); err != nil {
+				err = fmt.Errorf("requeue %s (%s/%s): %w", v.EventID, v.Key.PK, v.Key.SK, err)
+			}
+			if err != nil {
+				errs = append(errs, err)
+				results[i].Outcome, results[i].Reason = ReplayFailed, err.Error()
+				continue
+			}
+			cond = cond.And(expression.Name(outbox.AttrOriginRegion).Equal(expression.Value(o.region))).And(relay.GenerationCondition(gen))
+			upd = upd.Set(expression.Name(outbox.AttrRedriveGeneration), expression.Value(gen+1))
+		}
+		expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(upd).Build()
 		if err != nil {
 			return results, err
 		}
@@ -66,10 +99,16 @@ func Requeue(ctx context.Context, ddb UpdateAPI, table string, shards int, views
 			TableName: aws.String(table), Key: v.Key.AttributeValues(),
 			ConditionExpression: expr.Condition(), UpdateExpression: expr.Update(),
 			ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 		})
 		var ccf *types.ConditionalCheckFailedException
 		if errors.As(err, &ccf) {
 			err = ErrNotPublished
+			if o.region != "" && len(ccf.Item) > 0 {
+				if cur, gerr := relay.RedriveGeneration(ccf.Item); gerr != nil || cur != gen {
+					err = fmt.Errorf("read generation %d: %w", gen, relay.ErrRedriveConflict)
+				}
+			}
 		}
 		if err != nil {
 			err = fmt.Errorf("requeue %s (%s/%s): %w", v.EventID, v.Key.PK, v.Key.SK, err)
@@ -80,6 +119,18 @@ func Requeue(ctx context.Context, ddb UpdateAPI, table string, shards int, views
 		results[i].Outcome, results[i].Reason = ReplayRequeued, "PENDING in shard "+shard
 	}
 	return results, errors.Join(errs...)
+}
+
+// RequeueOption adjusts Requeue. Without options Requeue works in
+// single-Region mode, as it always did.
+type RequeueOption func(*requeueOptions)
+
+type requeueOptions struct{ region string }
+
+// RequeueInRegion runs Requeue in multi-Region mode for region (the
+// caller's Region; "" keeps single-Region mode): see Requeue.
+func RequeueInRegion(region string) RequeueOption {
+	return func(o *requeueOptions) { o.region = region }
 }
 
 // ErrNotPublished is returned (wrapped) by Requeue for a record that is no

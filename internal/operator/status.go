@@ -39,13 +39,18 @@ type StatusOptions struct {
 	Queues []QueueRef
 	// Now is the reference time (default time.Now()).
 	Now time.Time
+	// Region selects a Region's pending shards in multi-Region mode
+	// (outbox.RegionShardName: "<region>#pNN"); "" reads the single-Region
+	// shards ("pNN").
+	Region string
 }
 
 // Status is what ReadStatus found.
 type Status struct {
 	Table string
 	// PendingByShard counts pending records per pending index shard value
-	// ("p00".."pNN"), every shard present.
+	// ("p00".."pNN", or "<region>#p00".. with StatusOptions.Region), every
+	// shard present.
 	PendingByShard []ShardCount
 	// Pending is the sum of PendingByShard.
 	Pending int
@@ -87,8 +92,13 @@ func ReadStatus(ctx context.Context, ddb DynamoDBAPI, sqsc QueueAPI, opts Status
 		opts.Now = time.Now()
 	}
 	st := Status{Table: opts.Table, Window: opts.Window, Now: opts.Now}
+	if opts.Region != "" {
+		if err := config.ValidRegionName(opts.Region); err != nil {
+			return Status{}, fmt.Errorf("status: %w", err)
+		}
+	}
 	for i := range opts.Shards {
-		shard := outbox.ShardName(i)
+		shard := outbox.RegionShardName(opts.Region, i)
 		n, oldest, err := pendingInShard(ctx, ddb, opts.Table, shard)
 		if err != nil {
 			return st, err

@@ -17,6 +17,9 @@ import (
 //     seconds), default config.DefaultReconcileAfter: ReconcileAfter
 //   - config.EnvReconcileBudgetSeconds (RECONCILE_BUDGET_SECONDS, whole
 //     seconds), default config.DefaultReconcileBudget: Budget
+//   - config.EnvRegions (OUTBOX_REGIONS) and config.EnvAWSRegion
+//     (AWS_REGION): Region, by config.RegionFromEnv ("" in single-Region
+//     mode, when OUTBOX_REGIONS is unset)
 //
 // The reconciler publishes and marks through a relay's Publisher and Marker:
 // read their configuration with relay.ConfigFromEnv. AllowShortReconcileAfter
@@ -36,6 +39,9 @@ func ConfigFromEnv() (Config, error) {
 		errs = append(errs, err)
 	}
 	if c.Budget, err = config.Seconds(config.EnvReconcileBudgetSeconds, config.DefaultReconcileBudget); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Region, err = config.RegionFromEnv(); err != nil {
 		errs = append(errs, err)
 	}
 	return c, errors.Join(errs...)

@@ -32,3 +32,29 @@ func TestConfigFromEnv(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigFromEnvRegion: Region follows config.RegionFromEnv: "" without
+// OUTBOX_REGIONS, AWS_REGION when it is in the list, an error naming the
+// variable otherwise.
+func TestConfigFromEnvRegion(t *testing.T) {
+	t.Setenv(config.EnvOutboxTable, "outbox")
+	for _, tc := range []struct{ regions, here, want, err string }{
+		{"", "eu-west-1", "", ""},
+		{"eu-west-1,eu-central-1", "eu-central-1", "eu-central-1", ""},
+		{"eu-west-1,eu-central-1", "us-east-1", "", config.EnvAWSRegion},
+		{"eu-west-1", "eu-west-1", "", config.EnvRegions},
+	} {
+		t.Setenv(config.EnvRegions, tc.regions)
+		t.Setenv(config.EnvAWSRegion, tc.here)
+		c, err := ConfigFromEnv()
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%q/%q: error %v, want one naming %s", tc.regions, tc.here, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || c.Region != tc.want {
+			t.Errorf("%q/%q: Region %q, %v; want %q", tc.regions, tc.here, c.Region, err, tc.want)
+		}
+	}
+}

@@ -49,6 +49,23 @@
 //     run are then marked in it rather than left pending and re-sent by the
 //     next run. The half-run cap keeps short local runs (devstack) useful.
 //
+// # Multi-Region mode
+//
+// With Config.Region set (config.RegionFromEnv: OUTBOX_REGIONS lists the
+// global table's Regions, docs/MULTI-REGION.md) the reconciler sweeps only
+// its own Region's pending shards (outbox.RegionShardName) and claims only
+// records whose origin_region is its Region: one writing Region per record.
+// Each run writes a heartbeat (HeartbeatKey). Takeover is an operator's
+// decision, never a timer: DeclareTakeover (outboxctl takeover) writes a
+// takeover item in the surviving Region; while it is ACTIVE the survivor's
+// runs also sweep the failed Region's shards for records older than
+// ReconcileAfter plus the takeover's lag margin, claim each by a takeover
+// mark of their own (MarkKey), publish it through the same Publisher and
+// mark the mark PUBLISHED, never writing the failed Region's record.
+// ReleaseTakeover ends it. Once back, the failed Region's reconciler adopts
+// the survivor's PUBLISHED marks: it marks its own record published without
+// sending it again. Single-Region mode (Region "") is unchanged.
+//
 // # Example
 //
 //	rc, err := reconciler.New(ddb, r.Publisher(), r.Marker(), reconciler.Config{Table: table})
@@ -61,15 +78,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strconv"
-	"sync"
 	"time"
 
-	"golang.org/x/sync/errgroup"
-
 	"github.com/aws/aws-lambda-go/events"
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"go.opentelemetry.io/otel/attribute"
@@ -115,6 +126,19 @@ type Publisher interface {
 // that long before the run's deadline.
 type Marker interface {
 	MarkAll(ctx context.Context, marks []relay.Mark) []error
+}
+
+// MultiRegionAPI is what a multi-Region reconciler (Config.Region set)
+// calls besides DynamoDBAPI, with the SDK's exact signatures
+// (*dynamodb.Client satisfies it): GetItem (a failed Region's record,
+// strongly consistent in this Region's replica, before a takeover publish),
+// PutItem (heartbeat, takeover marks), BatchGetItem (takeover marks of a
+// page of own records, to adopt). New detects it on its DynamoDBAPI with a
+// type assertion and refuses a Region without it.
+type MultiRegionAPI interface {
+	GetItem(ctx context.Context, params *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
+	PutItem(ctx context.Context, params *dynamodb.PutItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
+	BatchGetItem(ctx context.Context, params *dynamodb.BatchGetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error)
 }
 
 // reserver is the optional Marker method giving its marking reserve.
@@ -170,11 +194,22 @@ type Config struct {
 	// (Lambda's log stream in Lambda, nothing elsewhere; config.EnvMetrics
 	// overrides); io.Discard disables.
 	Metrics io.Writer
+	// MarkRetention is how long a PUBLISHED takeover mark lives (its TTL,
+	// expires_at) in multi-Region mode: it must outlast the failed Region's
+	// outage, or the recovered Region re-sends what the survivor published
+	// (a duplicate consumers absorb, I3). Default DefaultMarkRetention.
+	MarkRetention time.Duration
 	// Now returns the current time. Default time.Now.
 	Now func() time.Time
 }
 
+// DefaultMarkRetention is Config.MarkRetention's default: 30 days.
+const DefaultMarkRetention = 30 * 24 * time.Hour
+
 func (c *Config) setDefaults() {
+	if c.MarkRetention == 0 {
+		c.MarkRetention = DefaultMarkRetention
+	}
 	if c.PendingShards == 0 {
 		c.PendingShards = config.DefaultPendingShards
 	}
@@ -233,6 +268,13 @@ func (c Config) Validate() error {
 		return fmt.Errorf("reconciler: MaxPagesPerShard %d must be >= 1", c.MaxPagesPerShard)
 	case c.CallTimeout <= 0:
 		return errors.New("reconciler: CallTimeout must be positive")
+	case c.MarkRetention < time.Hour:
+		return fmt.Errorf("reconciler: MarkRetention %s is below an hour", c.MarkRetention)
+	}
+	if c.Region != "" {
+		if err := config.ValidRegionName(c.Region); err != nil {
+			return fmt.Errorf("reconciler: Config.Region: %w", err)
+		}
 	}
 	return nil
 }
@@ -265,6 +307,17 @@ type Report struct {
 	// Truncated is true when the budget or the page bound stopped the run
 	// before every due record or every pending record was visited.
 	Truncated bool
+	// TakenOver counts a failed Region's records this run published during
+	// a takeover it survives (each recorded by a PUBLISHED takeover mark;
+	// the record itself is never written). Multi-Region mode only.
+	TakenOver int
+	// Adopted counts own records marked published without being sent
+	// because a survivor's takeover mark says it published them.
+	// Multi-Region mode only.
+	Adopted int
+	// Takeovers are the active takeovers this run swept for, by failed
+	// Region.
+	Takeovers []string
 }
 
 // Reconciler re-publishes stale pending outbox records. It is safe for
@@ -280,10 +333,13 @@ type Reconciler struct {
 	// reserve is kept before the run's deadline for marking (0 when the
 	// marker does not say).
 	reserve time.Duration
+	// multi is ddb's MultiRegionAPI (nil in single-Region mode).
+	multi MultiRegionAPI
 }
 
-// New returns a Reconciler, or an error if cfg does not validate or a
-// dependency is nil.
+// New returns a Reconciler, or an error if cfg does not validate, a
+// dependency is nil, or Config.Region is set and ddb is not a
+// MultiRegionAPI.
 func New(ddb DynamoDBAPI, pub Publisher, marker Marker, cfg Config) (*Reconciler, error) {
 	if ddb == nil || pub == nil || marker == nil {
 		return nil, errors.New("reconciler: New: nil dependency")
@@ -295,6 +351,13 @@ func New(ddb DynamoDBAPI, pub Publisher, marker Marker, cfg Config) (*Reconciler
 	rc := &Reconciler{ddb: ddb, pub: pub, marker: marker, cfg: cfg, emf: relay.NewEMF(cfg.Metrics, cfg.Table)}
 	if m, ok := marker.(reserver); ok {
 		rc.reserve = m.Reserve()
+	}
+	if cfg.Region != "" {
+		m, ok := ddb.(MultiRegionAPI)
+		if !ok {
+			return nil, fmt.Errorf("reconciler: Config.Region %s needs a client with GetItem, PutItem and BatchGetItem (MultiRegionAPI)", cfg.Region)
+		}
+		rc.multi = m
 	}
 	return rc, nil
 }
@@ -310,7 +373,8 @@ func (r *Reconciler) Handle(ctx context.Context, ev events.EventBridgeEvent) err
 }
 
 // Run first repairs: it pages through the records with created_at_ms < now −
-// ReconcileAfter of every pending index shard ("p00".."pNN", at most
+// ReconcileAfter of every pending index shard ("p00".."pNN", or
+// "<Region>#p00".. in multi-Region mode: outbox.RegionShardName; at most
 // MaxPagesPerShard pages of PageSize each), merged in created_at order, and
 // claims, re-publishes (in order per aggregate) and marks them (see sweep).
 // Then, with the budget left, it gauges: counts every shard's pending
@@ -319,6 +383,19 @@ func (r *Reconciler) Handle(ctx context.Context, ev events.EventBridgeEvent) err
 // and ReconcilerResent (ParkedRecords is emitted by the Marker per record). It returns the report and the joined
 // Query errors, if any (a failing shard does not stop the others); running
 // out of budget is not an error but sets Report.Truncated.
+//
+// Multi-Region mode (Config.Region set) adds, in this order: a heartbeat
+// (HeartbeatKey(Region), PutItem); the takeovers read from the table
+// (ListTakeovers); adoption in the own sweep, when any takeover of this
+// Region was ever declared: a due record that a survivor's PUBLISHED
+// takeover mark covers is marked published without being sent; and, for
+// each ACTIVE takeover naming this Region as survivor, a sweep of the
+// failed Region's shards (outbox.RegionShardName(failed, i)) for records
+// older than ReconcileAfter + the takeover's lag margin, each claimed by a
+// takeover mark (MarkKey), published through the same Publisher and then
+// recorded by marking the mark PUBLISHED; the failed Region's record is
+// never written. It emits TakeoverPublished, TakeoverAdopted and
+// ActiveTakeovers besides the single-Region metrics.
 func (r *Reconciler) Run(ctx context.Context) (rep Report, err error) {
 	ctx, span := outboxtrace.Tracer().Start(ctx, "outbox reconcile")
 	defer func() {
@@ -339,7 +416,25 @@ func (r *Reconciler) Run(ctx context.Context) (rep Report, err error) {
 	// get what is left. Counting first let a tight budget (or a slow store)
 	// spend every run on the gauges and never reach the sweep, so a pending
 	// record was never re-sent.
-	errs := r.sweep(ctx, pubCtx, cutoff, &rep)
+	var errs []error
+	own := r.ownLane()
+	var takeovers []*lane
+	if r.cfg.Region != "" {
+		// Multi-Region: the heartbeat first (cheap, and written even when
+		// the run is cut short), then the takeovers this Region is part of.
+		if err := r.heartbeat(ctx, now); err != nil {
+			errs = append(errs, err)
+		}
+		var err error
+		if takeovers, err = r.takeoverLanes(ctx, own); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	errs = append(errs, r.sweep(ctx, pubCtx, own, cutoff, &rep)...)
+	for _, l := range takeovers {
+		rep.Takeovers = append(rep.Takeovers, l.failed)
+		errs = append(errs, r.sweep(ctx, pubCtx, l, takeoverCutoff(now, r.cfg.ReconcileAfter, l.lagMargin), &rep)...)
+	}
 	oldest, countErrs := r.gauge(ctx, &rep)
 	errs = append(errs, countErrs...)
 	if oldest >= 0 {
@@ -352,127 +447,20 @@ func (r *Reconciler) Run(ctx context.Context) (rep Report, err error) {
 		"pending", rep.Pending, "oldest_pending_age_seconds", rep.OldestPendingAge.Seconds(),
 		"resent", rep.Resent, "parked", rep.Parked, "failed", rep.Failed, "held_back", rep.HeldBack,
 		"skipped", rep.Skipped, "truncated", rep.Truncated)
-	r.emf.Emit(map[string]relay.Metric{
+	metrics := map[string]relay.Metric{
 		config.MetricPendingCount:     {Value: float64(rep.Pending), Unit: relay.UnitCount},
 		config.MetricOldestPendingAge: {Value: rep.OldestPendingAge.Seconds(), Unit: relay.UnitSeconds},
 		config.MetricReconcilerResent: {Value: float64(rep.Resent), Unit: relay.UnitCount},
-	})
+	}
+	if r.cfg.Region != "" {
+		metrics[MetricTakeoverPublished] = relay.Metric{Value: float64(rep.TakenOver), Unit: relay.UnitCount}
+		metrics[MetricTakeoverAdopted] = relay.Metric{Value: float64(rep.Adopted), Unit: relay.UnitCount}
+		metrics[MetricActiveTakeovers] = relay.Metric{Value: float64(len(rep.Takeovers)), Unit: relay.UnitCount}
+		r.cfg.Logger.InfoContext(ctx, "reconciler: multi-Region run", "region", r.cfg.Region,
+			"taken_over", rep.TakenOver, "adopted", rep.Adopted, "takeovers", rep.Takeovers)
+	}
+	r.emf.Emit(metrics)
 	return rep, errors.Join(errs...)
-}
-
-// gaugeConcurrency bounds the shards counted at once by gauge.
-const gaugeConcurrency = 4
-
-// gauge counts every pending index shard's records into rep.Pending and
-// returns the oldest created_at_ms found (-1 when none), with the Query
-// errors of the shards that failed (the others are still counted). Shards
-// are counted gaugeConcurrency at a time; one not reached before ctx ends
-// sets rep.Truncated.
-func (r *Reconciler) gauge(ctx context.Context, rep *Report) (int64, []error) {
-	var (
-		mu     sync.Mutex
-		errs   []error
-		oldest int64 = -1
-		g      errgroup.Group
-	)
-	g.SetLimit(gaugeConcurrency)
-	for i := 0; i < r.cfg.PendingShards; i++ {
-		shard := outbox.ShardName(i)
-		g.Go(func() error {
-			if ctx.Err() != nil {
-				mu.Lock()
-				rep.Truncated = true
-				mu.Unlock()
-				return nil
-			}
-			n, truncated, err := r.count(ctx, shard)
-			var ms int64 = -1
-			var oldErr error
-			if err == nil && n > 0 {
-				var ok bool
-				ms, ok, oldErr = r.oldest(ctx, shard)
-				if !ok {
-					ms = -1
-				}
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			rep.Pending += n
-			rep.Truncated = rep.Truncated || truncated
-			switch {
-			case err != nil:
-				errs = append(errs, fmt.Errorf("count shard %s: %w", shard, err))
-			case oldErr != nil:
-				errs = append(errs, fmt.Errorf("oldest in shard %s: %w", shard, oldErr))
-			case ms >= 0 && (oldest < 0 || ms < oldest):
-				oldest = ms
-			}
-			return nil
-		})
-	}
-	_ = g.Wait() // the shards' errors are collected in errs
-	return oldest, errs
-}
-
-// count returns the number of items in one shard of the pending index.
-func (r *Reconciler) count(ctx context.Context, shard string) (int, bool, error) {
-	expr, err := expression.NewBuilder().
-		WithKeyCondition(expression.Key(outbox.AttrPendingShard).Equal(expression.Value(shard))).Build()
-	if err != nil {
-		return 0, false, err
-	}
-	in := &dynamodb.QueryInput{
-		TableName:                 aws.String(r.cfg.Table),
-		IndexName:                 aws.String(outbox.PendingIndexName),
-		KeyConditionExpression:    expr.KeyCondition(),
-		ExpressionAttributeNames:  expr.Names(),
-		ExpressionAttributeValues: expr.Values(),
-		Select:                    types.SelectCount,
-	}
-	total := 0
-	for page := 0; ; page++ {
-		if page == r.cfg.MaxPagesPerShard {
-			return total, true, nil
-		}
-		out, err := r.query(ctx, in)
-		if err != nil {
-			return total, false, err
-		}
-		total += int(out.Count)
-		if len(out.LastEvaluatedKey) == 0 {
-			return total, false, nil
-		}
-		in.ExclusiveStartKey = out.LastEvaluatedKey
-	}
-}
-
-// oldest returns created_at_ms of the first item of a shard (ascending).
-func (r *Reconciler) oldest(ctx context.Context, shard string) (int64, bool, error) {
-	expr, err := expression.NewBuilder().
-		WithKeyCondition(expression.Key(outbox.AttrPendingShard).Equal(expression.Value(shard))).
-		WithProjection(expression.NamesList(expression.Name(outbox.AttrCreatedAt))).Build()
-	if err != nil {
-		return 0, false, err
-	}
-	out, err := r.query(ctx, &dynamodb.QueryInput{
-		TableName:                 aws.String(r.cfg.Table),
-		IndexName:                 aws.String(outbox.PendingIndexName),
-		KeyConditionExpression:    expr.KeyCondition(),
-		ProjectionExpression:      expr.Projection(),
-		ExpressionAttributeNames:  expr.Names(),
-		ExpressionAttributeValues: expr.Values(),
-		ScanIndexForward:          aws.Bool(true),
-		Limit:                     aws.Int32(1),
-	})
-	if err != nil || len(out.Items) == 0 {
-		return 0, false, err
-	}
-	n, ok := out.Items[0][outbox.AttrCreatedAt].(*types.AttributeValueMemberN)
-	if !ok {
-		return 0, false, nil
-	}
-	ms, err := strconv.ParseInt(n.Value, 10, 64)
-	return ms, err == nil, nil
 }
 
 func (r *Reconciler) query(ctx context.Context, in *dynamodb.QueryInput) (*dynamodb.QueryOutput, error) {

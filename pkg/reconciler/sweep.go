@@ -42,11 +42,15 @@ type cursor struct {
 // frontier (its error is returned) so the other shards still progress; an
 // aggregate with a record in that shard may then be published ahead of it,
 // and an ordered consumer holds the later record until the gap closes.
-func (r *Reconciler) sweep(ctx, pubCtx context.Context, cutoffMs int64, rep *Report) []error {
+//
+// The lane says whose records these are: this Region's own (claim and mark
+// the record) or, during a takeover, a failed Region's (claim and mark a
+// takeover mark, never the record).
+func (r *Reconciler) sweep(ctx, pubCtx context.Context, l *lane, cutoffMs int64, rep *Report) []error {
 	var errs []error
 	var cursors []*cursor
 	for i := 0; i < r.cfg.PendingShards; i++ {
-		shard := outbox.ShardName(i)
+		shard := outbox.RegionShardName(l.region, i)
 		expr, err := expression.NewBuilder().
 			WithKeyCondition(expression.Key(outbox.AttrPendingShard).Equal(expression.Value(shard)).
 				And(expression.Key(outbox.AttrCreatedAt).LessThan(expression.Value(cutoffMs)))).Build()
@@ -144,7 +148,7 @@ func (r *Reconciler) sweep(ctx, pubCtx context.Context, cutoffMs int64, rep *Rep
 			}
 		}
 		buffered = keep
-		r.process(ctx, pubCtx, release, blocked, rep)
+		r.process(ctx, pubCtx, l, release, blocked, rep)
 		anyMore := false
 		for _, c := range cursors {
 			anyMore = anyMore || c.more
@@ -186,15 +190,21 @@ const (
 
 // claim takes one record for this run: UpdateItem SET claimed_until = now +
 // ClaimLease with condition attribute_exists(pk) AND status = PENDING AND
-// (attribute_not_exists(claimed_until) OR claimed_until < now), returning
+// (attribute_not_exists(claimed_until) OR claimed_until < now) (and, in
+// multi-Region mode, origin_region = Region), returning
 // the item as it is now in the base table (ALL_NEW; on a failed condition,
 // ALL_OLD tells a record no longer pending from one another run holds).
-func (r *Reconciler) claim(ctx context.Context, key outbox.Key) (claimOutcome, map[string]types.AttributeValue, error) {
+func (r *Reconciler) claim(ctx context.Context, key outbox.Key, _ map[string]types.AttributeValue) (claimOutcome, map[string]types.AttributeValue, error) {
 	now := r.cfg.Now().UnixMilli()
 	until := expression.Name(outbox.AttrClaimedUntil)
 	cond := expression.AttributeExists(expression.Name(outbox.AttrPK)).
 		And(expression.Name(outbox.AttrStatus).Equal(expression.Value(outbox.StatusPending))).
 		And(expression.AttributeNotExists(until).Or(until.LessThan(expression.Value(now))))
+	if r.cfg.Region != "" {
+		// One writing Region per record: a record of another Region (which
+		// its pending shard should already rule out) is never claimed here.
+		cond = cond.And(expression.Name(outbox.AttrOriginRegion).Equal(expression.Value(r.cfg.Region)))
+	}
 	expr, err := expression.NewBuilder().
 		WithCondition(cond).
 		WithUpdate(expression.Set(until, expression.Value(now+r.cfg.ClaimLease.Milliseconds()))).
@@ -244,9 +254,21 @@ type due struct {
 // cannot be claimed, has its later records held back (not claimed, not sent)
 // and stays blocked for the rest of the run; so does one whose record was
 // not published.
-func (r *Reconciler) process(ctx, pubCtx context.Context, items []map[string]types.AttributeValue, blocked map[string]bool, rep *Report) {
+//
+// On the own lane, records a survivor already published during a takeover
+// (a PUBLISHED takeover mark) are adopted first: marked published without
+// being sent (adopt). On a takeover lane, claim and finish are the
+// takeover mark's, and a permanent failure marks the mark FAILED (the
+// failed Region parks its own record once it is back).
+func (r *Reconciler) process(ctx, pubCtx context.Context, l *lane, items []map[string]types.AttributeValue, blocked map[string]bool, rep *Report) {
 	if len(items) == 0 {
 		return
+	}
+	if len(l.adoptFrom) > 0 {
+		items = r.adopt(ctx, l, items, rep)
+		if len(items) == 0 {
+			return
+		}
 	}
 	groups := map[string][]*due{}
 	var pks []string
@@ -286,7 +308,7 @@ func (r *Reconciler) process(ctx, pubCtx context.Context, items []map[string]typ
 					return nil
 				}
 				var item map[string]types.AttributeValue
-				d.outcome, item, d.err = r.claim(pubCtx, d.key)
+				d.outcome, item, d.err = l.claim(pubCtx, d.key, d.item)
 				if d.outcome == claimed {
 					d.item = item
 				}
@@ -327,6 +349,12 @@ func (r *Reconciler) process(ctx, pubCtx context.Context, items []map[string]typ
 				continue
 			}
 			rec, err := outbox.RecordFromItem(d.item)
+			if err != nil && l.failed != "" {
+				// Never the survivor's to park: the failed Region parks it.
+				rep.Failed++
+				r.cfg.Logger.ErrorContext(ctx, "reconciler: undecodable record of a failed Region, left to its origin", "pk", d.key.PK, "sk", d.key.SK, "failed_region", l.failed, "error", err)
+				continue
+			}
 			if err != nil {
 				r.cfg.Logger.ErrorContext(ctx, "reconciler: undecodable pending record, parking", "pk", d.key.PK, "sk", d.key.SK, "error", err)
 				marks = append(marks, relay.Mark{Key: d.key, Result: relay.Result{Status: relay.PermanentFailure, ErrorCode: relay.CodePoisonRecord, ErrorMessage: err.Error()}})
@@ -349,17 +377,23 @@ func (r *Reconciler) process(ctx, pubCtx context.Context, items []map[string]typ
 	if len(marks) == 0 {
 		return
 	}
-	for i, err := range r.marker.MarkAll(ctx, marks) {
+	for i, err := range l.finish(ctx, marks) {
 		m := marks[i]
 		switch {
 		case err != nil:
 			rep.Failed++
 			r.cfg.Logger.ErrorContext(ctx, "reconciler: marking failed", "event_id", m.Envelope.EventID,
 				"aggregate_id", m.Envelope.AggregateID, "sequence", m.Envelope.Sequence, "error", err)
+		case m.Result.Status == relay.Published && l.failed != "":
+			rep.TakenOver++
+			r.cfg.Logger.InfoContext(ctx, "reconciler: published a failed Region's pending record (takeover mark)", "event_id", m.Envelope.EventID,
+				"aggregate_id", m.Envelope.AggregateID, "sequence", m.Envelope.Sequence, "failed_region", l.failed)
 		case m.Result.Status == relay.Published:
 			rep.Resent++
 			r.cfg.Logger.InfoContext(ctx, "reconciler: re-published pending record", "event_id", m.Envelope.EventID,
 				"aggregate_id", m.Envelope.AggregateID, "sequence", m.Envelope.Sequence)
+		case m.Result.Status == relay.PermanentFailure && l.failed != "":
+			rep.Failed++
 		case m.Result.Status == relay.PermanentFailure:
 			rep.Parked++
 		default:

@@ -74,6 +74,15 @@
 //     deadline, marking AnswerMargin before it, and what is not done is
 //     reported. MinFunctionTimeout gives the function timeout a
 //     configuration needs: RetryBudget + Reserve + 1 s (32 s by default).
+//   - Multi-Region mode (Config.Region, docs/MULTI-REGION.md): a Region
+//     publishes only what was written in it. Handle acknowledges, counts
+//     (MetricForeignRecordsSkipped) and never publishes a record whose
+//     origin_region is another Region or missing; every status write is
+//     conditioned so that a status only moves forward (mark published:
+//     status <> PUBLISHED; park: status <> PUBLISHED AND status <> PARKED);
+//     Redrive with RedriveInRegion moves a record back only in its origin
+//     Region (ErrNotOrigin) and bumps its redrive_generation conditioned on
+//     the one it read (ErrRedriveConflict).
 //
 // # Example
 //

@@ -19,6 +19,9 @@ import (
 //   - config.EnvPublishedRetentionSeconds (PUBLISHED_RETENTION_SECONDS,
 //     whole seconds), default config.DefaultPublishedRetention:
 //     Marker.PublishedRetention
+//   - config.EnvRegions (OUTBOX_REGIONS) and config.EnvAWSRegion
+//     (AWS_REGION): Region, by config.RegionFromEnv ("" in single-Region
+//     mode, when OUTBOX_REGIONS is unset)
 //
 // Every other field is left zero (New applies its defaults; Metrics then
 // follows config.MetricsWriter). The error joins one error per missing or
@@ -42,6 +45,9 @@ func ConfigFromEnv() (Config, error) {
 		errs = append(errs, err)
 	}
 	if c.Marker.PublishedRetention, err = config.Seconds(config.EnvPublishedRetentionSeconds, config.DefaultPublishedRetention); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Region, err = config.RegionFromEnv(); err != nil {
 		errs = append(errs, err)
 	}
 	return c, errors.Join(errs...)

@@ -39,3 +39,23 @@ func TestConfigFromEnv(t *testing.T) {
 		t.Errorf("error %v names %s, which is set", err, config.EnvEventBusName)
 	}
 }
+
+// TestConfigFromEnvRegion: Region follows config.RegionFromEnv.
+func TestConfigFromEnvRegion(t *testing.T) {
+	for _, k := range []string{config.EnvOutboxTable, config.EnvEventBusName, config.EnvEventSource, config.EnvParkedQueueURL} {
+		t.Setenv(k, "x")
+	}
+	t.Setenv(config.EnvRegions, "eu-west-1,eu-central-1")
+	t.Setenv(config.EnvAWSRegion, "eu-west-1")
+	if c, err := ConfigFromEnv(); err != nil || c.Region != "eu-west-1" {
+		t.Fatalf("Region %q, %v", c.Region, err)
+	}
+	t.Setenv(config.EnvAWSRegion, "us-east-1")
+	if _, err := ConfigFromEnv(); err == nil || !strings.Contains(err.Error(), config.EnvAWSRegion) {
+		t.Fatalf("a Region outside the list: %v", err)
+	}
+	t.Setenv(config.EnvRegions, "")
+	if c, err := ConfigFromEnv(); err != nil || c.Region != "" {
+		t.Fatalf("single-Region: Region %q, %v", c.Region, err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -75,6 +76,66 @@ func ListParked(ctx context.Context, ddb RedriveAPI, table string, limit int) ([
 	return out, nil
 }
 
+// ErrNotOrigin is returned (wrapped) by Redrive in multi-Region mode when
+// the record's outbox.AttrOriginRegion is not the caller's Region (or is
+// missing): a record and its status have one writing Region, its origin,
+// and a backward move (PARKED or PUBLISHED to PENDING) made elsewhere could
+// be undone or could undo a newer state under global tables'
+// last-writer-wins (docs/MULTI-REGION.md). Run the command in the record's
+// origin Region. Nothing is changed.
+var ErrNotOrigin = errors.New("relay: the outbox record was written in another Region; only its origin Region may move its status back")
+
+// ErrRedriveConflict is returned (wrapped) by Redrive in multi-Region mode
+// when the record's outbox.AttrRedriveGeneration changed between the read
+// and the conditional write (another redrive or requeue ran in between).
+// Nothing is changed; read the record again before retrying.
+var ErrRedriveConflict = errors.New("relay: the outbox record's redrive generation moved since it was read (another redrive or requeue ran)")
+
+// RedriveOption adjusts Redrive. Without options Redrive works in
+// single-Region mode, as it always did.
+type RedriveOption func(*redriveOptions)
+
+type redriveOptions struct{ region string }
+
+// RedriveInRegion runs Redrive in multi-Region mode for region (the
+// caller's Region, config.RegionFromEnv; "" keeps single-Region mode): the
+// record must have been written in region (else ErrNotOrigin), it goes
+// back into region's pending shards (outbox.PendingShardIn) and its
+// outbox.AttrRedriveGeneration is bumped, conditioned on the generation
+// read (else ErrRedriveConflict).
+func RedriveInRegion(region string) RedriveOption {
+	return func(o *redriveOptions) { o.region = region }
+}
+
+// RedriveGeneration returns an item's outbox.AttrRedriveGeneration (N; 0
+// when absent), or an error when it is not a whole number.
+func RedriveGeneration(item map[string]types.AttributeValue) (int64, error) {
+	v, ok := item[outbox.AttrRedriveGeneration]
+	if !ok {
+		return 0, nil
+	}
+	n, ok := v.(*types.AttributeValueMemberN)
+	if !ok {
+		return 0, fmt.Errorf("%s is not a number (N)", outbox.AttrRedriveGeneration)
+	}
+	g, err := strconv.ParseInt(n.Value, 10, 64)
+	if err != nil || g < 0 {
+		return 0, fmt.Errorf("%s %q is not a whole number", outbox.AttrRedriveGeneration, n.Value)
+	}
+	return g, nil
+}
+
+// GenerationCondition returns the condition that an item's
+// outbox.AttrRedriveGeneration is still gen (absent counts as 0), for the
+// conditional write that bumps it to gen+1.
+func GenerationCondition(gen int64) expression.ConditionBuilder {
+	name := expression.Name(outbox.AttrRedriveGeneration)
+	if gen == 0 {
+		return expression.AttributeNotExists(name).Or(name.Equal(expression.Value(0)))
+	}
+	return name.Equal(expression.Value(gen))
+}
+
 // Redrive returns one parked record to the pending state once its cause is
 // fixed (a permission, a rule, a payload): status PENDING, its pending index
 // shard set again (shards must match the writers' PENDING_SHARDS) and
@@ -83,9 +144,24 @@ func ListParked(ctx context.Context, ddb RedriveAPI, table string, limit int) ([
 // consumer dedup absorbing any duplicate. No TTL is set. A reconciler run's
 // claim (claimed_until) is removed, so the next run may take it. It returns
 // ErrNotParked (wrapped) when the record is absent or not PARKED.
-func Redrive(ctx context.Context, ddb RedriveAPI, table string, shards int, key outbox.Key, now time.Time) error {
+//
+// With RedriveInRegion (multi-Region mode) it also refuses a record of
+// another Region (ErrNotOrigin), puts the record in its Region's pending
+// shard (outbox.PendingShardIn) and bumps outbox.AttrRedriveGeneration,
+// conditioned on the status, the origin and the generation it read
+// (ErrRedriveConflict when the generation moved).
+func Redrive(ctx context.Context, ddb RedriveAPI, table string, shards int, key outbox.Key, now time.Time, opts ...RedriveOption) error {
+	var o redriveOptions
+	for _, fn := range opts {
+		fn(&o)
+	}
 	if shards < 1 || shards > config.MaxPendingShards {
 		return fmt.Errorf("redrive: %d pending shards out of range 1..%d (use the writers' %s)", shards, config.MaxPendingShards, config.EnvPendingShards)
+	}
+	if o.region != "" {
+		if err := config.ValidRegionName(o.region); err != nil {
+			return fmt.Errorf("redrive: %w", err)
+		}
 	}
 	got, err := ddb.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName: aws.String(table), Key: key.AttributeValues(), ConsistentRead: aws.Bool(true),
@@ -93,11 +169,19 @@ func Redrive(ctx context.Context, ddb RedriveAPI, table string, shards int, key 
 	if err != nil {
 		return fmt.Errorf("redrive %s/%s: read: %w", key.PK, key.SK, err)
 	}
-	if got.Item == nil || attrS(got.Item, outbox.AttrStatus) != outbox.StatusParked {
+	if got.Item == nil {
+		return fmt.Errorf("redrive %s/%s: %w", key.PK, key.SK, ErrNotParked)
+	}
+	if o.region != "" {
+		if origin := attrS(got.Item, outbox.AttrOriginRegion); origin != o.region {
+			return fmt.Errorf("redrive %s/%s: origin Region %q, this is %s: %w", key.PK, key.SK, origin, o.region, ErrNotOrigin)
+		}
+	}
+	if attrS(got.Item, outbox.AttrStatus) != outbox.StatusParked {
 		return fmt.Errorf("redrive %s/%s: %w", key.PK, key.SK, ErrNotParked)
 	}
 	eventID := attrS(got.Item, outbox.AttrEventID)
-	shard := outbox.PendingShard(eventID, shards)
+	shard := outbox.PendingShardIn(o.region, eventID, shards)
 	if eventID == "" { // a poison record without an event id cannot be re-published
 		return fmt.Errorf("redrive %s/%s: record has no event_id: %w", key.PK, key.SK, ErrNotParked)
 	}
@@ -109,6 +193,14 @@ func Redrive(ctx context.Context, ddb RedriveAPI, table string, shards int, key 
 		// A reconciler run's claim (it may have parked the record) must not
 		// keep the next run off the redriven record.
 		Remove(expression.Name(outbox.AttrClaimedUntil))
+	var gen int64
+	if o.region != "" {
+		if gen, err = RedriveGeneration(got.Item); err != nil {
+			return fmt.Errorf("redrive %s/%s: %w", key.PK, key.SK, err)
+		}
+		cond = cond.And(expression.Name(outbox.AttrOriginRegion).Equal(expression.Value(o.region))).And(GenerationCondition(gen))
+		upd = upd.Set(expression.Name(outbox.AttrRedriveGeneration), expression.Value(gen+1))
+	}
 	if _, ok := got.Item[outbox.AttrCreatedAt]; !ok {
 		upd = upd.Set(expression.Name(outbox.AttrCreatedAt), expression.Value(now.UnixMilli()))
 	}
@@ -117,15 +209,21 @@ func Redrive(ctx context.Context, ddb RedriveAPI, table string, shards int, key 
 		return err
 	}
 	_, err = ddb.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                 aws.String(table),
-		Key:                       key.AttributeValues(),
-		ConditionExpression:       expr.Condition(),
-		UpdateExpression:          expr.Update(),
-		ExpressionAttributeNames:  expr.Names(),
-		ExpressionAttributeValues: expr.Values(),
+		TableName:                           aws.String(table),
+		Key:                                 key.AttributeValues(),
+		ConditionExpression:                 expr.Condition(),
+		UpdateExpression:                    expr.Update(),
+		ExpressionAttributeNames:            expr.Names(),
+		ExpressionAttributeValues:           expr.Values(),
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
 	var ccf *types.ConditionalCheckFailedException
 	if errors.As(err, &ccf) {
+		if o.region != "" && len(ccf.Item) > 0 {
+			if cur, gerr := RedriveGeneration(ccf.Item); gerr != nil || cur != gen {
+				return fmt.Errorf("redrive %s/%s: read generation %d: %w", key.PK, key.SK, gen, ErrRedriveConflict)
+			}
+		}
 		return fmt.Errorf("redrive %s/%s: %w", key.PK, key.SK, ErrNotParked)
 	}
 	if err != nil {

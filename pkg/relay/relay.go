@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 
 	"github.com/aws/aws-lambda-go/events"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outboxtrace"
 	"github.com/ddb-outbox/ddb-outbox/pkg/streamimage"
@@ -56,8 +58,14 @@ func (c *Config) setDefaults() {
 	c.Marker.setDefaults()
 }
 
-// Validate reports a configuration error of either part.
+// Validate reports a configuration error of either part, or a Region that
+// is not shaped like an AWS Region name (config.ValidRegionName).
 func (c Config) Validate() error {
+	if c.Region != "" {
+		if err := config.ValidRegionName(c.Region); err != nil {
+			return fmt.Errorf("relay: Config.Region: %w", err)
+		}
+	}
 	if err := c.Publisher.Validate(); err != nil {
 		return err
 	}
@@ -72,7 +80,19 @@ type Relay struct {
 	pub    *Publisher
 	marker *Marker
 	log    *slog.Logger
+	region string
+	// foreign counts the records of another Region acknowledged unpublished.
+	foreign atomic.Int64
 }
+
+// MetricForeignRecordsSkipped is the EMF metric (Count, namespace
+// config.MetricNamespace, dimension config.MetricDimensionOutboxTable) of
+// the stream records a multi-Region relay acknowledged without publishing
+// because their outbox.AttrOriginRegion is not its Region (or is missing):
+// one line per batch that had any. The event source mapping's filter
+// (outbox.StreamFilterPatternIn) should keep it at zero; a steady non-zero
+// value means the filter is missing or wrong.
+const MetricForeignRecordsSkipped = "ForeignRecordsSkipped"
 
 // New builds a Relay with its Publisher and Marker. It returns an error if
 // cfg does not validate or a client is nil.
@@ -89,7 +109,30 @@ func New(eb EventBridgeAPI, ddb UpdateItemAPI, queue QueueSender, cfg Config) (*
 	if err != nil {
 		return nil, err
 	}
-	return &Relay{pub: pub, marker: marker, log: cfg.Logger}, nil
+	return &Relay{pub: pub, marker: marker, log: cfg.Logger, region: cfg.Region}, nil
+}
+
+// Region returns Config.Region ("" in single-Region mode).
+func (r *Relay) Region() string { return r.region }
+
+// ForeignSkipped returns how many stream records of another Region this
+// Relay acknowledged without publishing since it was built (the
+// process-local counter behind MetricForeignRecordsSkipped).
+func (r *Relay) ForeignSkipped() int64 { return r.foreign.Load() }
+
+// foreignOrigin reports whether a multi-Region relay must leave the record
+// alone: its NewImage's outbox.AttrOriginRegion is missing, not a string,
+// or another Region. It also returns the origin found. Always false in
+// single-Region mode.
+func (r *Relay) foreignOrigin(img map[string]events.DynamoDBAttributeValue) (string, bool) {
+	if r.region == "" {
+		return "", false
+	}
+	v, ok := img[outbox.AttrOriginRegion]
+	if !ok || v.DataType() != events.DataTypeString {
+		return "", true
+	}
+	return v.String(), v.String() != r.region
 }
 
 // Publisher returns the relay's Publisher (shared with the reconciler).
@@ -113,6 +156,14 @@ type work struct {
 //   - Only INSERT records of outbox items are published. MODIFY records (the
 //     relay's own marking), REMOVE records (TTL deletions included) and items
 //     without an event_id in their NewImage (foreign items) are ignored.
+//   - Multi-Region mode (Config.Region set): a record whose NewImage's
+//     outbox.AttrOriginRegion is not Region, or that has none, was written
+//     in another Region and replicated here ("Each global table produces an
+//     independent stream based on all its writes", DynamoDB developer
+//     guide): it is acknowledged without publishing (never a batch item
+//     failure), counted (MetricForeignRecordsSkipped, ForeignSkipped) and
+//     logged at debug. The event source mapping's filter
+//     (outbox.StreamFilterPatternIn) is the first line; this is the second.
 //   - An INSERT without NewImage returns ErrNoNewImage (wrapped) before
 //     anything is published: the whole batch is retried, never acknowledged.
 //   - A record whose NewImage does not decode as an outbox record (poison) is
@@ -159,12 +210,25 @@ func (r *Relay) Handle(ctx context.Context, ev events.DynamoDBEvent) (events.Dyn
 	var envs []outbox.Envelope
 	var keys []outbox.Key
 	var publishIdx []int // index into items of each envelope in envs
+	foreignCount := 0
+	defer func() {
+		if foreignCount > 0 {
+			r.foreign.Add(int64(foreignCount))
+			r.marker.emf.Emit(map[string]Metric{MetricForeignRecordsSkipped: {Value: float64(foreignCount), Unit: UnitCount}})
+		}
+	}()
 	for i, rec := range ev.Records {
 		if rec.EventName != string(events.DynamoDBOperationTypeInsert) {
 			continue
 		}
 		if _, ok := rec.Change.NewImage[outbox.AttrEventID]; !ok {
 			continue // foreign item
+		}
+		if origin, foreign := r.foreignOrigin(rec.Change.NewImage); foreign {
+			foreignCount++
+			r.log.DebugContext(ctx, "relay: record of another Region acknowledged without publishing",
+				"origin_region", origin, "region", r.region, "sequence_number", rec.Change.SequenceNumber)
+			continue
 		}
 		w := &work{rec: i}
 		items = append(items, w)

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/ddb-outbox/ddb-outbox/pkg/ddbtest"
+	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
+	"github.com/ddb-outbox/ddb-outbox/pkg/reconciler"
+)
+
+// TestTakeoverCommands, against Dynoxide: takeover declares (the item in
+// the table, the runbook and heartbeat ages printed), a second takeover is
+// refused, takeovers lists it, release ends it; misspelled Regions, a
+// survivor equal to the failed Region and a survivor other than the
+// client's Region are usage errors that write nothing.
+func TestTakeoverCommands(t *testing.T) {
+	for _, v := range append([]string{"AWS_PROFILE", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "OUTBOX_REGIONS", "OUTBOX_TABLE_NAME"}, endpointVars...) {
+		t.Setenv(v, "")
+	}
+	t.Setenv("AWS_CONFIG_FILE", "/nonexistent")
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+	env := ddbtest.New(t)
+	table := ddbtest.Name("ctl-takeover")
+	env.CreateTable(t, outbox.CreateTableInput(table))
+	const a, b = "eu-west-1", "eu-central-1"
+	ctx := context.Background()
+	// A's heartbeat, 3 minutes old, as replicated into B.
+	hb := reconciler.HeartbeatKey(a).AttributeValues()
+	hb[reconciler.AttrHeartbeatAtMs] = &types.AttributeValueMemberN{Value: strconv.FormatInt(time.Now().Add(-3*time.Minute).UnixMilli(), 10)}
+	if _, err := env.DDB.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(table), Item: hb}); err != nil {
+		t.Fatal(err)
+	}
+	runCtl := func(args ...string) (string, error) {
+		var out, errOut bytes.Buffer
+		err := run(ctx, append([]string{"-endpoint", env.Endpoint}, args...), &out, &errOut)
+		return out.String() + errOut.String(), err
+	}
+
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"misspelled failed", []string{"-region", b, "takeover", "-table", table, "-failed", "eu-west"}, "-failed"},
+		{"misspelled survivor", []string{"-region", b, "takeover", "-table", table, "-failed", a, "-survivor", "eu-central"}, "-survivor"},
+		{"itself", []string{"-region", a, "takeover", "-table", table, "-failed", a}, "cannot take over itself"},
+		{"not the client's Region", []string{"-region", a, "takeover", "-table", table, "-failed", "us-east-1", "-survivor", b}, "run with -region " + b},
+		{"no failed", []string{"-region", b, "takeover", "-table", table}, "-failed REGION is required"},
+		{"negative margin", []string{"-region", b, "takeover", "-table", table, "-failed", a, "-lag-margin", "-1m"}, "negative"},
+		{"absurd margin", []string{"-region", b, "takeover", "-table", table, "-failed", a, "-lag-margin", "48h"}, "above"},
+		{"release misspelled", []string{"-region", b, "release", "-table", table, "-failed", "euwest1"}, "-failed"},
+	} {
+		out, err := runCtl(tc.args...)
+		if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err %v (output %q), want a usage error mentioning %q", tc.name, err, out, tc.want)
+		}
+	}
+	if tks, err := reconciler.ListTakeovers(ctx, env.DDB, table); err != nil || len(tks) != 0 {
+		t.Fatalf("refused commands wrote takeovers: %+v %v", tks, err)
+	}
+
+	// -survivor defaults to the client's Region.
+	out, err := runCtl("-region", b, "takeover", "-table", table, "-failed", a, "-lag-margin", "2m", "-by", "alice", "-regions", a+","+b)
+	if err != nil {
+		t.Fatalf("takeover: %v\n%s", err, out)
+	}
+	mustContain(t, "takeover", out, "takeover of "+a+" by "+b+" declared (lag margin 2m0s, by alice)",
+		a+"        3m0s ago", b+"     none", "release -table "+table+" -failed "+a+" -survivor "+b, "never writes "+a+"'s records")
+	tks, err := reconciler.ListTakeovers(ctx, env.DDB, table)
+	if err != nil || len(tks) != 1 || !tks[0].Active() || tks[0].Failed != a || tks[0].Survivor != b || tks[0].LagMargin != 2*time.Minute {
+		t.Fatalf("takeovers %+v %v", tks, err)
+	}
+	if _, err := runCtl("-region", b, "takeover", "-table", table, "-failed", a); !errors.Is(err, reconciler.ErrTakeoverActive) {
+		t.Fatalf("second takeover: %v, want ErrTakeoverActive", err)
+	}
+	out, err = runCtl("takeovers", "-region", b, "-table", table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustContain(t, "takeovers", out, "ACTIVE\t"+a+" -> "+b+"\tlag margin 2m0s", "1 takeover(s), 1 active", a+"        3m0s ago")
+
+	out, err = runCtl("-region", b, "release", "-table", table, "-failed", a, "-survivor", b, "-by", "bob")
+	if err != nil {
+		t.Fatalf("release: %v\n%s", err, out)
+	}
+	mustContain(t, "release", out, "takeover of "+a+" by "+b+" released")
+	if _, err := runCtl("-region", b, "release", "-table", table, "-failed", a); !errors.Is(err, reconciler.ErrNoTakeover) {
+		t.Fatalf("second release: %v, want ErrNoTakeover", err)
+	}
+	out, err = runCtl("takeovers", "-region", b, "-table", table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustContain(t, "takeovers after release", out, "RELEASED\t"+a+" -> "+b, "by bob", "1 takeover(s), 0 active")
+}
+
+// TestMultiRegionFlags: with -regions, redrive acts only on records of the
+// client's Region (a record of another Region is refused and unchanged);
+// a client Region outside the list is a usage error.
+func TestMultiRegionFlags(t *testing.T) {
+	w := newWorld(t)
+	const a, b = "eu-west-1", "eu-central-1"
+	ctx := context.Background()
+	key := outbox.KeyFor("Order", "o-1", 3, 0) // PARKED, no origin: not this Region's
+	var out, errOut bytes.Buffer
+	err := run(ctx, []string{"-endpoint", w.endpoint, "-region", a, "redrive", "-table", w.table, "-shards", "4", "-regions", a + "," + b, "-pk", key.PK, "-sk", key.SK}, &out, &errOut)
+	if err == nil || !strings.Contains(out.String(), "another Region") {
+		t.Fatalf("redrive of a record without origin in multi-Region mode: %v\n%s", err, out.String())
+	}
+	got, gerr := w.ddb.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(w.table), Key: key.AttributeValues(), ConsistentRead: aws.Bool(true)})
+	if gerr != nil {
+		t.Fatal(gerr)
+	}
+	if s, _ := got.Item[outbox.AttrStatus].(*types.AttributeValueMemberS); s == nil || s.Value != outbox.StatusParked {
+		t.Fatalf("record after a refused redrive: %v", got.Item)
+	}
+	err = run(ctx, []string{"-endpoint", w.endpoint, "-region", "us-east-1", "status", "-table", w.table, "-regions", a + "," + b}, &out, &errOut)
+	if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), "not one of -regions") {
+		t.Fatalf("status from a Region outside -regions: %v", err)
+	}
+	out.Reset()
+	if err := run(ctx, []string{"-endpoint", w.endpoint, "-region", a, "status", "-table", w.table, "-shards", "4", "-window", "0", "-regions", a + "," + b}, &out, &errOut); err != nil {
+		t.Fatal(err)
+	}
+	mustContain(t, "status in A", out.String(), "pending           0")
+}

@@ -1,0 +1,332 @@
+package reconciler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/ddb-outbox/ddb-outbox/pkg/config"
+	"github.com/ddb-outbox/ddb-outbox/pkg/internal/retry"
+	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
+	"github.com/ddb-outbox/ddb-outbox/pkg/relay"
+)
+
+// Metrics of a multi-Region reconciler run (EMF, namespace
+// config.MetricNamespace, dimension config.MetricDimensionOutboxTable), one
+// value each per run.
+const (
+	// MetricTakeoverPublished: a failed Region's records this run
+	// published during a takeover it survives (Report.TakenOver).
+	MetricTakeoverPublished = "TakeoverPublished"
+	// MetricTakeoverAdopted: own records marked published without being
+	// sent, a survivor having published them (Report.Adopted).
+	MetricTakeoverAdopted = "TakeoverAdopted"
+	// MetricActiveTakeovers: active takeovers this Region survives
+	// (len(Report.Takeovers)); non-zero means this Region publishes for
+	// another, and someone must release it once that Region is back.
+	MetricActiveTakeovers = "ActiveTakeovers"
+)
+
+// MaxBatchGetKeys is BatchGetItem's limit on keys per call. Source:
+// https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_BatchGetItem.html
+const MaxBatchGetKeys = 100
+
+// lane is whose records a sweep handles: this Region's own (failed == "")
+// or, during a takeover, a failed Region's.
+type lane struct {
+	// region is the Region of the shards swept ("" in single-Region mode).
+	region string
+	// failed is the failed Region of a takeover lane, "" on the own lane.
+	failed    string
+	lagMargin time.Duration
+	// adoptFrom are the survivors of takeovers ever declared against this
+	// Region (own lane, multi-Region mode): their PUBLISHED marks are
+	// adopted.
+	adoptFrom []string
+	claim     func(ctx context.Context, key outbox.Key, item map[string]types.AttributeValue) (claimOutcome, map[string]types.AttributeValue, error)
+	finish    func(ctx context.Context, marks []relay.Mark) []error
+}
+
+// ownLane is the sweep of this Region's records: claim and mark them.
+func (r *Reconciler) ownLane() *lane {
+	return &lane{region: r.cfg.Region, claim: r.claim, finish: r.marker.MarkAll}
+}
+
+// takeoverLanes reads the takeover items (ListTakeovers) and returns a lane
+// per ACTIVE takeover this Region survives; it also sets own.adoptFrom to
+// the survivors of every takeover (active or released) of this Region.
+func (r *Reconciler) takeoverLanes(ctx context.Context, own *lane) ([]*lane, error) {
+	tks, err := ListTakeovers(ctx, r.ddb, r.cfg.Table)
+	if err != nil {
+		return nil, err
+	}
+	var lanes []*lane
+	for _, t := range tks {
+		if config.ValidRegionName(t.Failed) != nil || config.ValidRegionName(t.Survivor) != nil || t.Failed == t.Survivor {
+			r.cfg.Logger.WarnContext(ctx, "reconciler: malformed takeover item ignored", "failed_region", t.Failed, "survivor_region", t.Survivor)
+			continue
+		}
+		switch {
+		case t.Failed == r.cfg.Region:
+			own.adoptFrom = append(own.adoptFrom, t.Survivor)
+		case t.Survivor == r.cfg.Region && t.Active():
+			lanes = append(lanes, &lane{region: t.Failed, failed: t.Failed, lagMargin: t.LagMargin,
+				claim: r.claimMark(t.Failed), finish: r.finishMarks(t.Failed)})
+		}
+	}
+	return lanes, nil
+}
+
+// takeoverCutoff returns the created_at_ms below which a failed Region's
+// record is due for a takeover: now − (after + lag), 0 when that sum
+// overflows or reaches before the epoch (nothing is due).
+func takeoverCutoff(now time.Time, after, lag time.Duration) int64 {
+	if after < 0 || lag < 0 || lag > time.Duration(1<<63-1)-after {
+		return 0
+	}
+	return max(now.UnixMilli()-(after+lag).Milliseconds(), 0)
+}
+
+// heartbeat writes this Region's heartbeat item (PutItem, unconditional:
+// this Region is its only writer).
+func (r *Reconciler) heartbeat(ctx context.Context, now time.Time) error {
+	item := HeartbeatKey(r.cfg.Region).AttributeValues()
+	item[AttrHeartbeatAtMs] = &types.AttributeValueMemberN{Value: strconv.FormatInt(now.UnixMilli(), 10)}
+	item[AttrHeartbeatAt] = &types.AttributeValueMemberS{Value: now.UTC().Format(time.RFC3339Nano)}
+	callCtx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+	defer cancel()
+	if _, err := r.multi.PutItem(callCtx, &dynamodb.PutItemInput{TableName: aws.String(r.cfg.Table), Item: item}); err != nil {
+		return fmt.Errorf("heartbeat of %s: %w", r.cfg.Region, err)
+	}
+	return nil
+}
+
+// claimMark returns the claim of a takeover lane: it reads the failed
+// Region's record in this Region's replica (GetItem, strongly consistent)
+// and goes on only if it is still PENDING, written in failed and decodes
+// as an outbox record; then it
+// puts this Region's takeover mark (MarkKey) with takeover_state CLAIMED
+// and claimed_until = now + ClaimLease, conditioned on no mark or a lapsed
+// CLAIMED one. A PUBLISHED or FAILED mark means nothing to do; a live
+// CLAIMED one, another run holds it. The record is never written.
+func (r *Reconciler) claimMark(failed string) func(context.Context, outbox.Key, map[string]types.AttributeValue) (claimOutcome, map[string]types.AttributeValue, error) {
+	return func(ctx context.Context, key outbox.Key, item map[string]types.AttributeValue) (claimOutcome, map[string]types.AttributeValue, error) {
+		eventID := str(item[outbox.AttrEventID])
+		if eventID == "" {
+			return notPending, nil, nil // undecodable: its origin parks it
+		}
+		callCtx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+		got, err := r.multi.GetItem(callCtx, &dynamodb.GetItemInput{TableName: aws.String(r.cfg.Table), Key: key.AttributeValues(), ConsistentRead: aws.Bool(true)})
+		cancel()
+		if err != nil {
+			return claimFailed, nil, err
+		}
+		if got.Item == nil || str(got.Item[outbox.AttrStatus]) != outbox.StatusPending || str(got.Item[outbox.AttrOriginRegion]) != failed {
+			return notPending, nil, nil
+		}
+		if _, err := outbox.RecordFromItem(got.Item); err != nil {
+			// Undecodable: never the survivor's to park, and no mark is
+			// written for it; its origin parks it once back.
+			r.cfg.Logger.ErrorContext(ctx, "reconciler: undecodable record of a failed Region, left to its origin", "pk", key.PK, "sk", key.SK, "failed_region", failed, "error", err)
+			return notPending, nil, nil
+		}
+		now := r.cfg.Now().UnixMilli()
+		mk := MarkKey(failed, r.cfg.Region, eventID)
+		mark := mk.AttributeValues()
+		mark[AttrTakeoverState] = &types.AttributeValueMemberS{Value: MarkClaimed}
+		mark[outbox.AttrClaimedUntil] = &types.AttributeValueMemberN{Value: strconv.FormatInt(now+r.cfg.ClaimLease.Milliseconds(), 10)}
+		mark[AttrFailedRegion] = &types.AttributeValueMemberS{Value: failed}
+		mark[AttrSurvivorRegion] = &types.AttributeValueMemberS{Value: r.cfg.Region}
+		mark[AttrMarkEventID] = &types.AttributeValueMemberS{Value: eventID}
+		mark[AttrMarkRecordPK] = &types.AttributeValueMemberS{Value: key.PK}
+		mark[AttrMarkRecordSK] = &types.AttributeValueMemberS{Value: key.SK}
+		state, until := expression.Name(AttrTakeoverState), expression.Name(outbox.AttrClaimedUntil)
+		expr, err := expression.NewBuilder().WithCondition(expression.AttributeNotExists(expression.Name(outbox.AttrPK)).
+			Or(state.Equal(expression.Value(MarkClaimed)).And(until.LessThan(expression.Value(now))))).Build()
+		if err != nil {
+			return claimFailed, nil, err
+		}
+		callCtx, cancel = context.WithTimeout(ctx, r.cfg.CallTimeout)
+		defer cancel()
+		_, err = r.multi.PutItem(callCtx, &dynamodb.PutItemInput{
+			TableName: aws.String(r.cfg.Table), Item: mark,
+			ConditionExpression: expr.Condition(), ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		})
+		var ccf *types.ConditionalCheckFailedException
+		if errors.As(err, &ccf) {
+			if str(ccf.Item[AttrTakeoverState]) == MarkClaimed {
+				return claimedByPeer, nil, nil
+			}
+			return notPending, nil, nil
+		}
+		if err != nil {
+			return claimFailed, nil, err
+		}
+		return claimed, got.Item, nil
+	}
+}
+
+// finishMarks returns the finish of a takeover lane: a published record's
+// mark becomes PUBLISHED (bus_event_id, published_at, expires_at = now +
+// MarkRetention; claimed_until removed), a permanently failed one FAILED
+// (mark_reason), each conditioned on the mark still being CLAIMED (a mark
+// only moves forward); a retryable failure leaves the mark CLAIMED until
+// its claim lapses. One error per mark, in order.
+func (r *Reconciler) finishMarks(failed string) func(context.Context, []relay.Mark) []error {
+	return func(ctx context.Context, marks []relay.Mark) []error {
+		errs := make([]error, len(marks))
+		var g errgroup.Group
+		g.SetLimit(r.cfg.ClaimConcurrency)
+		for i, m := range marks {
+			if m.Result.Status == relay.RetryableFailure || m.Envelope.EventID == "" {
+				continue
+			}
+			g.Go(func() error {
+				errs[i] = r.finishMark(ctx, failed, m)
+				return nil
+			})
+		}
+		_ = g.Wait() // errors are per mark
+		return errs
+	}
+}
+
+func (r *Reconciler) finishMark(ctx context.Context, failed string, m relay.Mark) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("takeover mark %s: no time left: %w", m.Envelope.EventID, err)
+	}
+	now := r.cfg.Now().UTC()
+	state := expression.Name(AttrTakeoverState)
+	upd := expression.Remove(expression.Name(outbox.AttrClaimedUntil))
+	if m.Result.Status == relay.Published {
+		upd = upd.Set(state, expression.Value(MarkPublished)).
+			Set(expression.Name(outbox.AttrBusEventID), expression.Value(m.Result.EventID)).
+			Set(expression.Name(outbox.AttrPublishedAt), expression.Value(now.Format(time.RFC3339Nano))).
+			Set(expression.Name(outbox.AttrExpiresAt), expression.Value(now.Add(r.cfg.MarkRetention).Unix()))
+	} else {
+		reason := m.Result.ErrorCode
+		if m.Result.ErrorMessage != "" {
+			reason += ": " + m.Result.ErrorMessage
+		}
+		upd = upd.Set(state, expression.Value(MarkFailed)).Set(expression.Name(AttrMarkReason), expression.Value(reason))
+	}
+	expr, err := expression.NewBuilder().WithUpdate(upd).WithCondition(state.Equal(expression.Value(MarkClaimed))).Build()
+	if err != nil {
+		return err
+	}
+	callCtx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+	defer cancel()
+	_, err = r.ddb.UpdateItem(callCtx, &dynamodb.UpdateItemInput{
+		TableName: aws.String(r.cfg.Table), Key: MarkKey(failed, r.cfg.Region, m.Envelope.EventID).AttributeValues(),
+		UpdateExpression: expr.Update(), ConditionExpression: expr.Condition(),
+		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values(),
+	})
+	var ccf *types.ConditionalCheckFailedException
+	if errors.As(err, &ccf) {
+		r.cfg.Logger.WarnContext(ctx, "reconciler: takeover mark no longer CLAIMED; left as is", "event_id", m.Envelope.EventID, "failed_region", failed)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("takeover mark %s: %w", m.Envelope.EventID, err)
+	}
+	return nil
+}
+
+// adopt returns the items no survivor published: for every item with an
+// event id and every survivor in l.adoptFrom it reads the survivor's mark
+// (BatchGetItem, MaxBatchGetKeys keys a call, UnprocessedKeys retried with
+// backoff), and marks each record a PUBLISHED mark covers published through
+// the Marker (bus_event_id from the mark) without sending it. A record
+// whose adoption failed is left out too (the next run tries again); a
+// record whose marks could not be read is kept (sent again at worst, I3).
+func (r *Reconciler) adopt(ctx context.Context, l *lane, items []map[string]types.AttributeValue, rep *Report) []map[string]types.AttributeValue {
+	type ref struct{ eventID, survivor string }
+	var keys []map[string]types.AttributeValue
+	for _, it := range items {
+		id := str(it[outbox.AttrEventID])
+		if id == "" {
+			continue
+		}
+		for _, s := range l.adoptFrom {
+			keys = append(keys, MarkKey(r.cfg.Region, s, id).AttributeValues())
+		}
+	}
+	busIDs := map[string]string{} // event id -> bus event id of a PUBLISHED mark
+	for start := 0; start < len(keys); start += MaxBatchGetKeys {
+		got, err := r.batchGet(ctx, keys[start:min(start+MaxBatchGetKeys, len(keys))])
+		if err != nil {
+			r.cfg.Logger.WarnContext(ctx, "reconciler: reading takeover marks failed; records not adopted this run", "error", err)
+		}
+		for _, m := range got {
+			if str(m[AttrTakeoverState]) == MarkPublished {
+				busIDs[str(m[AttrMarkEventID])] = str(m[outbox.AttrBusEventID])
+			}
+		}
+	}
+	if len(busIDs) == 0 {
+		return items
+	}
+	var rest []map[string]types.AttributeValue
+	var marks []relay.Mark
+	for _, it := range items {
+		bus, ok := busIDs[str(it[outbox.AttrEventID])]
+		if !ok {
+			rest = append(rest, it)
+			continue
+		}
+		rec, err := outbox.RecordFromItem(it)
+		if err != nil {
+			rest = append(rest, it) // parked by the normal path
+			continue
+		}
+		marks = append(marks, relay.Mark{Key: rec.Key, Envelope: rec.Envelope, Result: relay.Result{Status: relay.Published, EventID: bus}})
+	}
+	for i, err := range r.marker.MarkAll(ctx, marks) {
+		e := marks[i].Envelope
+		if err != nil {
+			rep.Failed++
+			r.cfg.Logger.ErrorContext(ctx, "reconciler: adopting a record a survivor published failed; retried next run",
+				"event_id", e.EventID, "aggregate_id", e.AggregateID, "sequence", e.Sequence, "error", err)
+			continue
+		}
+		rep.Adopted++
+		r.cfg.Logger.InfoContext(ctx, "reconciler: adopted a record a survivor published (marked published, not re-sent)",
+			"event_id", e.EventID, "aggregate_id", e.AggregateID, "sequence", e.Sequence, "bus_event_id", marks[i].Result.EventID)
+	}
+	return rest
+}
+
+// batchGet reads up to MaxBatchGetKeys keys, retrying UnprocessedKeys with
+// the library's backoff until they are read or ctx ends.
+func (r *Reconciler) batchGet(ctx context.Context, keys []map[string]types.AttributeValue) ([]map[string]types.AttributeValue, error) {
+	var out []map[string]types.AttributeValue
+	req := map[string]types.KeysAndAttributes{r.cfg.Table: {Keys: keys, ConsistentRead: aws.Bool(true)}}
+	wait := retry.New(50*time.Millisecond, 2*time.Second)
+	for len(req) > 0 && len(req[r.cfg.Table].Keys) > 0 {
+		callCtx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+		got, err := r.multi.BatchGetItem(callCtx, &dynamodb.BatchGetItemInput{RequestItems: req})
+		cancel()
+		if err != nil {
+			return out, err
+		}
+		out = append(out, got.Responses[r.cfg.Table]...)
+		req = got.UnprocessedKeys
+		if len(req) == 0 {
+			break
+		}
+		if err := retry.Sleep(ctx, wait.NextBackOff()); err != nil {
+			return out, fmt.Errorf("takeover marks: %d keys unprocessed: %w", len(req[r.cfg.Table].Keys), err)
+		}
+	}
+	return out, nil
+}
