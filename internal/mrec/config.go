@@ -51,6 +51,30 @@
 // millisecond) can still be overwritten, where DynamoDB would compare the
 // timestamps atomically.
 //
+// Use (in a test, with two DynamoDB-compatible servers whose tables have the
+// same name and a NEW_IMAGE or NEW_AND_OLD_IMAGES stream):
+//
+//	rep, err := mrec.Start(ctx, mrec.Config{
+//		Regions: []mrec.Region{
+//			{Name: "eu-west-1", DDB: a.DDB, Streams: a.Streams},
+//			{Name: "us-east-1", DDB: b.DDB, Streams: b.Streams},
+//		},
+//		Tables: []string{outboxTable, ordersTable},
+//		Seed:   42,
+//	})
+//	defer rep.Close()
+//	rep.Pause("eu-west-1", "us-east-1") // FIS-style pause of one direction
+//	rep.Lose("eu-west-1")               // a Region cut off both ways
+//	err = rep.Settle(ctx)               // every earlier write delivered (held ones excepted)
+//	st := rep.Stats()                   // replicated, coalesced, reordered, suppressed, held
+//
+// Streams are read from TRIM_HORIZON by default (writes made before Start
+// replicate too, like a replica added to a table that holds items), or
+// from LATEST for the shards listed at Start (Config.StartingPosition);
+// every shard is read, a parent before its children, new shards are found
+// by DescribeStream every Config.ShardDiscoveryInterval, and an expired or
+// trimmed iterator is acquired again.
+//
 // Randomness (delays, tails) is a pure function of Config.Seed, the
 // direction, the table, the key and the image, so two runs with one seed
 // draw the same delays whatever the goroutine interleaving; only timing

@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/ddbtest"
 )
@@ -31,8 +32,8 @@ type pair struct {
 
 // newPair starts two Dynoxide servers, creates the table (pk string, stream
 // NEW_AND_OLD_IMAGES) in each and starts a replicator with cfg (Regions and
-// Tables filled in; wrap, when set, wraps Region A's Streams client).
-func newPair(t *testing.T, cfg Config, wrap func(StreamsAPI) StreamsAPI) *pair {
+// Tables filled in; wrap, when set, wraps each Region's Streams client).
+func newPair(t *testing.T, cfg Config, wrap func(region string, s StreamsAPI) StreamsAPI) *pair {
 	t.Helper()
 	p := &pair{a: ddbtest.New(t), b: ddbtest.New(t), table: ddbtest.Name("mrec")}
 	for _, env := range []*ddbtest.Env{p.a, p.b} {
@@ -40,11 +41,11 @@ func newPair(t *testing.T, cfg Config, wrap func(StreamsAPI) StreamsAPI) *pair {
 		in.StreamSpecification = &ddbtypes.StreamSpecification{StreamEnabled: aws.Bool(true), StreamViewType: ddbtypes.StreamViewTypeNewAndOldImages}
 		env.CreateTable(t, in)
 	}
-	var sa StreamsAPI = p.a.Streams
+	var sa, sb StreamsAPI = p.a.Streams, p.b.Streams
 	if wrap != nil {
-		sa = wrap(sa)
+		sa, sb = wrap(regA, sa), wrap(regB, sb)
 	}
-	cfg.Regions = []Region{{Name: regA, DDB: p.a.DDB, Streams: sa}, {Name: regB, DDB: p.b.DDB, Streams: p.b.Streams}}
+	cfg.Regions = []Region{{Name: regA, DDB: p.a.DDB, Streams: sa}, {Name: regB, DDB: p.b.DDB, Streams: sb}}
 	cfg.Tables = []string{p.table}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -378,7 +379,10 @@ func TestSettleUnderContinuousWrites(t *testing.T) {
 func TestExpiredIteratorRecovered(t *testing.T) {
 	t.Parallel()
 	var fake *expiringStreams
-	p := newPair(t, Config{Seed: 15}, func(s StreamsAPI) StreamsAPI {
+	p := newPair(t, Config{Seed: 15}, func(region string, s StreamsAPI) StreamsAPI {
+		if region != regA {
+			return s
+		}
 		fake = &expiringStreams{StreamsAPI: s, calls: make(chan int, 1), expire: map[int]bool{3: true, 4: true, 10: true}}
 		fake.calls <- 1
 		return fake
@@ -396,6 +400,52 @@ func TestExpiredIteratorRecovered(t *testing.T) {
 	s := p.rep.Stats()
 	if s.Region(regA).ExpiredIterators < 3 || s.Direction(regA, regB).Replicated != 5 {
 		t.Errorf("stats %+v: want 3 expired iterators survived, 5 replicated once", s)
+	}
+}
+
+// gatedStreams answers empty pages while closed is set, as a slow stream
+// reader would see nothing yet.
+type gatedStreams struct {
+	StreamsAPI
+	closed atomic.Bool
+}
+
+func (g *gatedStreams) GetRecords(ctx context.Context, in *dynamodbstreams.GetRecordsInput, opt ...func(*dynamodbstreams.Options)) (*dynamodbstreams.GetRecordsOutput, error) {
+	if g.closed.Load() {
+		return &dynamodbstreams.GetRecordsOutput{NextShardIterator: in.ShardIterator}, nil
+	}
+	return g.StreamsAPI.GetRecords(ctx, in, opt...)
+}
+
+// TestUnreadLocalWriteNotOverwritten: a local write in B not yet read from
+// B's stream must not be overwritten by a replicated write; once read, it is
+// the later write (read-time timestamps) and wins in both Regions.
+func TestUnreadLocalWriteNotOverwritten(t *testing.T) {
+	t.Parallel()
+	var gate *gatedStreams
+	p := newPair(t, Config{Seed: 19}, func(region string, s StreamsAPI) StreamsAPI {
+		if region != regB {
+			return s
+		}
+		gate = &gatedStreams{StreamsAPI: s}
+		return gate
+	})
+	gate.closed.Store(true)
+	p.put(t, regB, map[string]any{"pk": "k", "v": "b"})
+	p.put(t, regA, map[string]any{"pk": "k", "v": "a"})
+	p.waitStats(t, "the replicated write deferred", func(s Stats) bool { return s.Direction(regA, regB).Deferred > 0 })
+	if got := p.get(t, regB, "k"); got["v"] != "b" {
+		t.Fatalf("B's unread local write was overwritten: %v", got)
+	}
+	gate.closed.Store(false)
+	p.settle(t)
+	for _, r := range []string{regA, regB} {
+		if got := p.get(t, r, "k"); got["v"] != "b" {
+			t.Errorf("%s holds %v, want v=b (B's write, read last)", r, got)
+		}
+	}
+	if s := p.rep.Stats(); s.Direction(regA, regB).SuppressedByLWW != 1 || s.Direction(regB, regA).Replicated != 1 {
+		t.Errorf("stats %+v: want A's write suppressed in B, B's replicated to A", s)
 	}
 }
 
