@@ -25,28 +25,31 @@ const regA, regB = "eu-west-1", "us-east-1"
 // pair is two Dynoxide servers ("Regions") with the same table and a
 // replicator between them.
 type pair struct {
-	a, b  *ddbtest.Env
-	table string
-	rep   *Replicator
+	a, b   *ddbtest.Env
+	table  string
+	table2 string // a second replicated table (the transaction test)
+	rep    *Replicator
 }
 
-// newPair starts two Dynoxide servers, creates the table (pk string, stream
-// NEW_AND_OLD_IMAGES) in each and starts a replicator with cfg (Regions and
+// newPair starts two Dynoxide servers, creates the two tables (pk string,
+// stream NEW_AND_OLD_IMAGES, then NEW_IMAGE) in each and starts a replicator with cfg (Regions and
 // Tables filled in; wrap, when set, wraps each Region's Streams client).
 func newPair(t *testing.T, cfg Config, wrap func(region string, s StreamsAPI) StreamsAPI) *pair {
 	t.Helper()
-	p := &pair{a: ddbtest.New(t), b: ddbtest.New(t), table: ddbtest.Name("mrec")}
+	p := &pair{a: ddbtest.New(t), b: ddbtest.New(t), table: ddbtest.Name("mrec"), table2: ddbtest.Name("mrec2")}
 	for _, env := range []*ddbtest.Env{p.a, p.b} {
-		in := ddbtest.SimpleTableInput(p.table)
-		in.StreamSpecification = &ddbtypes.StreamSpecification{StreamEnabled: aws.Bool(true), StreamViewType: ddbtypes.StreamViewTypeNewAndOldImages}
-		env.CreateTable(t, in)
+		for table, view := range map[string]ddbtypes.StreamViewType{p.table: ddbtypes.StreamViewTypeNewAndOldImages, p.table2: ddbtypes.StreamViewTypeNewImage} {
+			in := ddbtest.SimpleTableInput(table)
+			in.StreamSpecification = &ddbtypes.StreamSpecification{StreamEnabled: aws.Bool(true), StreamViewType: view}
+			env.CreateTable(t, in)
+		}
 	}
 	var sa, sb StreamsAPI = p.a.Streams, p.b.Streams
 	if wrap != nil {
 		sa, sb = wrap(regA, sa), wrap(regB, sb)
 	}
 	cfg.Regions = []Region{{Name: regA, DDB: p.a.DDB, Streams: sa}, {Name: regB, DDB: p.b.DDB, Streams: sb}}
-	cfg.Tables = []string{p.table}
+	cfg.Tables = []string{p.table, p.table2}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
@@ -177,8 +180,9 @@ func TestTransactionItemsArriveApartAndReorder(t *testing.T) {
 	p := newPair(t, Config{Seed: 3, DelayMedian: 10 * time.Millisecond, TailProb: 0.3, TailMin: 400 * time.Millisecond, TailMax: 500 * time.Millisecond}, nil)
 	const n = 10
 	var items []ddbtypes.TransactWriteItem
+	tables := []string{p.table, p.table2}
 	for i := range n {
-		items = append(items, ddbtypes.TransactWriteItem{Put: &ddbtypes.Put{TableName: aws.String(p.table), Item: map[string]ddbtypes.AttributeValue{
+		items = append(items, ddbtypes.TransactWriteItem{Put: &ddbtypes.Put{TableName: aws.String(tables[i%2]), Item: map[string]ddbtypes.AttributeValue{
 			"pk": &ddbtypes.AttributeValueMemberS{Value: fmt.Sprintf("tx-%d", i)},
 		}}})
 	}
@@ -188,14 +192,18 @@ func TestTransactionItemsArriveApartAndReorder(t *testing.T) {
 	partial := false
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		out, err := p.b.DDB.Scan(context.Background(), &dynamodb.ScanInput{TableName: aws.String(p.table), ConsistentRead: aws.Bool(true)})
-		if err != nil {
-			t.Fatal(err)
+		got := 0
+		for _, table := range tables {
+			out, err := p.b.DDB.Scan(context.Background(), &dynamodb.ScanInput{TableName: aws.String(table), ConsistentRead: aws.Bool(true)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got += len(out.Items)
 		}
-		if len(out.Items) > 0 && len(out.Items) < n {
+		if got > 0 && got < n {
 			partial = true
 		}
-		if len(out.Items) == n || time.Now().After(deadline) {
+		if got == n || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(5 * time.Millisecond)
@@ -480,4 +488,22 @@ func TestThroughput(t *testing.T) {
 		t.Fatalf("replicated %d, want %d", s.Replicated, n)
 	}
 	t.Logf("replicated %d writes in %s: %.0f writes/s", n, el, float64(n)/el.Seconds())
+}
+
+func TestStartRefusesTablesWithoutNewImages(t *testing.T) {
+	t.Parallel()
+	env := ddbtest.New(t)
+	keysOnly, noStream := ddbtest.Name("keys"), ddbtest.Name("nostream")
+	in := ddbtest.SimpleTableInput(keysOnly)
+	in.StreamSpecification = &ddbtypes.StreamSpecification{StreamEnabled: aws.Bool(true), StreamViewType: ddbtypes.StreamViewTypeKeysOnly}
+	env.CreateTable(t, in)
+	env.CreateTable(t, ddbtest.SimpleTableInput(noStream))
+	regions := []Region{{Name: regA, DDB: env.DDB, Streams: env.Streams}, {Name: regB, DDB: env.DDB, Streams: env.Streams}}
+	for _, table := range []string{keysOnly, noStream, "missing"} {
+		rep, err := Start(context.Background(), Config{Regions: regions, Tables: []string{table}})
+		if err == nil {
+			_ = rep.Close()
+			t.Errorf("Start with table %s: no error", table)
+		}
+	}
 }

@@ -15,7 +15,9 @@ import (
 	streamtypes "github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
 )
 
-func sAttr(v string) *streamtypes.AttributeValueMemberS { return &streamtypes.AttributeValueMemberS{Value: v} }
+func sAttr(v string) *streamtypes.AttributeValueMemberS {
+	return &streamtypes.AttributeValueMemberS{Value: v}
+}
 
 // TestRecordToWrite maps synthetic stream records (Dynoxide runs no TTL, so
 // the TTL delete is only testable here) to the writes that replicate them.
