@@ -25,6 +25,11 @@ type entry struct {
 	last  uint64 // index of the write it carries (Reordered)
 	bo    *backoff.ExponentialBackOff
 	index int // in the heap
+	// unexplained is the destination item (hash) that differed from the
+	// one the replicator last saw there, found at unexplainedAt (after the
+	// GetItem returned); see apply.
+	unexplained   uint64
+	unexplainedAt time.Time
 }
 
 func (e *entry) tk() tableKey { return tableKey{e.w.table, e.w.keyStr} }
@@ -183,6 +188,12 @@ func (r *Replicator) dispatch(d *direction) {
 // local write is not read yet: the entry is deferred), registers the image
 // it writes as an echo to skip when read back, and retries failed calls
 // with backoff.
+//
+// A destination item that still differs after the destination's stream
+// has been read past the moment it was first seen was not written through
+// the stream the replicator read (it predates Start with Latest, or its
+// record was trimmed): it is adopted as the item's current state, with no
+// timestamp, and the delivery proceeds (counted in Adopted).
 func (r *Replicator) apply(d *direction, e *entry) {
 	dest := r.regions[d.to]
 	ik := itemKey{d.to, e.tk()}
@@ -201,6 +212,7 @@ func (r *Replicator) apply(d *direction, e *entry) {
 		r.retry(d, e, err)
 		return
 	}
+	readAt := time.Now()
 	r.mu.Lock()
 	if cur, ok := r.ver[ik]; ok && !e.ver.newer(cur) {
 		d.stats.SuppressedByLWW++
@@ -208,11 +220,26 @@ func (r *Replicator) apply(d *direction, e *entry) {
 		r.mu.Unlock()
 		return
 	}
-	if actual != known || r.known[ik] != known {
+	if r.known[ik] != known {
 		d.stats.Deferred++
 		r.requeueLocked(d, e, r.cfg.PollInterval)
 		r.mu.Unlock()
 		return
+	}
+	if actual != known {
+		if e.unexplainedAt.IsZero() || e.unexplained != actual || !r.readersPastLocked(d.to, e.w.table, e.unexplainedAt) {
+			if e.unexplainedAt.IsZero() || e.unexplained != actual {
+				e.unexplained, e.unexplainedAt = actual, readAt
+			}
+			d.stats.Deferred++
+			r.requeueLocked(d, e, r.cfg.PollInterval)
+			r.mu.Unlock()
+			return
+		}
+		d.stats.Adopted++
+		r.cfg.Logger.Warn("mrec: destination item never seen in its stream adopted as current", "to", d.to, "table", e.w.table)
+		known = actual
+		r.known[ik] = actual
 	}
 	prevVer, hadVer := r.ver[ik]
 	r.ver[ik] = e.ver

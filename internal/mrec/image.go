@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"math/big"
 	"sort"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -154,6 +155,17 @@ func canonMap(b []byte, m map[string]ddbtypes.AttributeValue) []byte {
 	return b
 }
 
+// canonNumber spells a DynamoDB number one way ("1.0", "01" and "1E0" are
+// one number): DynamoDB numbers have up to 38 significant digits, well
+// within a 256-bit mantissa. A string that is not a number is kept.
+func canonNumber(n string) string {
+	f, _, err := big.ParseFloat(n, 10, 256, big.ToNearestEven)
+	if err != nil {
+		return n
+	}
+	return f.Text('g', 40)
+}
+
 func canonStr(b []byte, s string) []byte {
 	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
 }
@@ -173,7 +185,7 @@ func canon(b []byte, v ddbtypes.AttributeValue) []byte {
 	case *ddbtypes.AttributeValueMemberS:
 		return canonStr(append(b, 'S'), v.Value)
 	case *ddbtypes.AttributeValueMemberN:
-		return canonStr(append(b, 'N'), v.Value)
+		return canonStr(append(b, 'N'), canonNumber(v.Value))
 	case *ddbtypes.AttributeValueMemberB:
 		return canonStr(append(b, 'B'), string(v.Value))
 	case *ddbtypes.AttributeValueMemberBOOL:
@@ -186,7 +198,11 @@ func canon(b []byte, v ddbtypes.AttributeValue) []byte {
 	case *ddbtypes.AttributeValueMemberSS:
 		return canonStrs(b, 's', v.Value)
 	case *ddbtypes.AttributeValueMemberNS:
-		return canonStrs(b, 'n', v.Value)
+		ns := make([]string, len(v.Value))
+		for i, e := range v.Value {
+			ns[i] = canonNumber(e)
+		}
+		return canonStrs(b, 'n', ns)
 	case *ddbtypes.AttributeValueMemberBS:
 		ss := make([]string, len(v.Value))
 		for i, e := range v.Value {

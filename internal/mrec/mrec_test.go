@@ -36,6 +36,14 @@ type pair struct {
 // Tables filled in; wrap, when set, wraps each Region's Streams client).
 func newPair(t *testing.T, cfg Config, wrap func(region string, s StreamsAPI) StreamsAPI) *pair {
 	t.Helper()
+	p := newServers(t)
+	p.start(t, cfg, wrap)
+	return p
+}
+
+// newServers is newPair without the replicator.
+func newServers(t *testing.T) *pair {
+	t.Helper()
 	p := &pair{a: ddbtest.New(t), b: ddbtest.New(t), table: ddbtest.Name("mrec"), table2: ddbtest.Name("mrec2")}
 	for _, env := range []*ddbtest.Env{p.a, p.b} {
 		for table, view := range map[string]ddbtypes.StreamViewType{p.table: ddbtypes.StreamViewTypeNewAndOldImages, p.table2: ddbtypes.StreamViewTypeNewImage} {
@@ -44,6 +52,12 @@ func newPair(t *testing.T, cfg Config, wrap func(region string, s StreamsAPI) St
 			env.CreateTable(t, in)
 		}
 	}
+	return p
+}
+
+// start starts the replicator of newPair.
+func (p *pair) start(t *testing.T, cfg Config, wrap func(region string, s StreamsAPI) StreamsAPI) {
+	t.Helper()
 	var sa, sb StreamsAPI = p.a.Streams, p.b.Streams
 	if wrap != nil {
 		sa, sb = wrap(regA, sa), wrap(regB, sb)
@@ -59,7 +73,6 @@ func newPair(t *testing.T, cfg Config, wrap func(region string, s StreamsAPI) St
 	}
 	t.Cleanup(func() { _ = rep.Close() })
 	p.rep = rep
-	return p
 }
 
 type testWriter struct{ t *testing.T }

@@ -38,8 +38,17 @@ type shardState struct {
 func (r *Replicator) readersPast(mark time.Time) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.readersPastLocked("", "", mark)
+}
+
+// readersPastLocked is readersPast for the streams of one Region and table
+// ("" for all).
+func (r *Replicator) readersPastLocked(region, table string, mark time.Time) bool {
 	for _, sr := range r.readers {
-		if sr.discovered.Before(mark) {
+		if region != "" && sr.region != region || table != "" && sr.table != table {
+			continue
+		}
+		if region == "" && sr.discovered.Before(mark) {
 			return false
 		}
 		for _, s := range sr.shards {

@@ -28,6 +28,11 @@ type DirectionStats struct {
 	// replicator had not yet read from To's stream (a local write in
 	// flight); they are retried after Config.PollInterval.
 	Deferred int64
+	// Adopted counts destination items found that were never read from
+	// To's stream (written before Start with StartingPosition Latest, or
+	// trimmed), taken as the current state once the stream was read past
+	// them; the delivery then proceeds.
+	Adopted int64
 	// Errors counts failed GetItem/PutItem/DeleteItem calls (retried with
 	// backoff).
 	Errors int64

@@ -117,6 +117,22 @@ func TestImageHash(t *testing.T) {
 			t.Errorf("%s: equal=%v, want %v", tc.name, got, tc.equal)
 		}
 	}
+	num := func(vs ...string) map[string]ddbtypes.AttributeValue {
+		return map[string]ddbtypes.AttributeValue{"n": &ddbtypes.AttributeValueMemberN{Value: vs[0]}, "ns": &ddbtypes.AttributeValueMemberNS{Value: vs[1:]}}
+	}
+	for _, c := range []struct {
+		a, b  map[string]ddbtypes.AttributeValue
+		equal bool
+	}{
+		{num("1.50", "1", "20"), num("1.5", "2E1", "01.0"), true},
+		{num("-0.0001", "12345678901234567890123456789012345678"), num("-1E-4", "12345678901234567890123456789012345678.0"), true},
+		{num("1.5", "1"), num("1.6", "1"), false},
+		{num("12345678901234567890123456789012345678", "1"), num("12345678901234567890123456789012345677", "1"), false},
+	} {
+		if got := imageHash(c.a) == imageHash(c.b); got != c.equal {
+			t.Errorf("numbers %v vs %v: equal=%v, want %v", c.a, c.b, got, c.equal)
+		}
+	}
 }
 
 func TestVersionNewer(t *testing.T) {
