@@ -424,16 +424,20 @@ func TestExpiredIteratorRecovered(t *testing.T) {
 	}
 }
 
-// gatedStreams answers empty pages while closed is set, as a slow stream
-// reader would see nothing yet.
+// gatedStreams holds every GetRecords call while closed is set, as a slow
+// stream reader would be (a call started after a write still returns it).
 type gatedStreams struct {
 	StreamsAPI
 	closed atomic.Bool
 }
 
 func (g *gatedStreams) GetRecords(ctx context.Context, in *dynamodbstreams.GetRecordsInput, opt ...func(*dynamodbstreams.Options)) (*dynamodbstreams.GetRecordsOutput, error) {
-	if g.closed.Load() {
-		return &dynamodbstreams.GetRecordsOutput{NextShardIterator: in.ShardIterator}, nil
+	for g.closed.Load() {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
 	}
 	return g.StreamsAPI.GetRecords(ctx, in, opt...)
 }
