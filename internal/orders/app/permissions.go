@@ -97,6 +97,12 @@ type Call struct {
 	Grants []Grant
 	// Why says which code path calls it.
 	Why string
+	// MultiRegion marks a call the code makes only in multi-Region mode
+	// (config.EnvRegions set): it counts as reachable code
+	// (Operations), but its grants are part of the role only once
+	// WithRegions is applied (Actions), so a single-Region role grants
+	// nothing the deployment never calls.
+	MultiRegion bool
 }
 
 // PlatformGrant is IAM access the function's role needs although the
@@ -160,12 +166,14 @@ var RegionWriteActions = []string{"dynamodb:ConditionCheckItem"}
 // ResourceOutboxTable. Other functions are returned unchanged. Single-Region
 // deployments use f as it is.
 func (f FunctionPermissions) WithRegions() FunctionPermissions {
-	if f.Function != FunctionAPI {
-		return f
-	}
 	calls := slices.Clone(f.Calls)
 	for i, c := range calls {
-		if c.Operation != "dynamodb.TransactWriteItems" {
+		if c.MultiRegion {
+			c.MultiRegion = false
+			calls[i] = c
+			continue
+		}
+		if f.Function != FunctionAPI || c.Operation != "dynamodb.TransactWriteItems" {
 			continue
 		}
 		c.Grants = append(slices.Clone(c.Grants), Grant{ResourceOutboxTable, slices.Clone(RegionWriteActions)})
@@ -193,6 +201,9 @@ func (f FunctionPermissions) Actions() map[Resource][]string {
 	out := map[Resource][]string{}
 	add := func(g Grant) { out[g.Resource] = append(out[g.Resource], g.Actions...) }
 	for _, c := range f.Calls {
+		if c.MultiRegion {
+			continue
+		}
 		for _, g := range c.Grants {
 			add(g)
 		}
@@ -306,6 +317,14 @@ func Permissions() []FunctionPermissions {
 			Calls: append([]Call{
 				{Operation: "dynamodb.Query", Grants: []Grant{{ResourcePendingIndex, []string{"dynamodb:Query"}}},
 					Why: "reconciler.Reconciler sweeps, counts and ages the pending index shards"},
+				{Operation: "dynamodb.Query", Grants: []Grant{{ResourceOutboxTable, []string{"dynamodb:Query"}}}, MultiRegion: true,
+					Why: "reconciler.Reconciler lists the takeover items (partition \"takeover\") of the outbox table each multi-Region run (docs/MULTI-REGION.md)"},
+				{Operation: "dynamodb.GetItem", Grants: []Grant{{ResourceOutboxTable, []string{"dynamodb:GetItem"}}}, MultiRegion: true,
+					Why: "reconciler.Reconciler re-reads a failed Region's record (consistent read) before a takeover publish"},
+				{Operation: "dynamodb.PutItem", Grants: []Grant{{ResourceOutboxTable, []string{"dynamodb:PutItem"}}}, MultiRegion: true,
+					Why: "reconciler.Reconciler writes its Region's heartbeat item and the survivor's takeover marks"},
+				{Operation: "dynamodb.BatchGetItem", Grants: []Grant{{ResourceOutboxTable, []string{"dynamodb:BatchGetItem"}}}, MultiRegion: true,
+					Why: "reconciler.Reconciler reads a survivor's takeover marks of its pending records to adopt them without re-sending"},
 			}, markCalls...),
 			Platform: []PlatformGrant{
 				{Grant: Grant{ResourceReconcilerFailureQueue, []string{"sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:SendMessage"}},

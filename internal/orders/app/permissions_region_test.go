@@ -8,8 +8,9 @@ import (
 
 // TestWithRegions: in multi-Region mode the api also needs
 // dynamodb:ConditionCheckItem on the outbox table (the home item's
-// ConditionCheck) and nothing else changes; single-Region permissions stay
-// as they are, and WithRegions does not alter the value it is called on.
+// ConditionCheck), the reconciler its takeover and heartbeat actions on the
+// outbox table, and nothing else changes; single-Region permissions stay as
+// they are, and WithRegions does not alter the value it is called on.
 func TestWithRegions(t *testing.T) {
 	t.Parallel()
 	for _, f := range Permissions() {
@@ -18,16 +19,22 @@ func TestWithRegions(t *testing.T) {
 		if !reflect.DeepEqual(f.Actions(), before) {
 			t.Fatalf("%s: WithRegions changed its receiver", f.Function)
 		}
+		extra := map[string][]string{
+			FunctionAPI:        RegionWriteActions,
+			FunctionReconciler: {"dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query"},
+		}[f.Function]
 		want := before
-		if f.Function == FunctionAPI {
-			if slices.Contains(before[ResourceOutboxTable], "dynamodb:ConditionCheckItem") {
-				t.Fatalf("single-Region api already has ConditionCheckItem: %v", before[ResourceOutboxTable])
+		if extra != nil {
+			for _, a := range extra {
+				if slices.Contains(before[ResourceOutboxTable], a) {
+					t.Fatalf("single-Region %s already has %s on the outbox table: %v", f.Function, a, before[ResourceOutboxTable])
+				}
 			}
 			want = map[Resource][]string{}
 			for r, a := range before {
 				want[r] = slices.Clone(a)
 			}
-			want[ResourceOutboxTable] = append(want[ResourceOutboxTable], RegionWriteActions...)
+			want[ResourceOutboxTable] = append(want[ResourceOutboxTable], extra...)
 			slices.Sort(want[ResourceOutboxTable])
 		}
 		if !reflect.DeepEqual(got, want) {
