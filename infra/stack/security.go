@@ -36,6 +36,8 @@ func (s *OrdersStack) restrictPublishers() {
 	for i, a := range s.props.PublisherArns {
 		extra[i] = jsii.String(a)
 	}
+	// multi-Region, primary: the other Regions' forwarder roles
+	extra = append(extra, s.forwarderPublishers()...)
 	cfn := s.Bus.Node().DefaultChild().(awsevents.CfnEventBus)
 	// the bus's ARN from its literal (CDK-generated) name, not GetAtt Arn:
 	// the bus's own policy cannot refer to the bus
@@ -176,7 +178,7 @@ func (s *OrdersStack) addAbuseAlarms() {
 		{"relay", s.Outbox.Relay},
 		{"reconciler", s.Outbox.Reconciler},
 	}
-	for _, name := range consumerNames {
+	for _, name := range s.homedConsumers() {
 		fns = append(fns, struct {
 			name string
 			fn   awslambda.Function
