@@ -174,7 +174,7 @@ func newStacks(app awscdk.App, cfg appConfig) ([]*stack.OrdersStack, error) {
 			return nil, fmt.Errorf("stack of %s: %w", r, err)
 		}
 		if len(out) > 0 {
-			st.AddDependency(out[0].Stack, jsii.String("the primary Region's stack creates the global outbox table this Region's replica belongs to"))
+			st.AddStackDependency(out[0].Stack, jsii.String("the primary Region's stack creates the global outbox table this Region's replica belongs to"))
 		}
 		out = append(out, st)
 	}

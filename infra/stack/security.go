@@ -240,13 +240,19 @@ func (s *OrdersStack) addReplayPolicy(roleArns []string) {
 		}
 		s.ReplayPolicy.Node().DefaultChild().(awsiam.CfnManagedPolicy).AddPropertyOverride(jsii.String("Roles"), roles)
 	}
+	// a stack of a concrete Region (multi-Region mode) names its Region
+	// literally; the single-Region stack's suppression is unchanged
+	region := "<AWS::Region>"
+	if s.props.MultiRegion != nil {
+		region = "(<AWS::Region>|[a-z0-9-]+)"
+	}
 	cdknag.NagSuppressions_AddResourceSuppressions(s.ReplayPolicy, &[]*cdknag.NagPackSuppression{{
 		Id: jsii.String("AwsSolutions-IAM5"),
 		Reason: jsii.String("replay names are chosen when a backfill starts (replay/*), the consumer rule a backfill names is " +
 			"deployed later by another team (rule/<this bus>/*: only this bus's rules), and events:ListReplays " +
 			"takes no resource (*); StartReplay itself is scoped to this outbox's archive."),
 		AppliesTo: &[]any{
-			&cdknag.RegexAppliesTo{Regex: jsii.String("/^Resource::arn:<AWS::Partition>:events:<AWS::Region>:<AWS::AccountId>:(replay/\\*|rule/<.*>/\\*)$/g")},
+			&cdknag.RegexAppliesTo{Regex: jsii.String("/^Resource::arn:<AWS::Partition>:events:" + region + ":<AWS::AccountId>:(replay/\\*|rule/<.*>/\\*)$/g")},
 			"Resource::*",
 		},
 	}}, nil)

@@ -340,14 +340,21 @@ func (s *OrdersStack) addOutputs() {
 	}
 	out("ParkedQueueUrl", s.Outbox.ParkedQueue.Queue.QueueUrl(), "DLQ of parked outbox records")
 	out("AlarmTopicArn", s.AlarmTopic.TopicArn(), "SNS topic every alarm notifies on ALARM and OK: subscribe to it (aws sns subscribe --protocol email ...)")
-	for _, name := range consumerNames {
+	for _, name := range s.homedConsumers() {
 		c := s.Consumers[name]
 		out(idOf(name)+"QueueUrl", c.Queue.QueueUrl(), "Queue feeding consumer "+name)
 		out(idOf(name)+"DlqUrl", c.DLQ.Queue.QueueUrl(), "DLQ of consumer "+name+" (redrive to its queue once fixed)")
 	}
 	for _, r := range routing.Rules() {
+		if s.Rules[r.Name] == nil { // a Region without the consumers
+			continue
+		}
 		out(idOf(r.Name)+"RuleArn", s.Rules[r.Name].RuleArn(), "EventBridge rule "+r.Name+" (to the "+r.Consumer+" queue): outboxctl rule-dlq-redrive -rule")
 		out(idOf(r.Name)+"RuleDlqUrl", s.RuleDLQs[r.Name].Queue.QueueUrl(), "DLQ of rule "+r.Name+": events EventBridge could not deliver to the "+r.Consumer+" queue (outboxctl rule-dlq-redrive -dlq, once the queue accepts again)")
+	}
+	if s.Forwarder != nil {
+		out("ForwarderRuleArn", s.Forwarder.Rule.RuleArn(), "EventBridge rule forwarding the outbox's events to the consumers' home Region's bus")
+		out("ForwarderDlqUrl", s.Forwarder.DLQ.Queue.QueueUrl(), "DLQ of the forwarder: events EventBridge could not deliver to the home Region's bus")
 	}
 	out("DashboardName", s.Dashboard.DashboardName(), "CloudWatch dashboard")
 	out("ReadOnlyCallerPolicyArn", s.ReadOnlyCallerPolicy.ManagedPolicyArn(), "Managed policy for API callers that only read orders (execute-api:Invoke on the GET routes)")
