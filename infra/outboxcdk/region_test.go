@@ -88,6 +88,7 @@ type regionStacks struct {
 	operator         awsiam.Role
 	fwd              *ConsumerForwarder
 	refused          error // NewConsumer on a replicated state table
+	refusedV1        error // ... on a Table with replication Regions
 	noRegion, alien  error // New in an environment-agnostic stack, in a Region not listed
 	fwdHome          error // a forwarder whose home is its own Region
 }
@@ -178,6 +179,23 @@ func buildRegionStacks(dir string) (*regionStacks, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("regional TableV2 refused: %w", err)
 	}
+
+	// a Table (v1) with replication Regions, in a stack of its own (its
+	// replica provider is not what the templates above test)
+	v1 := awscdk.NewStack(awscdk.NewApp(nil), jsii.String("V1"), &awscdk.StackProps{Env: &awscdk.Environment{Region: jsii.String(primary)}})
+	v1Table := awsdynamodb.NewTable(v1, jsii.String("State"), &awsdynamodb.TableProps{
+		PartitionKey:       &awsdynamodb.Attribute{Name: jsii.String(dedup.AttrPK), Type: awsdynamodb.AttributeType_STRING},
+		BillingMode:        awsdynamodb.BillingMode_PAY_PER_REQUEST,
+		ReplicationRegions: jsii.Strings(replica),
+	})
+	v1Fn, err := gofunc.New(v1, "Ledger", gofunc.Props{AssetDir: filepath.Join(dir, "ledger")})
+	if err != nil {
+		return nil, err
+	}
+	_, r.refusedV1 = NewConsumer(v1, "Ledger", ConsumerProps{
+		EventBus: awsevents.NewEventBus(v1, jsii.String("Bus"), nil), EventSource: walletSr, AlarmTopic: NewAlarmTopic(v1, "Topic", nil),
+		Name: "ledger", Function: v1Fn, Ordering: dedup.Ordered, AggregateType: "Wallet", Table: v1Table,
+	})
 
 	agnostic := awscdk.NewStack(awscdk.NewApp(nil), jsii.String("Agnostic"), nil)
 	_, r.noRegion = New(agnostic, "Outbox", Props{EventBus: awsevents.NewEventBus(agnostic, jsii.String("Bus"), nil), EventSource: walletSr, AssetRoot: dir, MultiRegion: multiRegion()})
@@ -447,12 +465,13 @@ func TestMultiRegionRefusals(t *testing.T) {
 		"Region not listed": {s.alien, "us-east-1 is not one of"},
 		"forwarder loop":    {s.fwdHome, "could loop"},
 		"global state":      {s.refused, "must be regional"},
+		"replicated Table":  {s.refusedV1, "must be regional"},
 	} {
 		if !errors.Is(c.err, ErrInvalidProps) || !strings.Contains(c.err.Error(), c.want) {
 			t.Errorf("%s: %v, want ErrInvalidProps containing %q", name, c.err, c.want)
 		}
 	}
-	if !errors.Is(s.refused, ErrReplicatedStateTable) {
+	if !errors.Is(s.refused, ErrReplicatedStateTable) || !errors.Is(s.refusedV1, ErrReplicatedStateTable) {
 		t.Errorf("global state table: %v, want ErrReplicatedStateTable", s.refused)
 	}
 }
