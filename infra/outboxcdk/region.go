@@ -248,12 +248,17 @@ func (o *Outbox) newGlobalTable() {
 // stream ARN (DynamoDB API reference, TableDescription.LatestStreamArn).
 const ReplicaStreamArnPath = "Table.LatestStreamArn"
 
+// awsCustomResourceProviderID is the construct id, under the stack, of the
+// CDK's AwsCustomResource provider function (a singleton per stack; the CDK
+// fixes it: aws-cdk-lib custom-resources, AwsCustomResource).
+const awsCustomResourceProviderID = "AWS679f53fac002430cb0da5b7982bd2287"
+
 // suppressCustomResourceFindings suppresses cdk-nag's findings on the
-// CDK's AwsCustomResource provider function, a singleton of the stack the
-// CDK owns (its runtime, its managed basic-execution policy).
+// CDK's AwsCustomResource provider function only (the CDK owns its runtime
+// and its managed basic-execution policy).
 func suppressCustomResourceFindings(scope constructs.Construct) {
 	st := awscdk.Stack_Of(scope)
-	cdknag.NagSuppressions_AddStackSuppressions(st, &[]*cdknag.NagPackSuppression{
+	cdknag.NagSuppressions_AddResourceSuppressionsByPath(st, jsii.String(*st.Node().Path()+"/"+awsCustomResourceProviderID), &[]*cdknag.NagPackSuppression{
 		{Id: jsii.String("AwsSolutions-L1"), Reason: jsii.String("The CDK's AwsCustomResource provider (DescribeTable of the outbox replica, for its stream ARN) runs the Node.js runtime the CDK version pins.")},
 		{Id: jsii.String("AwsSolutions-IAM4"), Reason: jsii.String("The CDK's AwsCustomResource provider uses AWSLambdaBasicExecutionRole for its logs; its only other permission is dynamodb:DescribeTable on the outbox table.")},
 	}, jsii.Bool(true))
