@@ -55,6 +55,10 @@ func TestFromContextRegions(t *testing.T) {
 			t.Errorf("%s: accepted", name)
 		}
 	}
+	ctx[ctxCustomerManagedKey] = "true"
+	if cfg, err := fromContext(func(k string) any { return ctx[k] }, t.TempDir()); err != nil || cfg.props.Validate() == nil {
+		t.Errorf("customerManagedKey in multi-Region mode: %v, accepted", err)
+	}
 	cfg, err = fromContext(func(k string) any { return map[string]any{ctxAssetRoot: "/x"}[k] }, t.TempDir())
 	if err != nil || cfg.props.MultiRegion != nil {
 		t.Errorf("no keys: %v, MultiRegion %+v", err, cfg.props.MultiRegion)

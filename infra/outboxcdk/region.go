@@ -133,6 +133,11 @@ func (m *MultiRegionProps) validate(encrypted bool) []error {
 			}
 		}
 	}
+	for r := range m.ReplicaKeyArns {
+		if r == m.PrimaryRegion || !slices.Contains(m.Regions, r) {
+			bad("ReplicaKeyArns names %s, which is not a replica Region (Regions other than PrimaryRegion; the primary's key is EncryptionKey)", r)
+		}
+	}
 	if m.ReplicationLatencyThreshold < 0 || m.ReplicationLatencyThreshold%time.Millisecond != 0 {
 		bad("ReplicationLatencyThreshold %s must be positive whole milliseconds", m.ReplicationLatencyThreshold)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsdynamodb"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsevents"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awskms"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
 	"github.com/aws/jsii-runtime-go"
 	"github.com/cdklabs/cdk-nag-go/cdknag/v2"
@@ -37,6 +38,9 @@ const (
 	opsRole  = "arn:aws:iam::123456789012:role/ops"
 	walletSr = "com.example.wallet"
 )
+
+// fakeKey stands in for a KMS key; Validate only checks it is set.
+type fakeKey struct{ awskms.IKey }
 
 func multiRegion() *MultiRegionProps {
 	return &MultiRegionProps{Regions: []string{primary, replica}, PrimaryRegion: primary, TableName: gtName}
@@ -59,6 +63,14 @@ func TestMultiRegionPropsValidate(t *testing.T) {
 		{"primary not listed", func(p *Props) { p.MultiRegion.PrimaryRegion = "us-east-1" }, "PrimaryRegion"},
 		{"no table name", func(p *Props) { p.MultiRegion.TableName = "" }, "TableName"},
 		{"bad table name", func(p *Props) { p.MultiRegion.TableName = "a b" }, "TableName"},
+		{"key without replica keys", func(p *Props) { p.EncryptionKey = fakeKey{} }, "ReplicaKeyArns has no key for replica Region eu-central-1"},
+		{"key with replica keys", func(p *Props) {
+			p.EncryptionKey = fakeKey{}
+			p.MultiRegion.ReplicaKeyArns = map[string]string{replica: "arn:aws:kms:eu-central-1:123456789012:key/k"}
+		}, ""},
+		{"replica key of the primary", func(p *Props) {
+			p.MultiRegion.ReplicaKeyArns = map[string]string{primary: "arn:aws:kms:eu-west-1:123456789012:key/k"}
+		}, "not a replica Region"},
 		{"negative threshold", func(p *Props) { p.MultiRegion.ReplicationLatencyThreshold = -time.Second }, "ReplicationLatencyThreshold"},
 	}
 	for _, c := range cases {
