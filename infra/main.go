@@ -17,7 +17,9 @@ import (
 	"github.com/aws/jsii-runtime-go"
 	"github.com/cdklabs/cdk-nag-go/cdknag/v2"
 
+	"github.com/ddb-outbox/ddb-outbox/infra/outboxcdk"
 	"github.com/ddb-outbox/ddb-outbox/infra/stack"
+	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 )
 
 // Context keys read from cdk.json or `cdk -c key=value`.
@@ -68,6 +70,17 @@ const (
 	// complete ARN of an existing secret holding the provider token;
 	// default: the stack creates one
 	ctxFulfilmentProviderSecretArn = "ddb-outbox:fulfilmentProviderSecretArn" //nolint:gosec // G101: a CDK context key, not a credential
+
+	// Multi-Region mode (issue 34, docs/MULTI-REGION.md): the Regions of
+	// the global outbox table, comma-separated (config.ParseRegions), e.g.
+	// eu-west-1,eu-central-1. Set, the app synthesizes one stack per
+	// Region, named <stackName>-<region>; unset, the one stack as before.
+	ctxRegions = "ddb-outbox:regions"
+	// the Region whose stack creates the global table and hosts the
+	// consumers (required with ctxRegions)
+	ctxPrimaryRegion = "ddb-outbox:primaryRegion"
+	// the global table's physical name; default <stackName>-outbox
+	ctxGlobalTableName = "ddb-outbox:globalTableName"
 )
 
 // DefaultStackName is the CloudFormation stack name.
@@ -107,7 +120,7 @@ func run() error {
 		return err
 	}
 	cfg.props.DeployAccount = deployAccount(os.Getenv)
-	if _, err := stack.NewOrdersStack(app, cfg.stackName, cfg.props); err != nil {
+	if _, err := newStacks(app, cfg); err != nil {
 		return err
 	}
 	if cfg.nag {
@@ -122,6 +135,50 @@ type appConfig struct {
 	stackName string
 	nag       bool
 	props     stack.OrdersStackProps
+}
+
+// RegionStackName is the name of Region region's stack in multi-Region
+// mode: "<stackName>-<region>" (e.g. DdbOutbox-eu-west-1).
+func RegionStackName(stackName, region string) string { return stackName + "-" + region }
+
+// newStacks creates the app's stacks: in single-Region mode the one stack
+// cfg.stackName, exactly as before; in multi-Region mode
+// (cfg.props.MultiRegion) one stack per Region, RegionStackName, each with
+// that concrete Region (and the deploy account when known), the primary
+// first and every other depending on it (its replica exists once the
+// primary's stack has created the global table).
+func newStacks(app awscdk.App, cfg appConfig) ([]*stack.OrdersStack, error) {
+	m := cfg.props.MultiRegion
+	if m == nil {
+		st, err := stack.NewOrdersStack(app, cfg.stackName, cfg.props)
+		if err != nil {
+			return nil, err
+		}
+		return []*stack.OrdersStack{st}, nil
+	}
+	order := []string{m.PrimaryRegion}
+	for _, r := range m.Regions {
+		if r != m.PrimaryRegion {
+			order = append(order, r)
+		}
+	}
+	var out []*stack.OrdersStack
+	for _, r := range order {
+		p := cfg.props
+		p.StackProps.Env = &awscdk.Environment{Region: jsii.String(r)}
+		if cfg.props.DeployAccount != "" {
+			p.StackProps.Env.Account = jsii.String(cfg.props.DeployAccount)
+		}
+		st, err := stack.NewOrdersStack(app, RegionStackName(cfg.stackName, r), p)
+		if err != nil {
+			return nil, fmt.Errorf("stack of %s: %w", r, err)
+		}
+		if len(out) > 0 {
+			st.AddStackDependency(out[0].Stack, jsii.String("the primary Region's stack creates the global outbox table this Region's replica belongs to"))
+		}
+		out = append(out, st)
+	}
+	return out, nil
 }
 
 // fromContext builds the app configuration from context values (get returns
@@ -242,6 +299,22 @@ func fromContext(get func(string) any, cwd string) (appConfig, error) {
 	p.TelemetryLayerArn = str(ctxTelemetryLayerArn)
 	p.FulfilmentProviderURL = str(ctxFulfilmentProviderURL)
 	p.FulfilmentProviderSecretArn = str(ctxFulfilmentProviderSecretArn)
+	if s := str(ctxRegions); s != "" {
+		regions, err := config.ParseRegions(strings.ReplaceAll(s, " ", ""))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("context %s: %w", ctxRegions, err))
+		}
+		table := str(ctxGlobalTableName)
+		if table == "" {
+			table = cfg.stackName + "-outbox"
+		}
+		p.MultiRegion = &outboxcdk.MultiRegionProps{Regions: regions, PrimaryRegion: str(ctxPrimaryRegion), TableName: table}
+		if p.MultiRegion.PrimaryRegion == "" {
+			errs = append(errs, fmt.Errorf("context %s is required with %s", ctxPrimaryRegion, ctxRegions))
+		}
+	} else if str(ctxPrimaryRegion) != "" || str(ctxGlobalTableName) != "" {
+		errs = append(errs, fmt.Errorf("context %s and %s need %s", ctxPrimaryRegion, ctxGlobalTableName, ctxRegions))
+	}
 	return cfg, errors.Join(errs...)
 }
 

@@ -194,10 +194,15 @@ type Consumer struct {
 
 // NewConsumer creates consumer props.Name's infrastructure as id under
 // scope (see Consumer). It returns an error wrapping ErrInvalidProps when
-// props do not validate or the function has no execution role to grant to.
+// props do not validate or the function has no execution role to grant to,
+// and one wrapping ErrReplicatedStateTable when props.Table is replicated to
+// other Regions (a consumer's state is regional: NewConsumerForwarder).
 func NewConsumer(scope constructs.Construct, id string, props ConsumerProps) (*Consumer, error) {
 	if err := props.Validate(); err != nil {
 		return nil, err
+	}
+	if replicatedTable(props.Table) {
+		return nil, fmt.Errorf("consumer %q: %w", props.Name, ErrReplicatedStateTable)
 	}
 	props = props.withDefaults()
 	role := props.Function.Role()

@@ -47,6 +47,16 @@
 //     does not attach it (a bus may be shared); infra/stack does.
 //   - Props.Validate checks every tunable against the AWS limit it maps to
 //     and touches nothing in the CDK.
+//   - Two or more Regions (Props.MultiRegion, region.go; issue 34,
+//     docs/MULTI-REGION.md): the primary Region's Outbox creates the table as
+//     a global table (TableV2) with a replica per other Region, the others
+//     import their replica with its exact stream ARN (a DescribeTable custom
+//     resource); each relay publishes only its own Region's records
+//     (outbox.StreamFilterPatternIn), each Region alarms on ReplicationLatency
+//     to the others, and GrantTakeover serves the operator's takeover
+//     command. Consumers keep regional state (NewConsumer refuses a
+//     replicated table) in one home Region, fed from the others by
+//     NewConsumerForwarder.
 //
 // # Example
 //

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
@@ -16,6 +17,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambdadestinations"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambdaeventsources"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssns"
+	"github.com/aws/aws-cdk-go/awscdk/v2/customresources"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 	"github.com/cdklabs/cdk-nag-go/cdknag/v2"
@@ -80,8 +82,22 @@ type Outbox struct {
 
 	// Table is the outbox table: pk (S) + sk (S), stream NEW_IMAGE, TTL on
 	// outbox.TTLAttribute, sparse GSI outbox.PendingIndexName, PITR,
-	// encrypted with the AWS managed key or Props.EncryptionKey.
+	// encrypted with the AWS managed key or Props.EncryptionKey. Nil in
+	// multi-Region mode (GlobalTable); OutboxTable returns either.
 	Table awsdynamodb.Table
+	// GlobalTable is the outbox table in multi-Region mode (nil otherwise):
+	// in MultiRegionProps.PrimaryRegion a TableV2 with the same keys, index,
+	// stream, TTL, PITR and encryption as Table and a replica in every
+	// other Region; elsewhere this Region's replica, imported by name with
+	// its exact stream ARN (ReplicaStream).
+	GlobalTable awsdynamodb.ITableV2
+	// ReplicaStream is the custom resource that reads this Region's
+	// replica's stream ARN (DescribeTable, ReplicaStreamArnPath) in a
+	// multi-Region outbox's non-primary Regions; nil otherwise.
+	ReplicaStream customresources.AwsCustomResource
+	// ReplicationAlarms are the ReplicationLatency alarms from this Region
+	// to each other Region (multi-Region mode; also in Alarms).
+	ReplicationAlarms []awscloudwatch.Alarm
 	// Relay publishes outbox records from the table's stream.
 	Relay awslambda.Function
 	// StreamSource is the relay's DynamoDB Streams event source mapping.
@@ -123,21 +139,42 @@ type Outbox struct {
 	// when set).
 	AlarmTopic awssns.ITopic
 
-	props Props
+	props  Props
+	region string // multi-Region mode: the stack's Region; "" otherwise
 }
 
 // New creates an Outbox with id under scope. It returns an error wrapping
 // ErrInvalidProps when props do not validate, and an error wrapping
 // gofunc.ErrMissingBootstrap when a function's bootstrap is missing from
-// AssetRoot.
+// AssetRoot. In multi-Region mode (Props.MultiRegion) scope's stack must
+// have a concrete Region, one of MultiRegionProps.Regions (an error wrapping
+// ErrInvalidProps otherwise).
 func New(scope constructs.Construct, id string, props Props) (*Outbox, error) {
 	if err := props.Validate(); err != nil {
 		return nil, err
 	}
 	props.SetDefaults()
+	region := ""
+	if props.MultiRegion != nil {
+		var err error
+		if region, err = props.MultiRegion.stackRegion(scope); err != nil {
+			return nil, err
+		}
+	}
 	c := constructs.NewConstruct(scope, jsii.String(id))
-	o := &Outbox{Construct: c, props: props}
+	o := &Outbox{Construct: c, props: props, region: region}
+	if props.MultiRegion != nil {
+		o.newGlobalTable()
+	} else {
+		o.newTable()
+	}
 
+	return o.build()
+}
+
+// newTable creates the single-Region outbox table (Table).
+func (o *Outbox) newTable() {
+	c, props := o.Construct, o.props
 	encryption := awsdynamodb.TableEncryption_AWS_MANAGED
 	if props.EncryptionKey != nil {
 		encryption = awsdynamodb.TableEncryption_CUSTOMER_MANAGED
@@ -164,7 +201,11 @@ func New(scope constructs.Construct, id string, props Props) (*Outbox, error) {
 		SortKey:        &awsdynamodb.Attribute{Name: jsii.String(outbox.AttrCreatedAt), Type: awsdynamodb.AttributeType_NUMBER},
 		ProjectionType: awsdynamodb.ProjectionType_ALL,
 	})
+}
 
+// build creates everything but the table.
+func (o *Outbox) build() (*Outbox, error) {
+	c, props := o.Construct, o.props
 	o.ParkedQueue = deadletter.New(c, "ParkedQueue", "parked outbox records", props.RemovalPolicy, props.EncryptionKey)
 	// The two on-failure queues stay SSE-SQS even with an EncryptionKey:
 	// they receive metadata only (shard and sequence numbers, the schedule
@@ -223,15 +264,20 @@ func New(scope constructs.Construct, id string, props Props) (*Outbox, error) {
 	}
 	for _, fn := range []awslambda.Function{o.Relay, o.Reconciler} {
 		o.setOutboxEnv(fn)
-		grant(fn, MarkActions, o.Table.TableArn())
+		grant(fn, MarkActions, o.OutboxTable().TableArn())
 		grant(fn, PublishActions, props.EventBus.EventBusArn())
 		grant(fn, ParkActions, o.ParkedQueue.Queue.QueueArn())
 		o.grantKey(fn)
 	}
 	grant(o.Reconciler, PendingQueryActions, o.PendingIndexArn())
+	if props.MultiRegion != nil {
+		grant(o.Reconciler, TakeoverSweepActions, o.OutboxTable().TableArn())
+	}
 
-	filter := outbox.StreamFilterPattern()
-	o.StreamSource = awslambdaeventsources.NewDynamoEventSource(o.Table, &awslambdaeventsources.DynamoEventSourceProps{
+	// StreamFilterPatternIn("") is StreamFilterPattern(): single-Region
+	// mode's filter is unchanged
+	filter := outbox.StreamFilterPatternIn(o.region)
+	o.StreamSource = awslambdaeventsources.NewDynamoEventSource(o.OutboxTable(), &awslambdaeventsources.DynamoEventSourceProps{
 		StartingPosition:        awslambda.StartingPosition_TRIM_HORIZON,
 		BatchSize:               jsii.Number(props.BatchSize),
 		MaxBatchingWindow:       awscdk.Duration_Seconds(jsii.Number(props.MaxBatchingWindow.Seconds())),
@@ -281,6 +327,9 @@ func New(scope constructs.Construct, id string, props Props) (*Outbox, error) {
 		o.AlarmTopic = NewAlarmTopic(c, "AlarmTopic", props.EncryptionKey)
 	}
 	o.addAlarms()
+	if props.MultiRegion != nil {
+		o.replicationAlarms()
+	}
 	NotifyAlarms(c, o.AlarmTopic)
 	return o, nil
 }
@@ -288,19 +337,33 @@ func New(scope constructs.Construct, id string, props Props) (*Outbox, error) {
 // Props returns the construct's effective props (defaults applied).
 func (o *Outbox) Props() Props { return o.props }
 
+// OutboxTable returns the outbox table: Table in single-Region mode,
+// GlobalTable in multi-Region mode.
+func (o *Outbox) OutboxTable() awsdynamodb.ITable {
+	if o.GlobalTable != nil {
+		return o.GlobalTable
+	}
+	return o.Table
+}
+
 // PendingIndexArn returns the ARN of the pending index (a token).
 func (o *Outbox) PendingIndexArn() *string {
-	return jsii.String(*o.Table.TableArn() + "/index/" + outbox.PendingIndexName)
+	return jsii.String(*o.OutboxTable().TableArn() + "/index/" + outbox.PendingIndexName)
 }
 
 // GrantWriteEvents lets fn append outbox records in its transactions: it
 // grants exactly WriteEventsActions on the outbox table (plus
 // KeyUseActions on Props.EncryptionKey when one is set) and sets
 // config.EnvOutboxTable, config.EnvPendingShards, config.EnvEventSource and
-// config.EnvMaxEntryBytes on fn.
+// config.EnvMaxEntryBytes on fn. In multi-Region mode it also grants
+// HomeCheckActions on the outbox table (the home item's check and read)
+// and sets config.EnvRegions.
 func (o *Outbox) GrantWriteEvents(fn awslambda.Function) {
 	o.setOutboxEnv(fn)
-	grant(fn, WriteEventsActions, o.Table.TableArn())
+	grant(fn, WriteEventsActions, o.OutboxTable().TableArn())
+	if o.props.MultiRegion != nil {
+		grant(fn, HomeCheckActions, o.OutboxTable().TableArn())
+	}
 	o.grantKey(fn)
 }
 
@@ -315,22 +378,28 @@ func (o *Outbox) GrantAggregateUpdate(fn awslambda.Function, table awsdynamodb.I
 }
 
 // setOutboxEnv sets the variables every outbox writer, the relay and the
-// reconciler share.
+// reconciler share: in multi-Region mode config.EnvRegions too (Lambda sets
+// config.EnvAWSRegion itself).
 func (o *Outbox) setOutboxEnv(fn awslambda.Function) {
 	env := map[string]string{
-		config.EnvOutboxTable:   *o.Table.TableName(),
+		config.EnvOutboxTable:   *o.OutboxTable().TableName(),
 		config.EnvPendingShards: strconv.Itoa(o.props.PendingShards),
 		config.EnvEventSource:   o.props.EventSource,
 		config.EnvMaxEntryBytes: strconv.Itoa(o.props.MaxEntryBytes),
+	}
+	if m := o.props.MultiRegion; m != nil {
+		env[config.EnvRegions] = strings.Join(m.Regions, ",")
 	}
 	for k, v := range env {
 		fn.AddEnvironment(jsii.String(k), jsii.String(v), nil)
 	}
 }
 
-func (o *Outbox) grantKey(fn awslambda.Function) {
+func (o *Outbox) grantKey(fn awslambda.Function) { o.grantKeyTo(fn) }
+
+func (o *Outbox) grantKeyTo(g awsiam.IGrantable) {
 	if o.props.EncryptionKey != nil {
-		o.props.EncryptionKey.Grant(fn, *jsii.Strings(KeyUseActions...)...)
+		o.props.EncryptionKey.Grant(g, *jsii.Strings(KeyUseActions...)...)
 	}
 }
 
@@ -374,7 +443,7 @@ func (o *Outbox) customMetric(name, stat string) awscloudwatch.Metric {
 	return awscloudwatch.NewMetric(&awscloudwatch.MetricProps{
 		Namespace:     jsii.String(config.MetricNamespace),
 		MetricName:    jsii.String(name),
-		DimensionsMap: &map[string]*string{config.MetricDimensionOutboxTable: o.Table.TableName()},
+		DimensionsMap: &map[string]*string{config.MetricDimensionOutboxTable: o.OutboxTable().TableName()},
 		Statistic:     jsii.String(stat),
 		Period:        awscdk.Duration_Minutes(jsii.Number(5)),
 	})

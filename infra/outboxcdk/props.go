@@ -247,6 +247,11 @@ type Props struct {
 	// LogRetention is the retention of the functions' log groups. Default
 	// one month.
 	LogRetention awslogs.RetentionDays
+	// MultiRegion, when set, makes this Outbox one Region's part of a
+	// multi-Region outbox on a DynamoDB global table (MultiRegionProps,
+	// docs/MULTI-REGION.md); nil (the default) is single-Region mode,
+	// which it leaves exactly as it was.
+	MultiRegion *MultiRegionProps
 }
 
 // MinRelayTimeout is the shortest relay function timeout Validate accepts:
@@ -410,6 +415,9 @@ func (p Props) Validate() error {
 	whole("OldestPendingThreshold", p.OldestPendingThreshold)
 	if n := p.ReconcilerReservedConcurrency; n != ReconcilerReservedConcurrency && n != NoReservedConcurrency {
 		bad("ReconcilerReservedConcurrency %d is neither %d (one run at a time) nor %d (none)", n, ReconcilerReservedConcurrency, NoReservedConcurrency)
+	}
+	if p.MultiRegion != nil {
+		errs = append(errs, p.MultiRegion.validate(p.EncryptionKey != nil)...)
 	}
 	if len(errs) == 0 {
 		return nil

@@ -27,7 +27,7 @@ func (s *OrdersStack) addAlarmsAndDashboard() {
 	consumerMetrics := []awscloudwatch.IMetric{}
 	dlqMetrics := []awscloudwatch.IMetric{}
 	ageMetrics := []awscloudwatch.IMetric{}
-	for _, name := range consumerNames {
+	for _, name := range s.homedConsumers() {
 		c := s.Consumers[name]
 		// the consumer construct's alarms (errors, backlog, DLQ, buffered
 		// age and sweep, rule): the rule's are listed with the rules below
@@ -44,13 +44,20 @@ func (s *OrdersStack) addAlarmsAndDashboard() {
 	}
 	for _, r := range routing.Rules() {
 		q := s.RuleDLQs[r.Name]
+		if q == nil { // a Region without the consumers
+			continue
+		}
 		s.Alarms = append(s.Alarms, q.Alarm)
 		s.Alarms = append(s.Alarms, s.RuleAlarms[r.Name]...)
 		dlqMetrics = append(dlqMetrics, q.Queue.MetricApproximateNumberOfMessagesVisible(nil))
 	}
 	s.addAbuseAlarms()
 	throttles := []awscloudwatch.IMetric{s.APIFunction.MetricThrottles(five), s.Outbox.Relay.MetricThrottles(five), s.Outbox.Reconciler.MetricThrottles(five)}
-	for _, name := range consumerNames {
+	if s.Forwarder != nil {
+		s.Alarms = append(s.Alarms, s.Forwarder.Alarms...)
+		dlqMetrics = append(dlqMetrics, s.Forwarder.DLQ.Queue.MetricApproximateNumberOfMessagesVisible(nil))
+	}
+	for _, name := range s.homedConsumers() {
 		throttles = append(throttles, s.Consumers[name].Function.MetricThrottles(five))
 	}
 

@@ -240,6 +240,14 @@ type OrdersStackProps struct {
 	// reconciler's roles, that the bus policy lets call events:PutEvents
 	// (for example a break-glass role). Exact ARNs, no wildcards.
 	PublisherArns []string
+	// MultiRegion, when set, makes this stack one Region's part of a
+	// multi-Region deployment (regions.go, docs/MULTI-REGION.md): the
+	// outbox's MultiRegion (outboxcdk.MultiRegionProps, the same in every
+	// Region's stack), a bus named MultiRegionBusName, the consumers in
+	// PrimaryRegion's stack only and a forwarder to it in the others. The
+	// stack needs a concrete Region (StackProps.Env.Region). nil (the
+	// default): single-Region mode, unchanged.
+	MultiRegion *outboxcdk.MultiRegionProps
 	// RedriveRoleArns are IAM role ARNs the consumer queue policies let
 	// call sqs:SendMessage, besides EventBridge for the consumer's rules:
 	// whoever redrives a consumer DLQ back to its queue (a DLQ redrive
@@ -552,6 +560,7 @@ func (p OrdersStackProps) Validate() error {
 	if a := p.FulfilmentProviderSecretArn; a != "" && !secretCompleteArn.MatchString(a) {
 		errs = append(errs, fmt.Errorf("FulfilmentProviderSecretArn %q is not a complete Secrets Manager secret ARN (arn:aws:secretsmanager:<region>:<account>:secret:<name>-<6 characters>)", a))
 	}
+	errs = append(errs, p.validMultiRegion()...)
 	if p.EncryptionKey != nil && p.CustomerManagedKey {
 		errs = append(errs, errors.New("set EncryptionKey or CustomerManagedKey, not both"))
 	}

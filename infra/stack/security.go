@@ -36,6 +36,8 @@ func (s *OrdersStack) restrictPublishers() {
 	for i, a := range s.props.PublisherArns {
 		extra[i] = jsii.String(a)
 	}
+	// multi-Region, primary: the other Regions' forwarder roles
+	extra = append(extra, s.forwarderPublishers()...)
 	cfn := s.Bus.Node().DefaultChild().(awsevents.CfnEventBus)
 	// the bus's ARN from its literal (CDK-generated) name, not GetAtt Arn:
 	// the bus's own policy cannot refer to the bus
@@ -176,7 +178,7 @@ func (s *OrdersStack) addAbuseAlarms() {
 		{"relay", s.Outbox.Relay},
 		{"reconciler", s.Outbox.Reconciler},
 	}
-	for _, name := range consumerNames {
+	for _, name := range s.homedConsumers() {
 		fns = append(fns, struct {
 			name string
 			fn   awslambda.Function
@@ -238,13 +240,19 @@ func (s *OrdersStack) addReplayPolicy(roleArns []string) {
 		}
 		s.ReplayPolicy.Node().DefaultChild().(awsiam.CfnManagedPolicy).AddPropertyOverride(jsii.String("Roles"), roles)
 	}
+	// a stack of a concrete Region (multi-Region mode) names its Region
+	// literally; the single-Region stack's suppression is unchanged
+	region := "<AWS::Region>"
+	if s.props.MultiRegion != nil {
+		region = "(<AWS::Region>|[a-z0-9-]+)"
+	}
 	cdknag.NagSuppressions_AddResourceSuppressions(s.ReplayPolicy, &[]*cdknag.NagPackSuppression{{
 		Id: jsii.String("AwsSolutions-IAM5"),
 		Reason: jsii.String("replay names are chosen when a backfill starts (replay/*), the consumer rule a backfill names is " +
 			"deployed later by another team (rule/<this bus>/*: only this bus's rules), and events:ListReplays " +
 			"takes no resource (*); StartReplay itself is scoped to this outbox's archive."),
 		AppliesTo: &[]any{
-			&cdknag.RegexAppliesTo{Regex: jsii.String("/^Resource::arn:<AWS::Partition>:events:<AWS::Region>:<AWS::AccountId>:(replay/\\*|rule/<.*>/\\*)$/g")},
+			&cdknag.RegexAppliesTo{Regex: jsii.String("/^Resource::arn:<AWS::Partition>:events:" + region + ":<AWS::AccountId>:(replay/\\*|rule/<.*>/\\*)$/g")},
 			"Resource::*",
 		},
 	}}, nil)

@@ -105,6 +105,10 @@ type OrdersStack struct {
 	// BusPolicy is the bus's resource policy: only the outbox's roles (and
 	// OrdersStackProps.PublisherArns) may call events:PutEvents.
 	BusPolicy awsiam.PolicyDocument
+	// Forwarder forwards the outbox's events to the primary Region's bus
+	// in a multi-Region deployment's other Regions (regions.go); nil in
+	// single-Region mode and in the primary Region.
+	Forwarder *outboxcdk.ConsumerForwarder
 	// ReadOnlyCallerPolicy allows execute-api:Invoke on the API's GET
 	// routes; CommandCallerPolicy on its POST routes. Attach them to the
 	// callers' roles (IAM auth mode).
@@ -161,9 +165,11 @@ func NewOrdersStack(scope constructs.Construct, id string, props OrdersStackProp
 		})
 	}
 
-	s.Bus = awsevents.NewEventBus(st, jsii.String("Bus"), &awsevents.EventBusProps{
-		Description: jsii.String("ddb-outbox order events"),
-	})
+	busProps := &awsevents.EventBusProps{Description: jsii.String("ddb-outbox order events")}
+	if props.MultiRegion != nil {
+		busProps.EventBusName = jsii.String(MultiRegionBusName(props.MultiRegion))
+	}
+	s.Bus = awsevents.NewEventBus(st, jsii.String("Bus"), busProps)
 
 	if props.AlarmTopicArn != "" {
 		s.AlarmTopic = awssns.Topic_FromTopicArn(st, jsii.String("AlarmTopic"), jsii.String(props.AlarmTopicArn))
@@ -186,6 +192,7 @@ func NewOrdersStack(scope constructs.Construct, id string, props OrdersStackProp
 	// the operators who redrive the DLQs are the only ones who may delete
 	// from them (deadletter.Queue.KeepMessagesFromAllBut)
 	op.DeadLetterOperatorArns = props.RedriveRoleArns
+	op.MultiRegion = props.MultiRegion
 	ob, err := outboxcdk.New(st, "Outbox", op)
 	if err != nil {
 		return nil, err
@@ -218,8 +225,13 @@ func NewOrdersStack(scope constructs.Construct, id string, props OrdersStackProp
 		return nil, err
 	}
 
-	for _, name := range consumerNames {
+	for _, name := range s.homedConsumers() {
 		if err := s.addConsumer(name); err != nil {
+			return nil, err
+		}
+	}
+	if !s.isHome() {
+		if err := s.addForwarder(); err != nil {
 			return nil, err
 		}
 	}
@@ -232,7 +244,7 @@ func NewOrdersStack(scope constructs.Construct, id string, props OrdersStackProp
 	// every alarm in the stack, now or added later, notifies the topic; the
 	// outbox and consumer constructs notify their own (same topic)
 	own := []constructs.IConstruct{ob}
-	for _, name := range consumerNames {
+	for _, name := range s.homedConsumers() {
 		own = append(own, s.Consumers[name].Construct)
 	}
 	outboxcdk.NotifyAlarms(st, s.AlarmTopic, own...)
@@ -314,26 +326,35 @@ func (s *OrdersStack) addOutputs() {
 	out("ApiUrl", s.Stage.Url(), "Base URL of the orders HTTP API ("+string(s.props.AuthMode)+" authorization)")
 	out("EventBusName", s.Bus.EventBusName(), "EventBridge bus receiving order events")
 	out("OrdersTableName", s.OrdersTable.TableName(), "Orders table")
-	out("OutboxTableName", s.Outbox.Table.TableName(), "Outbox table")
-	out("LedgerTableName", s.Consumers[routing.ConsumerLedger].Table.TableName(), "Ledger consumer table")
-	out("NotificationsTableName", s.Consumers[routing.ConsumerNotifier].Table.TableName(), "Notifier consumer table")
-	out("ShipmentsTableName", s.Consumers[routing.ConsumerFulfilment].Table.TableName(), "Fulfilment consumer's shipments table (pk = order id)")
-	out("IdempotencyTableName", s.IdempotencyTable.TableName(), "Fulfilment consumer's idempotency records")
-	out("ProviderSecretArn", s.ProviderSecret.SecretArn(), "Secrets Manager secret holding the fulfilment provider's API token (SecretString = the token)")
+	out("OutboxTableName", s.Outbox.OutboxTable().TableName(), "Outbox table")
+	if s.isHome() {
+		out("LedgerTableName", s.Consumers[routing.ConsumerLedger].Table.TableName(), "Ledger consumer table")
+		out("NotificationsTableName", s.Consumers[routing.ConsumerNotifier].Table.TableName(), "Notifier consumer table")
+		out("ShipmentsTableName", s.Consumers[routing.ConsumerFulfilment].Table.TableName(), "Fulfilment consumer's shipments table (pk = order id)")
+		out("IdempotencyTableName", s.IdempotencyTable.TableName(), "Fulfilment consumer's idempotency records")
+		out("ProviderSecretArn", s.ProviderSecret.SecretArn(), "Secrets Manager secret holding the fulfilment provider's API token (SecretString = the token)")
+	}
 	if s.Outbox.Archive != nil {
 		out("ArchiveName", s.Outbox.Archive.ArchiveName(), "EventBridge archive of every published event: outboxctl backfill -archive (OUTBOX_ARCHIVE_NAME)")
 		out("ReplayPolicyArn", s.ReplayPolicy.ManagedPolicyArn(), "Managed policy for operators who backfill consumers from the archive (outboxctl backfill, replays)")
 	}
 	out("ParkedQueueUrl", s.Outbox.ParkedQueue.Queue.QueueUrl(), "DLQ of parked outbox records")
 	out("AlarmTopicArn", s.AlarmTopic.TopicArn(), "SNS topic every alarm notifies on ALARM and OK: subscribe to it (aws sns subscribe --protocol email ...)")
-	for _, name := range consumerNames {
+	for _, name := range s.homedConsumers() {
 		c := s.Consumers[name]
 		out(idOf(name)+"QueueUrl", c.Queue.QueueUrl(), "Queue feeding consumer "+name)
 		out(idOf(name)+"DlqUrl", c.DLQ.Queue.QueueUrl(), "DLQ of consumer "+name+" (redrive to its queue once fixed)")
 	}
 	for _, r := range routing.Rules() {
+		if s.Rules[r.Name] == nil { // a Region without the consumers
+			continue
+		}
 		out(idOf(r.Name)+"RuleArn", s.Rules[r.Name].RuleArn(), "EventBridge rule "+r.Name+" (to the "+r.Consumer+" queue): outboxctl rule-dlq-redrive -rule")
 		out(idOf(r.Name)+"RuleDlqUrl", s.RuleDLQs[r.Name].Queue.QueueUrl(), "DLQ of rule "+r.Name+": events EventBridge could not deliver to the "+r.Consumer+" queue (outboxctl rule-dlq-redrive -dlq, once the queue accepts again)")
+	}
+	if s.Forwarder != nil {
+		out("ForwarderRuleArn", s.Forwarder.Rule.RuleArn(), "EventBridge rule forwarding the outbox's events to the consumers' home Region's bus")
+		out("ForwarderDlqUrl", s.Forwarder.DLQ.Queue.QueueUrl(), "DLQ of the forwarder: events EventBridge could not deliver to the home Region's bus")
 	}
 	out("DashboardName", s.Dashboard.DashboardName(), "CloudWatch dashboard")
 	out("ReadOnlyCallerPolicyArn", s.ReadOnlyCallerPolicy.ManagedPolicyArn(), "Managed policy for API callers that only read orders (execute-api:Invoke on the GET routes)")
