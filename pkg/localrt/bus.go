@@ -29,19 +29,22 @@ type Bus struct {
 	log   *slog.Logger
 	rules []busRule
 
-	mu        sync.Mutex
-	handlers  map[string]busTarget
-	stats     BusStats
-	accepted  []json.RawMessage
-	dead      []DeadLetter
-	inflight  int
-	idle      chan struct{}
-	closed    bool
-	closeCtx  context.Context
-	cancelAll context.CancelFunc
-	archives  map[string]*archive
-	replays   map[string]*replay
-	dlqs      map[string]ruleDLQ // by rule name (SetDeadLetterQueue)
+	mu       sync.Mutex
+	handlers map[string]busTarget
+	stats    BusStats
+	accepted []json.RawMessage
+	// forwardedIn are the accepted events another bus forwarded (a subset
+	// of accepted).
+	forwardedIn []json.RawMessage
+	dead        []DeadLetter
+	inflight    int
+	idle        chan struct{}
+	closed      bool
+	closeCtx    context.Context
+	cancelAll   context.CancelFunc
+	archives    map[string]*archive
+	replays     map[string]*replay
+	dlqs        map[string]ruleDLQ // by rule name (SetDeadLetterQueue)
 }
 
 // busTarget is a rule target: a function invoked with the event, an SQS
@@ -415,6 +418,16 @@ func (b *Bus) Events() []json.RawMessage {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return append([]json.RawMessage(nil), b.accepted...)
+}
+
+// ForwardedEvents returns the JSON of every accepted event that another
+// bus's rule forwarded to this bus (SubscribeBus on that bus), in
+// acceptance order: the part of Events that was not put on this bus
+// directly.
+func (b *Bus) ForwardedEvents() []json.RawMessage {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]json.RawMessage(nil), b.forwardedIn...)
 }
 
 // DeadLetters returns the dead-lettered deliveries in order.

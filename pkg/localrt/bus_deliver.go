@@ -61,6 +61,7 @@ func (b *Bus) route(raw json.RawMessage, traceHeader string, forwarded bool) err
 	b.stats.Accepted++
 	if forwarded {
 		b.stats.Forwarded++
+		b.forwardedIn = append(b.forwardedIn, raw)
 	}
 	b.accepted = append(b.accepted, raw)
 	for _, d := range ds {

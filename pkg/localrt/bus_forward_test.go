@@ -92,6 +92,9 @@ func TestBusForwardsOneHop(t *testing.T) {
 		if !from["eu-west-1"] || !from["eu-central-1"] {
 			t.Errorf("consumer in %s got events from %v", c.region, from)
 		}
+		if fe := c.bus.ForwardedEvents(); len(fe) != 1 || strings.Contains(string(fe[0]), `"from":"`+c.region+`"`) {
+			t.Errorf("bus in %s: forwarded events %s, want the other Region's one", c.region, fe)
+		}
 		st := c.bus.Stats()
 		if st.Accepted != 2 || st.Forwarded != 1 || st.Deliveries["forward"] != 1 || st.Attempts["forward"] != 1 || st.NotForwardedAgain != 1 {
 			t.Errorf("bus in %s: accepted %d (want 2), forwarded in %d (want 1), forwarded out %d in %d attempts (want 1, 1), not forwarded again %d (want 1)",
