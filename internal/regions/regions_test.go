@@ -136,3 +136,79 @@ func TestRegionDownLosesNothing(t *testing.T) {
 		t.Errorf("after B is back: %s(want 8 events and no finding)", r)
 	}
 }
+
+// A seeded workload with Region B down in the middle: the operations on
+// B's accounts are skipped while it is down (a Region that is down takes
+// no writes), A's go on; once B is back and the runtime settled, every
+// committed event was applied once by each consumer, in order.
+func TestWorkloadWithARegionDown(t *testing.T) {
+	t.Parallel()
+	rt := startRuntime(t, Config{ReconcileEvery: time.Hour})
+	ctx := context.Background()
+	st, err := rt.Run(ctx, Workload{Accounts: 4, Ops: 30, Seed: 7,
+		Steps: []Step{SuspendStep(10, RegionB), ResumeStep(20, RegionB)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Skipped == 0 || st.Written < 4 || len(st.Steps) != 2 {
+		t.Errorf("stats %+v: want some operations skipped while B was down, the 4 openings written, 2 steps", st)
+	}
+	settle(t, rt)
+	if r := audit(t, rt); !r.OK() || r.Committed != st.Written {
+		t.Errorf("audit: %s(want %d events and no finding)", r, st.Written)
+	}
+}
+
+// recordingReplication records the calls the runtime makes; it replicates
+// nothing.
+type recordingReplication struct {
+	replicas []Replica
+	tables   []string
+	calls    []string
+}
+
+func (r *recordingReplication) Pause()                       { r.calls = append(r.calls, "pause") }
+func (r *recordingReplication) Resume()                      { r.calls = append(r.calls, "resume") }
+func (r *recordingReplication) Lose(region string)           { r.calls = append(r.calls, "lose "+region) }
+func (r *recordingReplication) Recover(region string)        { r.calls = append(r.calls, "recover "+region) }
+func (r *recordingReplication) Settle(context.Context) error { r.calls = append(r.calls, "settle"); return nil }
+func (r *recordingReplication) Close() error                 { r.calls = append(r.calls, "close"); return nil }
+
+// The replication plugs in through Config.Replication: it gets both
+// Regions' clients and the global tables, Settle settles it first, steps
+// drive it, Close closes it; and with replication the audit expects the
+// Regions' accounts to agree (this one replicates nothing: diverged).
+func TestReplicationPlugsIn(t *testing.T) {
+	t.Parallel()
+	rec := &recordingReplication{}
+	rt := startRuntime(t, Config{ReconcileEvery: time.Hour, Replication: func(_ context.Context, replicas []Replica, tables []string) (Replication, error) {
+		rec.replicas, rec.tables = replicas, tables
+		return rec, nil
+	}})
+	if len(rec.replicas) != 2 || rec.replicas[0].Name != RegionA || rec.replicas[1].Name != RegionB || rec.replicas[0].DDB != rt.A.Stack.DDB ||
+		rec.replicas[1].Streams != rt.B.Stack.Streams || len(rec.tables) != 2 || rec.tables[0] != OutboxTable || rec.tables[1] != AccountsTable {
+		t.Fatalf("replication started with %+v, tables %v", rec.replicas, rec.tables)
+	}
+	ctx := context.Background()
+	if _, err := rt.Run(ctx, Workload{Accounts: 2, Ops: 2, Seed: 1, Steps: []Step{
+		ReplicationStep(0, "pause", Replication.Pause), ReplicationStep(1, "lose A", func(r Replication) { r.Lose(RegionA) }),
+		ReplicationStep(2, "recover A", func(r Replication) { r.Recover(RegionA) }),
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	settle(t, rt)
+	if r := audit(t, rt); r.Count(KindDiverged) != 2 || r.Count(KindDiverged) != len(r.Findings) {
+		t.Errorf("audit: %s(want each of the 2 accounts diverged, as nothing replicated, and nothing else)", r)
+	}
+	rt.Close()
+	rt.Close()
+	want := []string{"pause", "lose " + RegionA, "recover " + RegionA, "settle", "settle", "close"}
+	if len(rec.calls) != len(want) {
+		t.Fatalf("calls %v, want %v", rec.calls, want)
+	}
+	for i := range want {
+		if rec.calls[i] != want[i] {
+			t.Fatalf("calls %v, want %v", rec.calls, want)
+		}
+	}
+}

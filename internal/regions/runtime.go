@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -92,7 +93,8 @@ type Runtime struct {
 	// Bank writes the bank's accounts in their home Regions.
 	Bank *Bank
 
-	repl Replication
+	repl      Replication
+	closeOnce sync.Once
 }
 
 // Region is one Region of the Runtime.
@@ -231,14 +233,17 @@ func (rt *Runtime) Settle(ctx context.Context) error {
 	return nil
 }
 
-// Close stops the replication and both Regions.
+// Close stops the replication and both Regions; calling it again does
+// nothing.
 func (rt *Runtime) Close() {
-	if rt.repl != nil {
-		_ = rt.repl.Close()
-	}
-	for _, r := range []*Region{rt.A, rt.B} {
-		if r != nil {
-			r.Stack.Close()
+	rt.closeOnce.Do(func() {
+		if rt.repl != nil {
+			_ = rt.repl.Close()
 		}
-	}
+		for _, r := range []*Region{rt.A, rt.B} {
+			if r != nil {
+				r.Stack.Close()
+			}
+		}
+	})
 }
