@@ -167,12 +167,15 @@ type recordingReplication struct {
 	calls    []string
 }
 
-func (r *recordingReplication) Pause()                       { r.calls = append(r.calls, "pause") }
-func (r *recordingReplication) Resume()                      { r.calls = append(r.calls, "resume") }
-func (r *recordingReplication) Lose(region string)           { r.calls = append(r.calls, "lose "+region) }
-func (r *recordingReplication) Recover(region string)        { r.calls = append(r.calls, "recover "+region) }
-func (r *recordingReplication) Settle(context.Context) error { r.calls = append(r.calls, "settle"); return nil }
-func (r *recordingReplication) Close() error                 { r.calls = append(r.calls, "close"); return nil }
+func (r *recordingReplication) Pause()                { r.calls = append(r.calls, "pause") }
+func (r *recordingReplication) Resume()               { r.calls = append(r.calls, "resume") }
+func (r *recordingReplication) Lose(region string)    { r.calls = append(r.calls, "lose "+region) }
+func (r *recordingReplication) Recover(region string) { r.calls = append(r.calls, "recover "+region) }
+func (r *recordingReplication) Settle(context.Context) error {
+	r.calls = append(r.calls, "settle")
+	return nil
+}
+func (r *recordingReplication) Close() error { r.calls = append(r.calls, "close"); return nil }
 
 // The replication plugs in through Config.Replication: it gets both
 // Regions' clients and the global tables, Settle settles it first, steps
