@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -12,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 	streamtypes "github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
 
+	"github.com/ddb-outbox/ddb-outbox/pkg/dedup"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
 )
 
@@ -30,6 +32,10 @@ func Observe(ctx context.Context, rt *Runtime) (Observation, error) {
 		homes[c.consumer.Name] = rt.Region(c.home)
 	}
 	err := scan(ctx, homes[Statement].Stack.DDB, StatementTable, func(item map[string]types.AttributeValue) error {
+		account, ok := strings.CutPrefix(stringOf(item[dedup.AttrPK]), StatementKey(""))
+		if !ok {
+			return nil // the consumer's dedup state
+		}
 		var l StatementLine
 		for _, v := range listOf(item["seqs"]) {
 			n, err := numberOf(v)
@@ -43,15 +49,19 @@ func Observe(ctx context.Context, rt *Runtime) (Observation, error) {
 				l.Events = append(l.Events, s.Value)
 			}
 		}
-		obs.Statements[stringOf(item["account"])] = l
+		obs.Statements[account] = l
 		return nil
 	})
 	if err != nil {
 		return obs, err
 	}
-	err = scan(ctx, homes[Notify].Stack.DDB, NoticesTable, func(item map[string]types.AttributeValue) error {
+	err = scan(ctx, homes[Notify].Stack.DDB, NotifyTable, func(item map[string]types.AttributeValue) error {
+		id, ok := strings.CutPrefix(stringOf(item[dedup.AttrPK]), NoticeKey(""))
+		if !ok {
+			return nil
+		}
 		n, err := numberOf(item["applied"])
-		obs.Notices[stringOf(item["event_id"])] = n
+		obs.Notices[id] = n
 		return err
 	})
 	if err != nil {

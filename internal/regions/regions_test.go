@@ -215,3 +215,18 @@ func TestReplicationPlugsIn(t *testing.T) {
 		}
 	}
 }
+
+// A small chaos run without replication (Region B down for a quarter of
+// it) audits clean, and runs the steps it says.
+func TestChaosWithoutReplication(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	r, st, err := Chaos(ctx, ChaosConfig{Seed: 3, Accounts: 3, Ops: 24})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.OK() || r.Committed != st.Written || len(st.Steps) != 2 {
+		t.Errorf("chaos: %s stats %+v (want no finding, every written event committed, 2 steps)", r, st)
+	}
+}

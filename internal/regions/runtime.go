@@ -158,7 +158,6 @@ func stackConfig(cfg Config, region string, to *localstack.ForwardTarget, other 
 	for _, c := range homeConsumers() {
 		if c.home == region {
 			sc.Consumers = append(sc.Consumers, c.consumer)
-			sc.Tables = append(sc.Tables, c.tables...)
 			continue
 		}
 		sc.Forward = append(sc.Forward, localstack.Forward{Name: c.consumer.Name, AggregateType: AccountType,

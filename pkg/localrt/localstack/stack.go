@@ -87,6 +87,8 @@ type Stack struct {
 	// runMu guards the running components (run, Suspend, Resume, Close).
 	runMu     sync.Mutex
 	cancel    context.CancelFunc // nil while suspended or closed
+	life      context.Context    // the invocations' context: ends with Close
+	endLife   context.CancelFunc
 	wg        sync.WaitGroup
 	suspended atomic.Bool
 	closed    bool
@@ -197,6 +199,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		return nil, fmt.Errorf("localstack: stream poller: %w", err)
 	}
 
+	s.life, s.endLife = context.WithCancel(context.Background())
 	s.runMu.Lock()
 	s.run()
 	s.runMu.Unlock()
@@ -220,7 +223,9 @@ func (s *Stack) run() {
 		s.goRun(func() { _ = sw.Run(runCtx) })
 	}
 	for _, c := range s.Consumers {
-		s.goRun(func() { _ = c.Poller.Run(runCtx) })
+		// Suspend stops the polling and lets running invocations finish;
+		// Close cuts them short.
+		s.goRun(func() { _ = c.Poller.RunUntil(runCtx, s.life) })
 	}
 }
 
@@ -565,6 +570,9 @@ func (s *Stack) Close() {
 	s.closeOnce.Do(func() {
 		s.runMu.Lock()
 		s.closed = true
+		if s.endLife != nil {
+			s.endLife()
+		}
 		s.stop()
 		s.runMu.Unlock()
 		if s.Bus != nil {

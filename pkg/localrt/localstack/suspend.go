@@ -17,9 +17,11 @@ var ErrClosed = errors.New("localstack: the stack is closed")
 // Suspend takes the stack's Region "down": the stream poller (the relay's
 // event source mapping), the reconciler schedule, the ordered consumers'
 // sweep schedules and every consumer's SQS event source mapping stop, and
-// Suspend returns once their running invocations ended (an invocation cut
-// short is not committed: its stream records are read again, its SQS
-// messages come back after their visibility timeout). Nothing is lost:
+// Suspend returns once their running invocations ended: a consumer's
+// invocation finishes (as when an event source mapping is disabled), a
+// relay or reconciler invocation is cut short and not committed (its
+// stream records are read again; a record it published is published again,
+// a duplicate the consumers absorb). Nothing is lost:
 // records not yet read stay in the stream and the poller keeps its shard
 // positions; messages stay in their queues. The DynamoDB server, the bus
 // (it still accepts events, and delivers them to the consumers' queues and
