@@ -29,6 +29,10 @@ const (
 	// KindDiverged: with replication, an account's item differs between
 	// the Regions once replication settled.
 	KindDiverged = "diverged"
+	// KindStuckPending: an outbox record still PENDING in its origin
+	// Region's stream (its last image there) once the runtime settled:
+	// neither the relay nor the reconciler published it.
+	KindStuckPending = "stuck_pending"
 )
 
 // Finding is one broken promise: its kind, what it is about (an event id,
@@ -83,6 +87,8 @@ type StatementLine struct {
 type StatusChange struct {
 	Status            string
 	RedriveGeneration int64
+	// Origin is the record's outbox.AttrOriginRegion ("" when unstamped).
+	Origin string
 }
 
 // AccountState is an account's item as read in one Region.
@@ -122,7 +128,7 @@ var statusRank = map[string]int{"PENDING": 0, "PARKED": 1, "PUBLISHED": 2}
 
 // Audit checks obs and returns every finding: lost, double_applied,
 // applied_out_of_order, published_by_non_origin, status_regression,
-// balance_mismatch and (with Replicated) diverged. Run it once the runtime
+// stuck_pending, balance_mismatch and (with Replicated) diverged. Run it once the runtime
 // settled: an event still on its way is reported lost.
 func Audit(obs Observation) Report {
 	r := Report{Committed: len(obs.Committed)}
@@ -178,6 +184,9 @@ func Audit(obs Observation) Report {
 				if statusRank[cur.Status] < statusRank[prev.Status] && cur.RedriveGeneration <= prev.RedriveGeneration {
 					add(KindStatusRegression, region+":"+key, "%s then %s (redrive generation %d then %d)", prev.Status, cur.Status, prev.RedriveGeneration, cur.RedriveGeneration)
 				}
+			}
+			if n := len(images); n > 0 && images[n-1].Origin == region && images[n-1].Status == "PENDING" {
+				add(KindStuckPending, region+":"+key, "still PENDING in its origin Region after %d images", n)
 			}
 		}
 	}

@@ -29,8 +29,11 @@ func cleanObservation(t *testing.T) (Observation, []Committed) {
 		Statements:  map[string]StatementLine{"a-1": {Seqs: []int64{1, 2}, Events: ids}},
 		Notices:     map[string]int64{ids[0]: 1, ids[1]: 1},
 		PublishedBy: map[string]map[string]int{ids[0]: {RegionA: 1}, ids[1]: {RegionA: 2}},
-		Statuses: map[string]map[string][]StatusChange{RegionA: {"Account#a-1/1": {{Status: "PENDING"}, {Status: "PUBLISHED"}},
-			"Account#a-1/2": {{Status: "PENDING"}, {Status: "PARKED"}, {Status: "PENDING", RedriveGeneration: 1}, {Status: "PUBLISHED", RedriveGeneration: 1}}}},
+		Statuses: map[string]map[string][]StatusChange{RegionA: {"Account#a-1/1": {{Status: "PENDING", Origin: RegionA}, {Status: "PUBLISHED", Origin: RegionA}},
+			"Account#a-1/2": {{Status: "PENDING", Origin: RegionA}, {Status: "PARKED", Origin: RegionA},
+				{Status: "PENDING", RedriveGeneration: 1, Origin: RegionA}, {Status: "PUBLISHED", RedriveGeneration: 1, Origin: RegionA}}},
+			// replicated into B and not yet published there: not stuck (B is not its origin)
+			RegionB: {"Account#a-1/1": {{Status: "PENDING", Origin: RegionA}}}},
 		Accounts:   map[string]map[string]AccountState{RegionA: {"a-1": {Balance: 11, Version: 2, Home: RegionA}}, RegionB: {"a-1": {Balance: 11, Version: 2, Home: RegionA}}},
 		Replicated: true,
 	}, c
@@ -62,6 +65,9 @@ func TestAuditFindsEachBrokenPromise(t *testing.T) {
 		{"status back to pending", func(o *Observation, _ []Committed) {
 			o.Statuses[RegionB] = map[string][]StatusChange{"Account#a-1/1": {{Status: "PENDING"}, {Status: "PUBLISHED"}, {Status: "PENDING"}}}
 		}, KindStatusRegression},
+		{"never published in its origin", func(o *Observation, _ []Committed) {
+			o.Statuses[RegionA]["Account#a-1/1"] = []StatusChange{{Status: "PENDING", Origin: RegionA}}
+		}, KindStuckPending},
 		{"published to parked", func(o *Observation, _ []Committed) {
 			o.Statuses[RegionA]["Account#a-1/1"] = []StatusChange{{Status: "PUBLISHED"}, {Status: "PARKED"}}
 		}, KindStatusRegression},

@@ -17,7 +17,8 @@
 //     each consumer (lost, double_applied), in sequence order by the
 //     ordered one (applied_out_of_order), published only by its origin
 //     Region (published_by_non_origin), no outbox status moving backward in
-//     a Region's stream (status_regression), balances as the last event
+//     a Region's stream (status_regression), none left pending in its
+//     origin Region (stuck_pending), balances as the last event
 //     says (balance_mismatch) and, with replication, the same in both
 //     Regions (diverged).
 //

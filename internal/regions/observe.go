@@ -173,7 +173,7 @@ func readShard(ctx context.Context, streams *dynamodbstreams.Client, arn, shard 
 				gen, _ = strconv.ParseInt(n.Value, 10, 64)
 			}
 			key := streamString(img[outbox.AttrPK]) + "/" + streamString(img[outbox.AttrSK])
-			out[key] = append(out[key], StatusChange{Status: st.Value, RedriveGeneration: gen})
+			out[key] = append(out[key], StatusChange{Status: st.Value, RedriveGeneration: gen, Origin: streamString(img[outbox.AttrOriginRegion])})
 		}
 		if len(page.Records) == 0 {
 			return nil
