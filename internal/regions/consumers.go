@@ -64,10 +64,14 @@ func homeConsumers() []homeConsumer {
 	}
 }
 
+// accountsTableInput is the accounts table: a global table, so with a
+// stream of new and old images, as a replica of a global table (version
+// 2019.11.21) has, for the replicator to read.
 func accountsTableInput() *dynamodb.CreateTableInput {
 	return &dynamodb.CreateTableInput{
 		TableName:            aws.String(AccountsTable),
 		BillingMode:          types.BillingModePayPerRequest,
+		StreamSpecification:  &types.StreamSpecification{StreamEnabled: aws.Bool(true), StreamViewType: types.StreamViewTypeNewAndOldImages},
 		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String("id"), AttributeType: types.ScalarAttributeTypeS}},
 		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String("id"), KeyType: types.KeyTypeHash}},
 	}

@@ -189,7 +189,7 @@ func TestReplicationPlugsIn(t *testing.T) {
 		return rec, nil
 	}})
 	if len(rec.replicas) != 2 || rec.replicas[0].Name != RegionA || rec.replicas[1].Name != RegionB || rec.replicas[0].DDB != rt.A.Stack.DDB ||
-		rec.replicas[1].Streams != rt.B.Stack.Streams || len(rec.tables) != 2 || rec.tables[0] != OutboxTable || rec.tables[1] != AccountsTable {
+		rec.replicas[1].Streams != rt.B.Stack.Streams || rec.replicas[0].Endpoint == "" || rec.replicas[0].Endpoint == rec.replicas[1].Endpoint || len(rec.tables) != 2 || rec.tables[0] != OutboxTable || rec.tables[1] != AccountsTable {
 		t.Fatalf("replication started with %+v, tables %v", rec.replicas, rec.tables)
 	}
 	ctx := context.Background()

@@ -55,11 +55,14 @@ type Replication interface {
 	Close() error
 }
 
-// Replica is one Region's side of the replication: its name and clients.
+// Replica is one Region's side of the replication: its name, its
+// DynamoDB endpoint (its own Dynoxide server) and the stack's clients of
+// it.
 type Replica struct {
-	Name    string
-	DDB     *dynamodb.Client
-	Streams *dynamodbstreams.Client
+	Name     string
+	Endpoint string
+	DDB      *dynamodb.Client
+	Streams  *dynamodbstreams.Client
 }
 
 // NewReplication starts a Replication of tables (the global tables: the
@@ -133,7 +136,8 @@ func Start(ctx context.Context, cfg Config) (_ *Runtime, err error) {
 	toA.Bind(stackA.Bus)
 	toB.Bind(stackB.Bus)
 	if cfg.Replication != nil {
-		replicas := []Replica{{Name: RegionA, DDB: stackA.DDB, Streams: stackA.Streams}, {Name: RegionB, DDB: stackB.DDB, Streams: stackB.Streams}}
+		replicas := []Replica{{Name: RegionA, Endpoint: stackA.Endpoint, DDB: stackA.DDB, Streams: stackA.Streams},
+			{Name: RegionB, Endpoint: stackB.Endpoint, DDB: stackB.DDB, Streams: stackB.Streams}}
 		if rt.repl, err = cfg.Replication(ctx, replicas, GlobalTables()); err != nil {
 			return nil, fmt.Errorf("regions: start the replication: %w", err)
 		}
