@@ -206,43 +206,6 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	return s, nil
 }
 
-// run starts the stack's running components (the stream poller, the
-// reconciler schedule, the sweeps and the consumers' pollers) under a new
-// context; s.runMu is held.
-func (s *Stack) run() {
-	runCtx, cancel := context.WithCancel(context.Background())
-	s.cancel = cancel
-	log := s.cfg.Logger
-	s.goRun(func() {
-		if err := s.Poller.Run(runCtx); err != nil {
-			log.Error("stream poller stopped", "error", err)
-		}
-	})
-	s.goRun(func() { _ = s.ReconcileSchedule.Run(runCtx) })
-	for _, sw := range s.Sweeps {
-		s.goRun(func() { _ = sw.Run(runCtx) })
-	}
-	for _, c := range s.Consumers {
-		// Suspend stops the polling and lets running invocations finish;
-		// Close cuts them short.
-		s.goRun(func() { _ = c.Poller.RunUntil(runCtx, s.life) })
-	}
-}
-
-// stop cancels the running components and waits for them; s.runMu is held.
-func (s *Stack) stop() {
-	if s.cancel != nil {
-		s.cancel()
-		s.cancel = nil
-	}
-	s.wg.Wait()
-}
-
-func (s *Stack) goRun(f func()) {
-	s.wg.Add(1)
-	go func() { defer s.wg.Done(); f() }()
-}
-
 // WriterConfig returns what a writer of this stack's outbox needs: the
 // outbox table, the event source, the pending shard count and, in
 // multi-Region mode, the Region (outbox.WriterConfig.Region). Add the
