@@ -29,6 +29,9 @@ var ErrClosed = errors.New("localstack: the stack is closed")
 // through its forwarding rules) and the queues keep running; writers can
 // still write. Resume restarts what Suspend stopped.
 //
+// A Drain or Settle already waiting when Suspend is called keeps waiting
+// until Resume, or until its context ends.
+//
 // It returns ErrSuspended when the stack is already suspended, ErrClosed
 // after Close.
 func (s *Stack) Suspend() error {
