@@ -29,27 +29,33 @@ type Bus struct {
 	log   *slog.Logger
 	rules []busRule
 
-	mu        sync.Mutex
-	handlers  map[string]busTarget
-	stats     BusStats
-	accepted  []json.RawMessage
-	dead      []DeadLetter
-	inflight  int
-	idle      chan struct{}
-	closed    bool
-	closeCtx  context.Context
-	cancelAll context.CancelFunc
-	archives  map[string]*archive
-	replays   map[string]*replay
-	dlqs      map[string]ruleDLQ // by rule name (SetDeadLetterQueue)
+	mu       sync.Mutex
+	handlers map[string]busTarget
+	stats    BusStats
+	accepted []json.RawMessage
+	// forwardedIn are the accepted events another bus forwarded (a subset
+	// of accepted).
+	forwardedIn []json.RawMessage
+	dead        []DeadLetter
+	inflight    int
+	idle        chan struct{}
+	closed      bool
+	closeCtx    context.Context
+	cancelAll   context.CancelFunc
+	archives    map[string]*archive
+	replays     map[string]*replay
+	dlqs        map[string]ruleDLQ // by rule name (SetDeadLetterQueue)
 }
 
-// busTarget is a rule target: a function invoked with the event, or an SQS
-// queue receiving the event JSON as its message body.
+// busTarget is a rule target: a function invoked with the event, an SQS
+// queue receiving the event JSON as its message body, or another event bus
+// (bus, named busARN) receiving it through PutEvents.
 type busTarget struct {
-	h     EventHandler
-	queue MessageSender
-	url   string
+	h      EventHandler
+	queue  MessageSender
+	url    string
+	bus    PutEventsAPI
+	busARN string
 }
 
 type busRule struct {
@@ -123,6 +129,48 @@ func (b *Bus) SubscribeQueue(consumer string, q MessageSender, url string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.handlers[consumer] = busTarget{queue: q, url: url}
+}
+
+// SubscribeBus makes another event bus the target of every rule whose
+// Target is consumer, as an EventBridge rule with an event bus target does
+// (EventBridge user guide, eb-cross-region; in another Region too): each
+// matched event is put on that bus with PutEvents (EventBusName busARN, the
+// target's ARN; Source, DetailType, Detail, Time and Resources of the event,
+// and its trace header), under the rule's ARN as aws:SourceArn. On the
+// receiving bus it is a new event (a new id, that bus's account and
+// Region).
+//
+// One hop: a forwarded event is not sent on to another bus. EventBridge
+// documents it for buses of other accounts and of one account ("If the
+// receiver account sets up a rule that sends events received from a sender
+// account on to a third account, these events are not sent to the third
+// account"; the same for a third bus of the same account: EventBridge user
+// guide, eb-cross-account); ❓ for buses of other Regions it is taken to be
+// the same. Locally the delivery's context carries the mark (no field of
+// the event does), and the receiving local bus delivers such an event to
+// its other targets but to no event bus target (BusStats.NotForwardedAgain),
+// so two buses forwarding to each other never send an event back. A request error or a failed entry is a failed
+// delivery, retried by the rule's RetryPolicy and then dead-lettered
+// (deliveryFailure: a bus that does not exist, a refused source or a
+// malformed event is not retried).
+func (b *Bus) SubscribeBus(consumer string, to PutEventsAPI, busARN string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.handlers[consumer] = busTarget{bus: to, busARN: busARN}
+}
+
+type forwardedKey struct{}
+
+// withForwarded marks the PutEvents made under ctx as a bus's delivery to
+// an event bus target, from the rule ruleARN.
+func withForwarded(ctx context.Context, ruleARN string) context.Context {
+	return context.WithValue(ctx, forwardedKey{}, ruleARN)
+}
+
+// forwardedBy returns the rule ARN of the bus delivery ctx carries, or "".
+func forwardedBy(ctx context.Context) string {
+	s, _ := ctx.Value(forwardedKey{}).(string)
+	return s
 }
 
 // PutEvents accepts up to 10 entries, like EventBridge PutEvents (behaviour
@@ -241,8 +289,9 @@ func (b *Bus) PutEvents(ctx context.Context, params *eventbridge.PutEventsInput,
 		// inside the event: https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-related-service-xray.html
 		accepted = append(accepted, acceptedEvent{i, raw, aws.ToString(e.TraceHeader)})
 	}
+	forwarded := forwardedBy(ctx) != ""
 	for _, a := range accepted {
-		if err := b.route(a.raw, a.traceHeader); err != nil {
+		if err := b.route(a.raw, a.traceHeader, forwarded); err != nil {
 			out.Entries[a.i] = ebtypes.PutEventsResultEntry{ErrorCode: aws.String("InternalFailure"), ErrorMessage: aws.String(err.Error())}
 			out.FailedEntryCount++
 			b.count(func(s *BusStats) { s.FailedEntries["InternalFailure"]++ })
@@ -369,6 +418,16 @@ func (b *Bus) Events() []json.RawMessage {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return append([]json.RawMessage(nil), b.accepted...)
+}
+
+// ForwardedEvents returns the JSON of every accepted event that another
+// bus's rule forwarded to this bus (SubscribeBus on that bus), in
+// acceptance order: the part of Events that was not put on this bus
+// directly.
+func (b *Bus) ForwardedEvents() []json.RawMessage {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]json.RawMessage(nil), b.forwardedIn...)
 }
 
 // DeadLetters returns the dead-lettered deliveries in order.

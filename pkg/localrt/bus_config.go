@@ -171,6 +171,11 @@ func (c *BusConfig) Validate() error {
 		if names[r.Name] {
 			return fmt.Errorf("localrt: duplicate rule name %q", r.Name)
 		}
+		if r.RetryPolicy != nil {
+			if err := r.RetryPolicy.Validate(); err != nil {
+				return fmt.Errorf("rule %s: %w", r.Name, err)
+			}
+		}
 		names[r.Name] = true
 	}
 	return nil
@@ -187,6 +192,54 @@ type Rule struct {
 	// Pattern is the rule's EventBridge event pattern: JSON text or a
 	// JSON-ready value (map[string]any), compiled by CompilePattern.
 	Pattern any
+	// RetryPolicy is the rule target's retry policy (the target's
+	// RetryPolicy on AWS); nil: the bus's TargetMaxAttempts, with no age
+	// limit.
+	RetryPolicy *RetryPolicy
+}
+
+// RetryPolicy is a rule target's retry policy (EventBridge user guide,
+// eb-rule-retry-policy; API RetryPolicy): after a failed delivery the
+// target is retried with exponential backoff (the bus's
+// TargetRetryBaseDelay to TargetRetryMaxDelay) until MaximumRetryAttempts
+// retries were made or the event is older than MaximumEventAge, whichever
+// comes first; then the event goes to the rule's DLQ (SetDeadLetterQueue).
+// DefaultRetryPolicy is AWS's default.
+type RetryPolicy struct {
+	// MaximumRetryAttempts is the number of retries after the first
+	// attempt: 0..MaxRuleRetryAttempts (0: the first attempt only).
+	MaximumRetryAttempts int
+	// MaximumEventAge is the age, from the bus's acceptance of the event,
+	// after which it is not retried again: (0, MaxRuleEventAge]. AWS's
+	// minimum is 60 s (MaximumEventAgeInSeconds); the local bus accepts
+	// shorter ages so that tests can exhaust it.
+	MaximumEventAge time.Duration
+}
+
+// Rule target retry policy bounds and AWS's defaults (eb-rule-retry-policy:
+// "By default, EventBridge retries sending the event for 24 hours and up to
+// 185 times").
+const (
+	MaxRuleRetryAttempts = 185
+	MaxRuleEventAge      = 24 * time.Hour
+)
+
+// DefaultRetryPolicy returns EventBridge's default retry policy: 185
+// retries over at most 24 hours.
+func DefaultRetryPolicy() RetryPolicy {
+	return RetryPolicy{MaximumRetryAttempts: MaxRuleRetryAttempts, MaximumEventAge: MaxRuleEventAge}
+}
+
+// Validate returns an error for a policy EventBridge would refuse (bar the
+// 60 s minimum age, which the local bus does not enforce).
+func (p RetryPolicy) Validate() error {
+	switch {
+	case p.MaximumRetryAttempts < 0 || p.MaximumRetryAttempts > MaxRuleRetryAttempts:
+		return fmt.Errorf("localrt: MaximumRetryAttempts %d outside 0..%d", p.MaximumRetryAttempts, MaxRuleRetryAttempts)
+	case p.MaximumEventAge <= 0 || p.MaximumEventAge > MaxRuleEventAge:
+		return fmt.Errorf("localrt: MaximumEventAge %s outside (0, %s]", p.MaximumEventAge, MaxRuleEventAge)
+	}
+	return nil
 }
 
 // Interceptor wraps one delivery attempt of event ev to consumer (attempt is
@@ -246,4 +299,10 @@ type BusStats struct {
 	FailedToDLQ map[string]int64
 	// Replayed counts events a replay put on the bus again (StartReplay).
 	Replayed int64
+	// Forwarded counts accepted events another bus's rule delivered
+	// (SubscribeBus on that bus). NotForwardedAgain counts the matches of
+	// such events by rules whose target is an event bus: they are not
+	// delivered (one hop, see SubscribeBus).
+	Forwarded         int64
+	NotForwardedAgain int64
 }

@@ -10,8 +10,11 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
+	ebtypes "github.com/aws/aws-sdk-go-v2/service/eventbridge/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/aws/smithy-go"
 	"github.com/google/uuid"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/outboxtrace"
@@ -20,10 +23,12 @@ import (
 
 // route records an accepted event and starts one delivery per matching
 // rule with a subscribed consumer, each kept in the Store first (an error:
-// nothing was started or kept).
-func (b *Bus) route(raw json.RawMessage, traceHeader string) error {
+// nothing was started or kept). A forwarded event (another bus's delivery)
+// is not delivered to an event bus target (one hop, SubscribeBus).
+func (b *Bus) route(raw json.RawMessage, traceHeader string, forwarded bool) error {
 	v, _ := decodeJSON(raw)
 	m, _ := v.(map[string]any)
+	now := b.cfg.Now()
 	b.mu.Lock()
 	var ds []delivery
 	matched := false
@@ -38,7 +43,11 @@ func (b *Bus) route(raw json.RawMessage, traceHeader string) error {
 			b.log.Warn("rule matched but its consumer has no handler", "rule", r.rule.Name, "consumer", r.rule.Target)
 			continue
 		}
-		ds = append(ds, delivery{id: uuid.NewString(), rule: r.rule, target: t, raw: raw, traceHeader: traceHeader})
+		if forwarded && t.bus != nil {
+			b.stats.NotForwardedAgain++
+			continue
+		}
+		ds = append(ds, delivery{id: uuid.NewString(), rule: r.rule, target: t, raw: raw, traceHeader: traceHeader, accepted: now})
 	}
 	b.mu.Unlock()
 	if err := b.archiveEvent(raw, m, b.cfg.Now().UTC()); err != nil {
@@ -50,6 +59,10 @@ func (b *Bus) route(raw json.RawMessage, traceHeader string) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.stats.Accepted++
+	if forwarded {
+		b.stats.Forwarded++
+		b.forwardedIn = append(b.forwardedIn, raw)
+	}
 	b.accepted = append(b.accepted, raw)
 	for _, d := range ds {
 		b.inflight++
@@ -68,14 +81,19 @@ type delivery struct {
 	target      busTarget
 	raw         json.RawMessage
 	traceHeader string
+	// accepted is when the bus accepted the event (the start of the
+	// rule's MaximumEventAge).
+	accepted time.Time
 }
 
 // deliver runs the target's attempts and dead-letters on exhaustion, as
 // EventBridge does (eb-rule-retry-policy, eb-rule-dlq): a failure EventBridge
 // does not retry (deliveryFailure: the target is gone or refuses
 // EventBridge) ends the delivery at once; any other is retried up to
-// TargetMaxAttempts. The dead letter goes to the rule's DLQ
-// (SetDeadLetterQueue) with AWS's attributes, and to DeadLetters. With a
+// TargetMaxAttempts, or as the rule's RetryPolicy says (its retries, and no
+// retry that would start after the event is MaximumEventAge old). The dead
+// letter goes to the rule's DLQ (SetDeadLetterQueue) with AWS's attributes,
+// and to DeadLetters. With a
 // Store, a delivery interrupted by Close stays kept (not dead-lettered) for
 // Resume after a restart.
 func (b *Bus) deliver(d delivery) {
@@ -86,12 +104,25 @@ func (b *Bus) deliver(d delivery) {
 	var lastErr error
 	var ev events.EventBridgeEvent
 	attempt := 0
-	code, retried := "", true
-	for attempt < b.cfg.TargetMaxAttempts && retried {
+	maxAttempts, maxAge := b.cfg.TargetMaxAttempts, time.Duration(0)
+	if p := rule.RetryPolicy; p != nil {
+		maxAttempts, maxAge = p.MaximumRetryAttempts+1, p.MaximumEventAge
+	}
+	if d.accepted.IsZero() {
+		d.accepted = b.cfg.Now()
+	}
+	code, retried, aged := "", true, false
+	for attempt < maxAttempts && retried {
 		attempt++
 		if attempt > 1 {
+			wait := retry.Delay(b.cfg.TargetRetryBaseDelay, b.cfg.TargetRetryMaxDelay, attempt-1)
+			if maxAge > 0 && b.cfg.Now().Add(wait).Sub(d.accepted) > maxAge {
+				attempt--
+				aged = true
+				break
+			}
 			b.count(func(s *BusStats) { s.Retries[consumer]++ })
-			if !sleepCtx(ctx, retry.Delay(b.cfg.TargetRetryBaseDelay, b.cfg.TargetRetryMaxDelay, attempt-1)) {
+			if !sleepCtx(ctx, wait) {
 				lastErr = fmt.Errorf("bus closed: %w", ctx.Err())
 				break
 			}
@@ -103,9 +134,12 @@ func (b *Bus) deliver(d delivery) {
 			break
 		}
 		b.count(func(s *BusStats) { s.Attempts[consumer]++ })
-		if t.queue != nil {
+		switch {
+		case t.queue != nil:
 			lastErr = b.send(ctx, b.RuleARN(rule.Name), t, raw, traceHeader)
-		} else {
+		case t.bus != nil:
+			lastErr = b.forward(ctx, b.RuleARN(rule.Name), t, ev, traceHeader)
+		default:
 			lastErr = b.attempt(outboxtrace.ParentOrNew(ctx, outboxtrace.FromXRayHeader(traceHeader)), consumer, ev, attempt, t.h)
 		}
 		if lastErr == nil {
@@ -127,7 +161,10 @@ func (b *Bus) deliver(d delivery) {
 		code, _ = deliveryFailure(lastErr)
 	}
 	exhausted := ""
-	if retried && attempt >= b.cfg.TargetMaxAttempts {
+	switch {
+	case aged:
+		exhausted = sqsconsumer.ExhaustedMaximumEventAge
+	case retried && attempt >= maxAttempts:
 		exhausted = sqsconsumer.ExhaustedMaximumRetryAttempts
 	}
 	dl := DeadLetter{Consumer: consumer, Rule: rule.Name, RuleARN: b.RuleARN(rule.Name), TargetARN: b.targetARN(consumer, t),
@@ -199,4 +236,32 @@ func (b *Bus) done() {
 		close(b.idle)
 		b.idle = nil
 	}
+}
+
+// forward puts ev on another bus (an event bus target, SubscribeBus) as
+// EventBridge does for the rule ruleARN: one PutEvents entry with the
+// event's source, detail-type, detail, time and resources, the target's
+// ARN as EventBusName, under the rule's ARN as aws:SourceArn and marked as
+// forwarded (withForwarded). A failed entry is returned as an API error of
+// its ErrorCode (deliveryFailure classifies it).
+func (b *Bus) forward(ctx context.Context, ruleARN string, t busTarget, ev events.EventBridgeEvent, traceHeader string) error {
+	cctx, cancel := context.WithTimeout(withForwarded(WithSourceARN(ctx, ruleARN), ruleARN), b.cfg.HandlerTimeout)
+	defer cancel()
+	entry := ebtypes.PutEventsRequestEntry{EventBusName: aws.String(t.busARN), Source: aws.String(ev.Source),
+		DetailType: aws.String(ev.DetailType), Detail: aws.String(string(ev.Detail)), Resources: ev.Resources}
+	if !ev.Time.IsZero() {
+		entry.Time = aws.Time(ev.Time)
+	}
+	if traceHeader != "" {
+		entry.TraceHeader = aws.String(traceHeader)
+	}
+	out, err := t.bus.PutEvents(cctx, &eventbridge.PutEventsInput{Entries: []ebtypes.PutEventsRequestEntry{entry}})
+	if err != nil {
+		return err
+	}
+	if out.FailedEntryCount > 0 && len(out.Entries) > 0 {
+		e := out.Entries[0]
+		return &smithy.GenericAPIError{Code: aws.ToString(e.ErrorCode), Message: aws.ToString(e.ErrorMessage)}
+	}
+	return nil
 }

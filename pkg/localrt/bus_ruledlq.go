@@ -57,11 +57,15 @@ func (b *Bus) SetDeadLetterQueue(rule string, q MessageSender, url string) error
 	return fmt.Errorf("localrt: bus %s has no rule %q", b.cfg.Name, rule)
 }
 
-// targetARN is the ARN of a rule target: its queue's (from the queue URL)
-// or, for a handler, a Lambda function named after the consumer.
+// targetARN is the ARN of a rule target: its queue's (from the queue URL),
+// the event bus's, or, for a handler, a Lambda function named after the
+// consumer.
 func (b *Bus) targetARN(consumer string, t busTarget) string {
 	if t.queue != nil {
 		return b.queueARN(t.url)
+	}
+	if t.bus != nil {
+		return t.busARN
 	}
 	return fmt.Sprintf("arn:aws:lambda:%s:%s:function:%s", b.cfg.Region, b.cfg.Account, consumer)
 }
@@ -94,7 +98,11 @@ func (b *Bus) queueARN(u string) string {
 // ERROR_CODE is this runtime's reading of the sample codes the page lists
 // (NO_RESOURCE for a deleted queue, NO_PERMISSIONS for a policy or KMS
 // refusal, THROTTLING, TIMEOUT, INVALID_PARAMETER for a body SQS refuses,
-// ERROR_FROM_TARGET otherwise), not a recording.
+// ERROR_FROM_TARGET otherwise), not a recording. For an event bus target
+// (SubscribeBus) likewise: a bus that does not exist is NO_RESOURCE, a
+// refused source NO_PERMISSIONS, and an entry the bus refuses as invalid
+// (InvalidArgument, MalformedDetail) INVALID_PARAMETER, none retried — the
+// same event would be refused again.
 func deliveryFailure(err error) (code string, retried bool) {
 	var ae smithy.APIError
 	switch {
@@ -106,8 +114,12 @@ func deliveryFailure(err error) (code string, retried bool) {
 		return sqsconsumer.RuleErrorFromTarget, true
 	}
 	switch c := ae.ErrorCode(); {
-	case c == "AWS.SimpleQueueService.NonExistentQueue" || c == "QueueDoesNotExist":
+	case c == "AWS.SimpleQueueService.NonExistentQueue" || c == "QueueDoesNotExist" || c == "ResourceNotFoundException":
 		return sqsconsumer.RuleErrorNoResource, false
+	case c == ErrorCodeNotAuthorizedForSource:
+		return sqsconsumer.RuleErrorNoPermissions, false
+	case c == ErrorCodeInvalidArgument || c == ErrorCodeMalformedDetail:
+		return sqsconsumer.RuleErrorInvalidParameter, false
 	case c == ErrorCodeAccessDenied || c == "AccessDeniedException" || c == "KMS.AccessDeniedException" ||
 		strings.HasPrefix(c, "Kms") && c != "KmsThrottled" || strings.HasPrefix(c, "KMS.") && c != "KMS.ThrottlingException":
 		return sqsconsumer.RuleErrorNoPermissions, false

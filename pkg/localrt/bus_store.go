@@ -104,7 +104,8 @@ func (b *Bus) restoreDeadLetters() error {
 // Resume starts the deliveries the Store kept from an earlier run — events
 // the bus had accepted and not yet handed to a target when the stack
 // stopped — each to the target now subscribed for its consumer, oldest
-// first, with a fresh retry budget. Call it once, after Subscribe and
+// first, with a fresh retry budget (a rule's MaximumEventAge still counts
+// from the event's first acceptance). Call it once, after Subscribe and
 // SubscribeQueue. A kept delivery whose rule or consumer has no target now
 // stays kept (logged). It returns the number started; without a Store, 0.
 // It returns an error when a kept delivery does not decode.
@@ -143,7 +144,7 @@ func (b *Bus) Resume() (int, error) {
 		}
 		b.inflight++
 		started++
-		go b.deliver(delivery{id: k.id, rule: rule.rule, target: t, raw: k.s.Event, traceHeader: k.s.TraceHeader})
+		go b.deliver(delivery{id: k.id, rule: rule.rule, target: t, raw: k.s.Event, traceHeader: k.s.TraceHeader, accepted: time.Unix(0, k.s.AcceptedAt)})
 	}
 	if started > 0 {
 		b.log.Info("resumed the deliveries kept from the last run", "deliveries", started)

@@ -44,6 +44,7 @@ type StreamPoller struct {
 type shardState struct {
 	id, parent   string
 	started      bool
+	ran          bool // read by an earlier Run (its next start is not "first")
 	done         bool
 	initial      StartingPosition
 	checkpoint   string
@@ -191,7 +192,11 @@ func (p *StreamPoller) WaitCaughtUp(ctx context.Context) error {
 }
 
 // Run polls the stream and invokes the handler until ctx ends, then waits for
-// in-flight invocations to finish and returns nil. It returns an error when
+// in-flight invocations to finish and returns nil. Run may be called again
+// after it returned: it resumes every shard after its checkpoint, as a
+// disabled and re-enabled event source mapping does (a shard an earlier Run
+// read from LATEST without reaching a checkpoint restarts at TRIM_HORIZON:
+// duplicates, never a gap). It returns an error when
 // the stream ARN cannot be resolved or Run is already running. Transient
 // Streams errors are logged and retried.
 func (p *StreamPoller) Run(ctx context.Context) error {
@@ -235,6 +240,7 @@ func (p *StreamPoller) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			timer.Stop()
 			wg.Wait()
+			p.stopped()
 			p.log.Info("stream poller stopped", "stream_arn", arn)
 			return nil
 		case <-wake:
@@ -243,7 +249,22 @@ func (p *StreamPoller) Run(ctx context.Context) error {
 		timer.Stop()
 	}
 	wg.Wait()
+	p.stopped()
 	return nil
+}
+
+// stopped marks every unfinished shard as not being read, so that the next
+// Run starts it again after its checkpoint (AFTER_SEQUENCE_NUMBER): a
+// stopped event source mapping keeps its position, and the records it had
+// not processed (read, buffered or in flight) are read again.
+func (p *StreamPoller) stopped() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, s := range p.shards {
+		if !s.done && s.started {
+			s.started, s.ran = false, true
+		}
+	}
 }
 
 func (p *StreamPoller) resolveARN(ctx context.Context) (string, error) {
@@ -317,7 +338,7 @@ func (p *StreamPoller) startShards(ctx context.Context, shards []streamtypes.Sha
 		// EndingSequenceNumber is not trusted to mean "closed" (Dynoxide
 		// reports it on its open shard); a closed shard read at LATEST just
 		// ends at once, and its children are then read from TRIM_HORIZON.
-		if first && p.cfg.StartingPosition == StartingPositionLatest && s.checkpoint == "" {
+		if first && !s.ran && p.cfg.StartingPosition == StartingPositionLatest && s.checkpoint == "" {
 			s.initial = StartingPositionLatest
 		}
 		s.started = true

@@ -195,20 +195,28 @@ func NewSQSPoller(cfg SQSPollerConfig, h SQSHandler) (*SQSPoller, error) {
 	return &SQSPoller{cfg: cfg, h: h, log: cfg.Logger.With("component", "sqs-event-source-mapping", "function", cfg.FunctionName)}, nil
 }
 
-// Run polls until ctx ends; it returns nil then.
-func (p *SQSPoller) Run(ctx context.Context) error {
+// Run polls until ctx ends; it returns nil then. The invocations running
+// when ctx ends are cut short: their messages come back after their
+// visibility timeout.
+func (p *SQSPoller) Run(ctx context.Context) error { return p.RunUntil(ctx, ctx) }
+
+// RunUntil polls until stop ends and invokes the handler under ctx; once
+// stop ends it lets the running invocations finish (their messages are
+// deleted or returned as their responses say), as a disabled event source
+// mapping does, and returns nil. ctx ending cuts them short, as Run does.
+func (p *SQSPoller) RunUntil(stop, ctx context.Context) error {
 	var wg sync.WaitGroup
 	for range p.cfg.MaximumConcurrency {
 		wg.Add(1)
-		go func() { defer wg.Done(); p.worker(ctx) }()
+		go func() { defer wg.Done(); p.worker(stop, ctx) }()
 	}
 	wg.Wait()
 	return nil
 }
 
-func (p *SQSPoller) worker(ctx context.Context) {
-	for ctx.Err() == nil {
-		batch := p.gather(ctx)
+func (p *SQSPoller) worker(stop, ctx context.Context) {
+	for stop.Err() == nil && ctx.Err() == nil {
+		batch := p.gather(stop)
 		if len(batch) == 0 {
 			continue
 		}

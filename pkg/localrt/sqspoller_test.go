@@ -415,3 +415,43 @@ func TestSQSPollerPanicIsFunctionError(t *testing.T) {
 	}
 	eventually(t, 5*time.Second, "the redelivery", func() bool { return p.Stats().Deleted == 1 })
 }
+
+// RunUntil's stop ends the polling but lets the running invocation finish
+// and its messages be deleted (a disabled event source mapping); nothing
+// more is received after it, and a second run takes up the rest.
+func TestSQSPollerRunUntilFinishesRunningInvocation(t *testing.T) {
+	t.Parallel()
+	q := newTestSQSQueue(t, SQSQueueConfig{VisibilityTimeout: 30 * time.Second})
+	sendBody(t, q, "first")
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	var log invocationLog
+	p, err := NewSQSPoller(SQSPollerConfig{Queue: q, FunctionTimeout: 10 * time.Second, PollWait: 100 * time.Millisecond, MaximumConcurrency: 2,
+		Logger: slog.New(slog.DiscardHandler)}, func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+		log.add(ev)
+		once.Do(func() { close(entered); <-release })
+		return events.SQSEventResponse{}, ctx.Err()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop, cancelStop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = p.RunUntil(stop, context.Background()) }()
+	<-entered
+	cancelStop()
+	sendBody(t, q, "second")
+	close(release)
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("RunUntil did not return after stop")
+	}
+	if calls, _ := log.snapshot(); len(calls) != 1 || p.Stats().Deleted != 1 || q.Len() != 1 {
+		t.Fatalf("after stop: %d invocations (want 1), %d deleted (want the running one's), %d left (want the one sent after stop)", len(calls), p.Stats().Deleted, q.Len())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = p.Run(ctx) }()
+	eventually(t, 5*time.Second, "the second message after a new run", func() bool { return p.Stats().Deleted == 2 })
+}

@@ -57,6 +57,19 @@ type Config struct {
 	// Consumers are the consumers, each with its rule, queue, DLQ, SQS
 	// event source mapping and (ordered) sweep schedule.
 	Consumers []Consumer
+	// Region is the simulated AWS Region of the stack in multi-Region mode
+	// (docs/MULTI-REGION.md; a Region name, config.ValidRegionName): the
+	// stream poller delivers only the records written in it
+	// (outbox.StreamFilterPatternIn), the relay and the reconciler get it
+	// (relay.Config.Region, reconciler.Config.Region), Pending counts its
+	// pending shards (outbox.RegionShardName), the bus's events and ARNs
+	// name it, and WriterConfig gives writers it. "" (the default):
+	// single-Region mode, as before.
+	Region string
+	// Forward forwards events of this stack's bus to another bus: the bus
+	// of the Region where a consumer lives (its home Region), as an
+	// EventBridge rule with an event bus target does. See Forward.
+	Forward []Forward
 
 	// PollInterval is the stream poller's wait after an empty GetRecords
 	// (default 20 ms).
@@ -231,6 +244,11 @@ func (c *Config) validate() error {
 	case c.PendingShards < 1 || c.PendingShards > config.MaxPendingShards:
 		return bad("PendingShards %d out of range 1..%d", c.PendingShards, config.MaxPendingShards)
 	}
+	if c.Region != "" {
+		if err := config.ValidRegionName(c.Region); err != nil {
+			return bad("Region: %v", err)
+		}
+	}
 	names := map[string]bool{}
 	for i, cs := range c.Consumers {
 		switch {
@@ -258,6 +276,9 @@ func (c *Config) validate() error {
 			return bad("consumer %s: StateTable %q is the outbox table: a consumer's state (dedup markers, gates, buffer) lives in its own table", cs.Name, cs.StateTable)
 		}
 		names[cs.Name] = true
+	}
+	if err := c.validateForwards(bad); err != nil {
+		return err
 	}
 	tables := map[string]bool{}
 	for i, t := range c.Tables {

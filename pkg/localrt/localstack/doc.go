@@ -68,6 +68,18 @@
 // ReconcileNow and SweepNow run a schedule at once. Close stops everything
 // and the started Dynoxide.
 //
+// # Regions
+//
+// Config.Region makes the stack one Region of a multi-Region outbox
+// (docs/MULTI-REGION.md): it publishes only the records written in it
+// (outbox.StreamFilterPatternIn), counts its own pending shards, and
+// WriterConfig gives writers the Region. Config.Forward forwards events to
+// another Region's bus (a consumer's home Region) as a rule with an event
+// bus target, retry policy and DLQ; an event forwarded into a bus goes no
+// further (one hop). ForwardTarget and BusARN let two stacks forward to
+// each other. Suspend and Resume take the Region down and back up without
+// losing anything.
+//
 // # Errors
 //
 // Start returns an error wrapping ErrInvalidConfig (naming the field)

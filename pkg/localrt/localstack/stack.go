@@ -40,12 +40,13 @@ type Stack struct {
 	AWSConfig aws.Config
 	DDB       *dynamodb.Client
 	Streams   *dynamodbstreams.Client
-	// OutboxTable, Source, BusName and PendingShards are the Config's,
-	// defaults applied: what a writer needs (outbox.WriterConfig).
+	// OutboxTable, Source, BusName, PendingShards and Region are the
+	// Config's, defaults applied: what a writer needs (WriterConfig).
 	OutboxTable   string
 	Source        string
 	BusName       string
 	PendingShards int
+	Region        string
 	// Tables are the names of every table Start created or reused.
 	Tables []string
 	// Bus is the local EventBridge bus; ArchiveName its archive of every
@@ -66,6 +67,9 @@ type Stack struct {
 	Consumers map[string]*ConsumerPath
 	RuleDLQs  map[string]*localrt.SQSQueue
 	Sweeps    map[string]*localrt.Scheduler
+	// ForwardDLQs are the forwarding rules' DLQs (<Name>-forward-dlq) by
+	// Forward name.
+	ForwardDLQs map[string]*localrt.SQSQueue
 	// ParkedQueue receives the relay's parked records (<OutboxTable>-parked);
 	// OnFailureQueue the stream event source mapping's on-failure records
 	// (<OutboxTable>-relay-onfailure).
@@ -78,9 +82,16 @@ type Stack struct {
 	rejecting atomic.Pointer[RejectSwitch]
 	miss      atomic.Pointer[func(outbox.Envelope) bool]
 	dynox     *dynoxide.Server
-	cancel    context.CancelFunc
-	wg        sync.WaitGroup
 	closeOnce sync.Once
+
+	// runMu guards the running components (run, Suspend, Resume, Close).
+	runMu     sync.Mutex
+	cancel    context.CancelFunc // nil while suspended or closed
+	life      context.Context    // the invocations' context: ends with Close
+	endLife   context.CancelFunc
+	wg        sync.WaitGroup
+	suspended atomic.Bool
+	closed    bool
 }
 
 // Start starts the stack cfg describes and returns it running: Dynoxide
@@ -100,7 +111,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		return nil, err
 	}
 	s := &Stack{cfg: cfg, Endpoint: cfg.Endpoint, OutboxTable: cfg.OutboxTable, Source: cfg.Source, BusName: cfg.BusName,
-		PendingShards: cfg.PendingShards, stateOf: map[string]string{}}
+		PendingShards: cfg.PendingShards, Region: cfg.Region, stateOf: map[string]string{}}
 	defer func() {
 		if err != nil {
 			s.Close()
@@ -130,11 +141,12 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if len(s.ArchiveName) > localrt.MaxArchiveNameLength {
 		s.ArchiveName = s.ArchiveName[:localrt.MaxArchiveNameLength]
 	}
-	rules := make([]localrt.Rule, 0, len(cfg.Consumers))
+	rules := make([]localrt.Rule, 0, len(cfg.Consumers)+len(cfg.Forward))
 	for _, c := range cfg.Consumers {
 		rules = append(rules, localrt.Rule{Name: c.Name + "-rule", Target: c.Name, Pattern: c.rulePattern(cfg.Source)})
 	}
-	if s.Bus, err = localrt.NewBus(localrt.BusConfig{Name: cfg.BusName, Rules: rules, Logger: log.With("fn", "bus"),
+	rules = append(rules, cfg.forwardRules()...)
+	if s.Bus, err = localrt.NewBus(localrt.BusConfig{Name: cfg.BusName, Region: cfg.Region, Rules: rules, Logger: log.With("fn", "bus"),
 		Archives: []localrt.ArchiveConfig{{Name: s.ArchiveName, Pattern: map[string]any{"source": []any{cfg.Source}}, RetentionDays: config.DefaultArchiveRetentionDays}},
 	}); err != nil {
 		return nil, fmt.Errorf("localstack: bus: %w", err)
@@ -146,6 +158,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if s.Relay, err = relay.New(publishPath{s}, s.DDB, s.ParkedQueue, relay.Config{
 		Publisher: relay.PublisherConfig{EventBusName: cfg.BusName, Source: cfg.Source},
 		Marker:    relay.MarkerConfig{Table: cfg.OutboxTable, ParkedQueueURL: s.ParkedQueue.URL(), Metrics: cfg.Metrics},
+		Region:    cfg.Region,
 		Logger:    log.With("fn", "relay"),
 	}); err != nil {
 		return nil, fmt.Errorf("localstack: relay: %w", err)
@@ -154,6 +167,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if s.Reconciler, err = reconciler.New(s.DDB, s.Relay.Publisher(), s.Relay.Marker(), reconciler.Config{
 		Table: cfg.OutboxTable, PendingShards: cfg.PendingShards, ReconcileAfter: cfg.ReconcileAfter,
 		AllowShortReconcileAfter: true, Budget: budget, Metrics: cfg.Metrics, Logger: log.With("fn", "reconciler"),
+		Region: cfg.Region,
 	}); err != nil {
 		return nil, fmt.Errorf("localstack: reconciler: %w", err)
 	}
@@ -166,6 +180,9 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if err := s.addConsumers(); err != nil {
 		return nil, err
 	}
+	if err := s.addForwards(); err != nil {
+		return nil, err
+	}
 
 	stream := LoseAfterPublish(nil, func(env outbox.Envelope) bool {
 		m := s.miss.Load()
@@ -173,6 +190,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	}, s.Relay.Handle)
 	if s.Poller, err = localrt.NewStreamPoller(localrt.StreamPollerConfig{
 		Streams: s.Streams, TableName: cfg.OutboxTable, Tables: s.DDB,
+		FilterPatterns: []any{outbox.StreamFilterPatternIn(cfg.Region)}, Region: cfg.Region,
 		PollInterval: cfg.PollInterval, BisectBatchOnFunctionError: true,
 		FunctionTimeout: cfg.RelayFunctionTimeout, FunctionName: "relay",
 		OnFailure: s.OnFailureQueue, OnFailureQueueURL: s.OnFailureQueue.URL(),
@@ -181,26 +199,20 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		return nil, fmt.Errorf("localstack: stream poller: %w", err)
 	}
 
-	runCtx, cancel := context.WithCancel(context.Background())
-	s.cancel = cancel
-	s.goRun(func() {
-		if err := s.Poller.Run(runCtx); err != nil {
-			log.Error("stream poller stopped", "error", err)
-		}
-	})
-	s.goRun(func() { _ = s.ReconcileSchedule.Run(runCtx) })
-	for _, sw := range s.Sweeps {
-		s.goRun(func() { _ = sw.Run(runCtx) })
-	}
-	for _, c := range s.Consumers {
-		s.goRun(func() { _ = c.Poller.Run(runCtx) })
-	}
+	s.life, s.endLife = context.WithCancel(context.Background())
+	s.runMu.Lock()
+	s.run()
+	s.runMu.Unlock()
 	return s, nil
 }
 
-func (s *Stack) goRun(f func()) {
-	s.wg.Add(1)
-	go func() { defer s.wg.Done(); f() }()
+// WriterConfig returns what a writer of this stack's outbox needs: the
+// outbox table, the event source, the pending shard count and, in
+// multi-Region mode, the Region (outbox.WriterConfig.Region). Add the
+// business tables' Keys and use it with outbox.NewWriter and the stack's
+// DDB client.
+func (s *Stack) WriterConfig() outbox.WriterConfig {
+	return outbox.WriterConfig{Table: s.OutboxTable, Region: s.Region, Source: s.Source, PendingShards: s.PendingShards}
 }
 
 // createTables creates the outbox, cfg.Tables and the consumers' state
@@ -302,7 +314,7 @@ func (p publishPath) PutEvents(ctx context.Context, in *eventbridge.PutEventsInp
 
 // QueueURLs returns the URL of every queue of the stack by name (the last
 // segment of its URL): the parked-records queue, the on-failure queue, and
-// each consumer's queue, DLQ and rule DLQ.
+// each consumer's queue, DLQ and rule DLQ, and each forward's DLQ.
 func (s *Stack) QueueURLs() map[string]string {
 	urls := map[string]string{}
 	add := func(u string) { urls[u[len(QueueURLPrefix):]] = u }
@@ -313,6 +325,9 @@ func (s *Stack) QueueURLs() map[string]string {
 		add(c.DLQ.URL())
 		add(s.RuleDLQs[name].URL())
 	}
+	for _, q := range s.ForwardDLQs {
+		add(q.URL())
+	}
 	return urls
 }
 
@@ -320,8 +335,12 @@ func (s *Stack) QueueURLs() map[string]string {
 // end, every bus delivery done, every consumer queue empty and no consumer
 // invocation running. A record the relay missed is not waited for: Settle
 // waits for the reconciler too. It returns ctx's error, wrapped, on
-// timeout.
+// timeout, and ErrSuspended at once while the stack is suspended (nothing
+// runs to drain it).
 func (s *Stack) Drain(ctx context.Context) error {
+	if s.suspended.Load() {
+		return fmt.Errorf("localstack: drain: %w", ErrSuspended)
+	}
 	return Quiet(ctx, func() *localrt.StreamPoller { return s.Poller }, s.Bus, s.consumerList)
 }
 
@@ -358,18 +377,26 @@ func (s *Stack) Settle(ctx context.Context) error {
 	}
 }
 
-// Pending counts the outbox's pending records: a strongly consistent
-// count would need a Scan, so it queries every shard of the sparse pending
-// index (outbox.PendingIndexName; eventually consistent on AWS, current
-// on Dynoxide).
+// Pending counts the outbox's pending records of the stack's Region: a
+// strongly consistent count would need a Scan, so it queries every shard of
+// the sparse pending index (outbox.PendingIndexName; eventually consistent
+// on AWS, current on Dynoxide) the Region's writers use
+// (outbox.RegionShardName; in single-Region mode outbox.ShardName).
 func (s *Stack) Pending(ctx context.Context) (int, error) {
+	return PendingIn(ctx, s.DDB, s.OutboxTable, s.Region, s.PendingShards)
+}
+
+// PendingIn counts the pending records of region ("" = single-Region mode)
+// in the outbox table of ddb: a Query with Select COUNT on each of the
+// Region's shards of the pending index.
+func PendingIn(ctx context.Context, ddb *dynamodb.Client, table, region string, shards int) (int, error) {
 	n := 0
-	for i := range s.PendingShards {
-		p := dynamodb.NewQueryPaginator(s.DDB, &dynamodb.QueryInput{
-			TableName: aws.String(s.OutboxTable), IndexName: aws.String(outbox.PendingIndexName),
+	for i := range shards {
+		p := dynamodb.NewQueryPaginator(ddb, &dynamodb.QueryInput{
+			TableName: aws.String(table), IndexName: aws.String(outbox.PendingIndexName),
 			KeyConditionExpression:    aws.String("#s = :s"),
 			ExpressionAttributeNames:  map[string]string{"#s": outbox.AttrPendingShard},
-			ExpressionAttributeValues: map[string]types.AttributeValue{":s": &types.AttributeValueMemberS{Value: outbox.ShardName(i)}},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":s": &types.AttributeValueMemberS{Value: outbox.RegionShardName(region, i)}},
 			Select:                    types.SelectCount,
 		})
 		for p.HasMorePages() {
@@ -450,16 +477,23 @@ func (s *Stack) RedriveParked(ctx context.Context) (int, error) {
 
 // ReconcileNow runs the reconciler once at once (the schedule's next run
 // still comes): records pending for longer than Config.ReconcileAfter are
-// published. It returns the run's error.
+// published. It returns the run's error, or ErrSuspended while the stack is
+// suspended.
 func (s *Stack) ReconcileNow(ctx context.Context) error {
+	if s.suspended.Load() {
+		return fmt.Errorf("localstack: reconcile: %w", ErrSuspended)
+	}
 	return s.ReconcileSchedule.Trigger(ctx)
 }
 
 // SweepNow sends every ordered consumer's queue a sweep tick at once (what
 // its schedule does every Config.SweepEvery) and drains the stack, so what
 // a crash left in a resequencer buffer is applied. It returns the first
-// error.
+// error; ErrSuspended while the stack is suspended.
 func (s *Stack) SweepNow(ctx context.Context) error {
+	if s.suspended.Load() {
+		return fmt.Errorf("localstack: sweep: %w", ErrSuspended)
+	}
 	names := make([]string, 0, len(s.Sweeps))
 	for n := range s.Sweeps {
 		names = append(names, n)
@@ -497,10 +531,13 @@ func (s *Stack) Buffered(ctx context.Context) (map[string][]dedup.BufferedEvent,
 // running invocations to end; calling it again does nothing.
 func (s *Stack) Close() {
 	s.closeOnce.Do(func() {
-		if s.cancel != nil {
-			s.cancel()
+		s.runMu.Lock()
+		s.closed = true
+		if s.endLife != nil {
+			s.endLife()
 		}
-		s.wg.Wait()
+		s.stop()
+		s.runMu.Unlock()
 		if s.Bus != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			_ = s.Bus.Close(ctx)
