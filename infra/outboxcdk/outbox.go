@@ -290,6 +290,13 @@ func (o *Outbox) build() (*Outbox, error) {
 		Filters:                 &[]*map[string]any{awslambda.FilterCriteria_Filter(&filter)},
 	})
 	o.Relay.AddEventSource(o.StreamSource)
+	if props.MultiRegion != nil {
+		// TableV2's stream grant names dynamodb:ListStreams on the stream
+		// ARN, where it grants nothing (the action supports no
+		// resource-level permissions): the mapping needs it on "*", as
+		// DynamoEventSource grants it for a Table.
+		grant(o.Relay, []string{"dynamodb:ListStreams"}, jsii.String("*"))
+	}
 	// DynamoEventSource grants dynamodb:ListStreams on "*" (the action has no
 	// resource-level permissions); the stream-scoped actions are on the
 	// stream ARN.

@@ -41,11 +41,13 @@ var (
 	HomeCheckActions = []string{"dynamodb:ConditionCheckItem", "dynamodb:GetItem"}
 	// TakeoverSweepActions are what the reconciler needs on the outbox
 	// table besides MarkActions and PendingQueryActions in multi-Region
-	// mode: dynamodb:BatchGetItem, dynamodb:Query (read the takeover items
-	// and its takeover marks), dynamodb:PutItem and dynamodb:UpdateItem
-	// (write its takeover marks). The takeover items live in the outbox
-	// table itself.
-	TakeoverSweepActions = []string{"dynamodb:BatchGetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem"}
+	// mode: dynamodb:BatchGetItem (the survivors' takeover marks of its
+	// pending records), dynamodb:Query (the takeover items),
+	// dynamodb:GetItem (a failed Region's record, re-read consistently
+	// before the survivor publishes it), dynamodb:PutItem and
+	// dynamodb:UpdateItem (its heartbeat and its takeover marks). The
+	// takeover items live in the outbox table itself.
+	TakeoverSweepActions = []string{"dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem"}
 	// TakeoverActions are what the operator's takeover command (outboxctl
 	// takeover / release) needs on the outbox table: write, read, list and
 	// delete the takeover items (GrantTakeover).

@@ -46,6 +46,9 @@ var (
 	dropIn    *synthesized // the Outbox construct alone in a bare stack
 	dropInOb  *outboxcdk.Outbox
 	dropInFn  string // logical id of the drop-in writer function
+	// primary is the primary Region's stack of a two-Region deployment
+	// (issue 34), checked role by role against app.Permissions WithRegions
+	primary *synthesized
 	nagErrors []string
 	// customNagErrors are the cdk-nag findings of the custom (auth NONE,
 	// customer managed key) stack
@@ -88,6 +91,22 @@ func setup(m *testing.M) (int, error) {
 	}
 	for _, f := range *ann.FindWarning(jsii.String("*"), assertions.Match_StringLikeRegexp(jsii.String("AwsSolutions-.*"))) {
 		nagErrors = append(nagErrors, fmt.Sprintf("warning %s: %v", *f.Id, f.Entry.Data))
+	}
+
+	pst, err := NewOrdersStack(awscdk.NewApp(nil), "Primary", OrdersStackProps{
+		AssetRoot:  dir,
+		StackProps: awscdk.StackProps{Env: &awscdk.Environment{Region: jsii.String("eu-west-1")}},
+		MultiRegion: &outboxcdk.MultiRegionProps{
+			Regions:       []string{"eu-west-1", "eu-central-1"},
+			PrimaryRegion: "eu-west-1",
+			TableName:     "ddb-outbox-outbox",
+		},
+	})
+	if err != nil {
+		return 1, err
+	}
+	if primary, err = synth(pst); err != nil {
+		return 1, err
 	}
 
 	// one app per stack: an app cannot change after its first synthesis

@@ -149,16 +149,17 @@ func (f FunctionPermissions) WithEncryptionKey() FunctionPermissions {
 
 // RegionWriteActions are the IAM actions an outbox writer needs on the
 // outbox table in multi-Region mode (config.EnvRegions set) besides
-// dynamodb:PutItem: the ConditionCheck on each aggregate's home item that
-// fences every write after its creation (outbox.Writer.Write,
-// docs/MULTI-REGION.md). A ConditionCheck inside TransactWriteItems is
-// authorized by dynamodb:ConditionCheckItem (DynamoDB developer guide,
-// "Using IAM with DynamoDB transactions"); the home item's Put by
-// dynamodb:PutItem, which the writer has. That page names no further
-// permission for the stored item DynamoDB returns with a failed condition
-// (ReturnValuesOnConditionCheckFailure ALL_OLD, for outbox.NotHomeError's
-// Home); not yet verified on AWS.
-var RegionWriteActions = []string{"dynamodb:ConditionCheckItem"}
+// dynamodb:PutItem: dynamodb:ConditionCheckItem for the ConditionCheck on
+// each aggregate's home item that fences every write after its creation
+// (outbox.Writer.Write, docs/MULTI-REGION.md; DynamoDB developer guide,
+// "Using IAM with DynamoDB transactions"), and dynamodb:GetItem for the
+// stored home item DynamoDB returns with a failed condition
+// (ReturnValuesOnConditionCheckFailure ALL_OLD, outbox.NotHomeError's
+// Home): no AWS page we found says whether returning it needs that read
+// permission, so it is granted rather than risk an AccessDenied in place of
+// the refusal (❓ in docs/MULTI-REGION.md). infra/outboxcdk.HomeCheckActions
+// grants exactly these.
+var RegionWriteActions = []string{"dynamodb:ConditionCheckItem", "dynamodb:GetItem"}
 
 // WithRegions returns f as deployed in multi-Region mode (config.EnvRegions
 // set): the api's outbox writes carry the home item's ConditionCheck, so
