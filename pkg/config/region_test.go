@@ -7,12 +7,16 @@ import (
 
 func TestValidRegionName(t *testing.T) {
 	t.Parallel()
-	for _, ok := range []string{"eu-west-1", "us-gov-west-1", "ap-southeast-4", "cn-north-1", "il-central-1"} {
+	for _, ok := range []string{"eu-west-1", "us-gov-west-1", "ap-southeast-4", "cn-north-1", "il-central-1", "eusc-de-east-1"} {
 		if err := ValidRegionName(ok); err != nil {
 			t.Errorf("ValidRegionName(%q) = %v, want nil", ok, err)
 		}
 	}
-	for _, bad := range []string{"", "eu-west", "EU-WEST-1", "eu_west_1", " eu-west-1", "eu-west-1 ", "euwest1", "eu-west-123", "e-west-1", "eu--west-1", "eu-west-1#p00"} {
+	for _, bad := range []string{"", "eu-west", "EU-WEST-1", "eu_west_1", " eu-west-1", "eu-west-1 ", "euwest1", "eu-west-123", "e-west-1", "eu--west-1", "eu-west-1#p00", "abcde-west-1",
+		// Shaped like a Region but long enough to push a prefixed key
+		// (takeover "<failed>#<survivor>", a 1,024-byte sort key) past
+		// DynamoDB's limits.
+		"eu-" + strings.Repeat("west", 200) + "-1", "eu-" + strings.Repeat("w", 28) + "-1" /* 33 bytes */} {
 		if err := ValidRegionName(bad); err == nil {
 			t.Errorf("ValidRegionName(%q) = nil, want an error", bad)
 		}
