@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -108,7 +109,9 @@ func RedriveInRegion(region string) RedriveOption {
 }
 
 // RedriveGeneration returns an item's outbox.AttrRedriveGeneration (N; 0
-// when absent), or an error when it is not a whole number.
+// when absent), or an error when it is not a whole number, or when it is
+// math.MaxInt64: the generation read is bumped to gen+1, which would wrap
+// to a negative generation that every later read refuses.
 func RedriveGeneration(item map[string]types.AttributeValue) (int64, error) {
 	v, ok := item[outbox.AttrRedriveGeneration]
 	if !ok {
@@ -121,6 +124,9 @@ func RedriveGeneration(item map[string]types.AttributeValue) (int64, error) {
 	g, err := strconv.ParseInt(n.Value, 10, 64)
 	if err != nil || g < 0 {
 		return 0, fmt.Errorf("%s %q is not a whole number", outbox.AttrRedriveGeneration, n.Value)
+	}
+	if g == math.MaxInt64 {
+		return 0, fmt.Errorf("%s %q is the int64 maximum and cannot be bumped", outbox.AttrRedriveGeneration, n.Value)
 	}
 	return g, nil
 }
