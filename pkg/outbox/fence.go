@@ -35,6 +35,11 @@ import (
 // ("home#<type>#<id>") must fit.
 const MaxPartitionKeyBytes = 2048
 
+// MaxSortKeyBytes is DynamoDB's limit on a sort key value: 1,024 bytes
+// (same quotas page: "Sort key length"). A request naming a longer key is
+// refused whole (ValidationException), a BatchGetItem of 100 keys too.
+const MaxSortKeyBytes = 1024
+
 // Errors of multi-Region mode.
 var (
 	// ErrNotHomeRegion: the aggregate's home Region is not this Writer's

@@ -246,22 +246,33 @@ func (r *Reconciler) finishMark(ctx context.Context, failed string, m relay.Mark
 // event id and every survivor in l.adoptFrom it reads the survivor's mark
 // (BatchGetItem, MaxBatchGetKeys keys a call, UnprocessedKeys retried with
 // backoff), and marks each record a PUBLISHED mark covers published through
-// the Marker (bus_event_id from the mark) without sending it. A record
-// whose adoption failed is left out too (the next run tries again); a
-// record whose marks could not be read is kept (sent again at worst, I3).
+// the Marker (bus_event_id from the mark) without sending it. A mark covers
+// the record it names (record_pk, record_sk), not another record carrying
+// the same event id. Each mark key is read once, and a key too long for a
+// mark (MarkKey's sort key over outbox.MaxSortKeyBytes: no mark can exist)
+// is not read: BatchGetItem refuses a request with a duplicate or an
+// over-long key as a whole. A record whose adoption failed is left out too
+// (the next run tries again); a record whose marks could not be read is
+// kept (sent again at worst, I3).
 func (r *Reconciler) adopt(ctx context.Context, l *lane, items []map[string]types.AttributeValue, rep *Report) []map[string]types.AttributeValue {
-	type ref struct{ eventID, survivor string }
 	var keys []map[string]types.AttributeValue
+	asked := map[outbox.Key]bool{}
 	for _, it := range items {
 		id := str(it[outbox.AttrEventID])
 		if id == "" {
 			continue
 		}
 		for _, s := range l.adoptFrom {
-			keys = append(keys, MarkKey(r.cfg.Region, s, id).AttributeValues())
+			k := MarkKey(r.cfg.Region, s, id)
+			if asked[k] || len(k.SK) > outbox.MaxSortKeyBytes {
+				continue
+			}
+			asked[k] = true
+			keys = append(keys, k.AttributeValues())
 		}
 	}
-	busIDs := map[string]string{} // event id -> bus event id of a PUBLISHED mark
+	type published struct{ bus, pk, sk string }
+	busIDs := map[string][]published{} // event id -> PUBLISHED marks
 	for start := 0; start < len(keys); start += MaxBatchGetKeys {
 		got, err := r.batchGet(ctx, keys[start:min(start+MaxBatchGetKeys, len(keys))])
 		if err != nil {
@@ -269,9 +280,20 @@ func (r *Reconciler) adopt(ctx context.Context, l *lane, items []map[string]type
 		}
 		for _, m := range got {
 			if str(m[AttrTakeoverState]) == MarkPublished {
-				busIDs[str(m[AttrMarkEventID])] = str(m[outbox.AttrBusEventID])
+				id := str(m[AttrMarkEventID])
+				busIDs[id] = append(busIDs[id], published{bus: str(m[outbox.AttrBusEventID]), pk: str(m[AttrMarkRecordPK]), sk: str(m[AttrMarkRecordSK])})
 			}
 		}
+	}
+	// covering returns the bus event id of a PUBLISHED mark on the record
+	// item; a mark without record_pk/record_sk covers its event id.
+	covering := func(it map[string]types.AttributeValue) (string, bool) {
+		for _, p := range busIDs[str(it[outbox.AttrEventID])] {
+			if p.pk == "" && p.sk == "" || p.pk == str(it[outbox.AttrPK]) && p.sk == str(it[outbox.AttrSK]) {
+				return p.bus, true
+			}
+		}
+		return "", false
 	}
 	if len(busIDs) == 0 {
 		return items
@@ -279,7 +301,7 @@ func (r *Reconciler) adopt(ctx context.Context, l *lane, items []map[string]type
 	var rest []map[string]types.AttributeValue
 	var marks []relay.Mark
 	for _, it := range items {
-		bus, ok := busIDs[str(it[outbox.AttrEventID])]
+		bus, ok := covering(it)
 		if !ok {
 			rest = append(rest, it)
 			continue

@@ -1,0 +1,122 @@
+package reconciler_test
+
+import (
+	"context"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
+	"github.com/ddb-outbox/ddb-outbox/pkg/reconciler"
+)
+
+// putRegionalID is putRegional with a caller's event id (Writer.Write takes
+// the caller's envelopes, so an event id is any non-empty string).
+func (f fixture) putRegionalID(t *testing.T, region, id, eventID string, age time.Duration) outbox.Envelope {
+	t.Helper()
+	env, err := outbox.NewEnvelope(outbox.Aggregate{Type: "Order", ID: id, Sequence: 1},
+		outbox.Event{Type: "OrderPlaced", Version: 1, Payload: map[string]string{"id": id}}, outbox.Metadata{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.EventID = eventID
+	env.OccurredAt = env.OccurredAt.Add(-age)
+	item := outbox.NewRecordIn(region, env, 0, f.shards).Item()
+	if _, err := f.env.DDB.PutItem(context.Background(), &dynamodb.PutItemInput{TableName: aws.String(f.table), Item: item}); err != nil {
+		t.Fatal(err)
+	}
+	return env
+}
+
+// putMark writes survivor's takeover mark on failed's record of e, as the
+// survivor's claimMark and finishMark leave it.
+func (f fixture) putMark(t *testing.T, failed, survivor string, e outbox.Envelope, state string) {
+	t.Helper()
+	k := keyOf(e)
+	m := reconciler.MarkKey(failed, survivor, e.EventID).AttributeValues()
+	m[reconciler.AttrTakeoverState] = &ddbtypes.AttributeValueMemberS{Value: state}
+	m[reconciler.AttrMarkEventID] = &ddbtypes.AttributeValueMemberS{Value: e.EventID}
+	m[reconciler.AttrMarkRecordPK] = &ddbtypes.AttributeValueMemberS{Value: k.PK}
+	m[reconciler.AttrMarkRecordSK] = &ddbtypes.AttributeValueMemberS{Value: k.SK}
+	m[outbox.AttrBusEventID] = &ddbtypes.AttributeValueMemberS{Value: "by-" + survivor}
+	if _, err := f.env.DDB.PutItem(context.Background(), &dynamodb.PutItemInput{TableName: aws.String(f.table), Item: m}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAdoptionSurvivesHostileMarkKeys: one page of the origin's due records
+// holds two records sharing an event id and one whose event id is too long
+// for a mark's 1,024-byte sort key. BatchGetItem refuses a request with a
+// duplicate key or an over-long one as a whole (ValidationException), so
+// neither may reach it: the record a survivor published is still adopted
+// (not sent again), and the others are published by their origin.
+func TestAdoptionSurvivesHostileMarkKeys(t *testing.T) {
+	t.Parallel()
+	f := setup(t, 1)
+	ctx := context.Background()
+	good := f.putRegional(t, regionA, "good", time.Hour)
+	f.putMark(t, regionA, regionB, good, reconciler.MarkPublished)
+	f.putRegionalID(t, regionA, "dup1", "same-id", time.Hour)
+	f.putRegionalID(t, regionA, "dup2", "same-id", time.Hour)
+	long := f.putRegionalID(t, regionA, "long", strings.Repeat("e", 1020), time.Hour)
+	if err := reconciler.DeclareTakeover(ctx, f.env.DDB, f.table, reconciler.TakeoverDecl{Failed: regionA, Survivor: regionB}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	rc := f.regional(t, regionA)
+	rep, err := rc.Run(ctx)
+	if err != nil || rep.Adopted != 1 || rep.Resent != 3 {
+		t.Fatalf("report %+v %v: want 1 adopted, 3 resent", rep, err)
+	}
+	if f.sentCount(good.EventID) != 0 || f.sentCount("same-id") != 2 || f.sentCount(long.EventID) != 1 {
+		t.Fatalf("sent %d events: want the adopted one not sent, the others sent", len(f.eb.sent))
+	}
+	if got := f.record(t, good); got.Status != outbox.StatusPublished {
+		t.Fatalf("adopted record %s, want PUBLISHED", got.Status)
+	}
+}
+
+// TestAdoptionMatchesMarkToRecord: a mark covers the record it names
+// (record_pk, record_sk), not every record carrying its event id: a second
+// record reusing the event id was never published by the survivor, so it
+// is sent by its origin, never marked PUBLISHED unsent.
+func TestAdoptionMatchesMarkToRecord(t *testing.T) {
+	t.Parallel()
+	f := setup(t, 1)
+	ctx := context.Background()
+	first := f.putRegionalID(t, regionA, "first", "reused-id", time.Hour)
+	f.putRegionalID(t, regionA, "second", "reused-id", time.Hour)
+	f.putMark(t, regionA, regionB, first, reconciler.MarkPublished)
+	if err := reconciler.DeclareTakeover(ctx, f.env.DDB, f.table, reconciler.TakeoverDecl{Failed: regionA, Survivor: regionB}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	rc := f.reconciler(t, f.env.DDB, io.Discard, func(c *reconciler.Config) { c.Region = regionA })
+	rep, err := rc.Run(ctx)
+	if err != nil || rep.Adopted != 1 || rep.Resent != 1 || f.sentCount("reused-id") != 1 {
+		t.Fatalf("report %+v %v, sent %v: want the marked record adopted and the other one sent", rep, err, f.eb.sent)
+	}
+}
+
+// TestAdoptionIgnoresClaimedAndFailedMarks: a mark the survivor only
+// CLAIMED (it may never have sent the event) or marked FAILED is no proof
+// of publication: the origin publishes the record itself.
+func TestAdoptionIgnoresClaimedAndFailedMarks(t *testing.T) {
+	t.Parallel()
+	f := setup(t, 1)
+	ctx := context.Background()
+	claimed := f.putRegional(t, regionA, "claimed", time.Hour)
+	failed := f.putRegional(t, regionA, "failed", time.Hour)
+	f.putMark(t, regionA, regionB, claimed, reconciler.MarkClaimed)
+	f.putMark(t, regionA, regionB, failed, reconciler.MarkFailed)
+	if err := reconciler.DeclareTakeover(ctx, f.env.DDB, f.table, reconciler.TakeoverDecl{Failed: regionA, Survivor: regionB}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := f.regional(t, regionA).Run(ctx)
+	if err != nil || rep.Adopted != 0 || rep.Resent != 2 || f.sentCount(claimed.EventID) != 1 || f.sentCount(failed.EventID) != 1 {
+		t.Fatalf("report %+v %v, sent %v: want both sent by their origin, none adopted", rep, err, f.eb.sent)
+	}
+}
