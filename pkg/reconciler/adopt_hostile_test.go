@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -118,5 +119,55 @@ func TestAdoptionIgnoresClaimedAndFailedMarks(t *testing.T) {
 	rep, err := f.regional(t, regionA).Run(ctx)
 	if err != nil || rep.Adopted != 0 || rep.Resent != 2 || f.sentCount(claimed.EventID) != 1 || f.sentCount(failed.EventID) != 1 {
 		t.Fatalf("report %+v %v, sent %v: want both sent by their origin, none adopted", rep, err, f.eb.sent)
+	}
+}
+
+// longKeySpy counts the PutItem calls naming a sort key longer than
+// DynamoDB's 1,024 bytes (which DynamoDB refuses).
+type longKeySpy struct {
+	*dynamodb.Client
+	mu   sync.Mutex
+	long int
+}
+
+func (s *longKeySpy) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	if sk, ok := in.Item[outbox.AttrSK].(*ddbtypes.AttributeValueMemberS); ok && len(sk.Value) > outbox.MaxSortKeyBytes {
+		s.mu.Lock()
+		s.long++
+		s.mu.Unlock()
+	}
+	return s.Client.PutItem(ctx, in, opts...)
+}
+
+// TestTakeoverLongEventID: a failed Region's record whose event id cannot
+// fit a takeover mark's sort key (written before MaxRegionEventIDBytes, or
+// by another writer) is not taken over, no mark with an over-long key is
+// sent, and its aggregate's later record is held behind it; the rest of
+// the failed Region's backlog is taken over.
+func TestTakeoverLongEventID(t *testing.T) {
+	t.Parallel()
+	f := setup(t, 1)
+	ctx := context.Background()
+	long := f.putRegionalID(t, regionA, "agg", strings.Repeat("e", 1020), time.Hour)
+	next, err := outbox.NewEnvelope(outbox.Aggregate{Type: "Order", ID: "agg", Sequence: 2},
+		outbox.Event{Type: "OrderShipped", Version: 1, Payload: map[string]string{}}, outbox.Metadata{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next.OccurredAt = next.OccurredAt.Add(-50 * time.Minute)
+	if _, err := f.env.DDB.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(f.table), Item: outbox.NewRecordIn(regionA, next, 0, f.shards).Item()}); err != nil {
+		t.Fatal(err)
+	}
+	other := f.putRegional(t, regionA, "other", time.Hour)
+	if err := reconciler.DeclareTakeover(ctx, f.env.DDB, f.table, reconciler.TakeoverDecl{Failed: regionA, Survivor: regionB}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	spy := &longKeySpy{Client: f.env.DDB}
+	rep, err := f.reconciler(t, spy, io.Discard, func(c *reconciler.Config) { c.Region = regionB }).Run(ctx)
+	if err != nil || rep.TakenOver != 1 || f.sentCount(other.EventID) != 1 || f.sentCount(long.EventID) != 0 || f.sentCount(next.EventID) != 0 || rep.HeldBack != 1 {
+		t.Fatalf("report %+v %v, sent %d: want only the other aggregate's record taken over, the later record held", rep, err, len(f.eb.sent))
+	}
+	if spy.long != 0 {
+		t.Fatalf("%d PutItem calls with a sort key over %d bytes", spy.long, outbox.MaxSortKeyBytes)
 	}
 }

@@ -113,7 +113,9 @@ func (r *Reconciler) heartbeat(ctx context.Context, now time.Time) error {
 // claimMark returns the claim of a takeover lane: it reads the failed
 // Region's record in this Region's replica (GetItem, strongly consistent)
 // and goes on only if it is still PENDING, written in failed and decodes
-// as an outbox record; then it
+// as an outbox record (a record whose event id is too long for MarkKey's
+// sort key is a claim failure, sent nowhere: its aggregate waits for its
+// origin); then it
 // puts this Region's takeover mark (MarkKey) with takeover_state CLAIMED
 // and claimed_until = now + ClaimLease, conditioned on no mark or a lapsed
 // CLAIMED one. A PUBLISHED or FAILED mark means nothing to do; a live
@@ -123,6 +125,11 @@ func (r *Reconciler) claimMark(failed string) func(context.Context, outbox.Key, 
 		eventID := str(item[outbox.AttrEventID])
 		if eventID == "" {
 			return notPending, nil, nil // undecodable: its origin parks it
+		}
+		if mk := MarkKey(failed, r.cfg.Region, eventID); len(mk.SK) > outbox.MaxSortKeyBytes {
+			// No mark can name it (DynamoDB would refuse the key), so it
+			// cannot be taken over; its aggregate waits for its origin.
+			return claimFailed, nil, fmt.Errorf("takeover of %s/%s: event id of %d bytes does not fit a takeover mark's %d-byte sort key (outbox.MaxRegionEventIDBytes); left to %s", key.PK, key.SK, len(eventID), outbox.MaxSortKeyBytes, failed)
 		}
 		callCtx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
 		got, err := r.multi.GetItem(callCtx, &dynamodb.GetItemInput{TableName: aws.String(r.cfg.Table), Key: key.AttributeValues(), ConsistentRead: aws.Bool(true)})
