@@ -171,3 +171,46 @@ func TestTakeoverLongEventID(t *testing.T) {
 		t.Fatalf("%d PutItem calls with a sort key over %d bytes", spy.long, outbox.MaxSortKeyBytes)
 	}
 }
+
+// TestTakeoverItemBadLagMargin: a takeover item whose lag_margin_ms is
+// negative, missing or not a number (written by hand or by another tool;
+// DeclareTakeover refuses such a margin) fails safe: the survivor waits the
+// longest margin (MaxLagMargin) rather than none, so a record the failed
+// Region may still be publishing is left alone.
+func TestTakeoverItemBadLagMargin(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name   string
+		margin ddbtypes.AttributeValue
+	}{
+		{"negative", &ddbtypes.AttributeValueMemberN{Value: "-3600000"}},
+		{"missing", nil},
+		{"not a number", &ddbtypes.AttributeValueMemberS{Value: "10m"}},
+		{"beyond int64", &ddbtypes.AttributeValueMemberN{Value: "99999999999999999999"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			f := setup(t, 1)
+			ctx := context.Background()
+			young := f.putRegional(t, regionA, "young", 10*time.Minute) // past the 5-minute stale age
+			item := reconciler.TakeoverKey(regionA, regionB).AttributeValues()
+			item[reconciler.AttrTakeoverState] = &ddbtypes.AttributeValueMemberS{Value: reconciler.TakeoverActive}
+			item[reconciler.AttrFailedRegion] = &ddbtypes.AttributeValueMemberS{Value: regionA}
+			item[reconciler.AttrSurvivorRegion] = &ddbtypes.AttributeValueMemberS{Value: regionB}
+			if c.margin != nil {
+				item[reconciler.AttrLagMarginMs] = c.margin
+			}
+			if _, err := f.env.DDB.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(f.table), Item: item}); err != nil {
+				t.Fatal(err)
+			}
+			tks, err := reconciler.ListTakeovers(ctx, f.env.DDB, f.table)
+			if err != nil || len(tks) != 1 || tks[0].LagMargin != reconciler.MaxLagMargin {
+				t.Fatalf("ListTakeovers %+v %v: want the lag margin read as MaxLagMargin", tks, err)
+			}
+			rep, err := f.regional(t, regionB).Run(ctx)
+			if err != nil || rep.TakenOver != 0 || f.sentCount(young.EventID) != 0 {
+				t.Fatalf("report %+v %v: a 10-minute-old record of the failed Region was taken over", rep, err)
+			}
+		})
+	}
+}
