@@ -214,3 +214,66 @@ func TestTakeoverItemBadLagMargin(t *testing.T) {
 		})
 	}
 }
+
+// TestAdoptionRespectsRedriveGeneration: a survivor's PUBLISHED mark is
+// proof for the generation of the record it published. Once the origin
+// requeues or redrives the record (redrive_generation bumped), the old mark
+// must not mark the new generation published unsent: the operator asked
+// for it to be published again. A mark carries the generation it read;
+// one without reads as generation 0.
+func TestAdoptionRespectsRedriveGeneration(t *testing.T) {
+	t.Parallel()
+	f := setup(t, 1)
+	ctx := context.Background()
+	requeued := f.putRegional(t, regionA, "requeued", time.Hour)
+	same := f.putRegional(t, regionA, "same", time.Hour)
+	f.putMark(t, regionA, regionB, requeued, reconciler.MarkPublished)
+	f.putMark(t, regionA, regionB, same, reconciler.MarkPublished)
+	// The origin requeued "requeued" after the survivor had published it.
+	if _, err := f.env.DDB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: aws.String(f.table), Key: keyOf(requeued).AttributeValues(),
+		UpdateExpression:          aws.String("SET #g = :g"),
+		ExpressionAttributeNames:  map[string]string{"#g": outbox.AttrRedriveGeneration},
+		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":g": &ddbtypes.AttributeValueMemberN{Value: "1"}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := reconciler.DeclareTakeover(ctx, f.env.DDB, f.table, reconciler.TakeoverDecl{Failed: regionA, Survivor: regionB}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := f.regional(t, regionA).Run(ctx)
+	if err != nil || rep.Adopted != 1 || rep.Resent != 1 || f.sentCount(requeued.EventID) != 1 || f.sentCount(same.EventID) != 0 {
+		t.Fatalf("report %+v %v, sent %v: want the requeued generation sent, the other adopted", rep, err, f.eb.sent)
+	}
+}
+
+// TestTakeoverMarkCarriesGeneration: the survivor's mark records the
+// redrive generation of the record it published, and the origin adopts
+// that generation.
+func TestTakeoverMarkCarriesGeneration(t *testing.T) {
+	t.Parallel()
+	f := setup(t, 1)
+	ctx := context.Background()
+	e := f.putRegional(t, regionA, "g", time.Hour)
+	if _, err := f.env.DDB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: aws.String(f.table), Key: keyOf(e).AttributeValues(),
+		UpdateExpression:          aws.String("SET #g = :g"),
+		ExpressionAttributeNames:  map[string]string{"#g": outbox.AttrRedriveGeneration},
+		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":g": &ddbtypes.AttributeValueMemberN{Value: "3"}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := reconciler.DeclareTakeover(ctx, f.env.DDB, f.table, reconciler.TakeoverDecl{Failed: regionA, Survivor: regionB}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := f.regional(t, regionB).Run(ctx); err != nil || rep.TakenOver != 1 {
+		t.Fatalf("survivor: %+v %v", rep, err)
+	}
+	if got := sAttr(f.item(t, reconciler.MarkKey(regionA, regionB, e.EventID)), outbox.AttrRedriveGeneration); got != "3" {
+		t.Fatalf("mark's generation %q, want 3", got)
+	}
+	rep, err := f.regional(t, regionA).Run(ctx)
+	if err != nil || rep.Adopted != 1 || f.sentCount(e.EventID) != 1 {
+		t.Fatalf("origin: %+v %v, sent %v: want adopted, sent once (by the survivor)", rep, err, f.eb.sent)
+	}
+}

@@ -156,6 +156,11 @@ func (r *Reconciler) claimMark(failed string) func(context.Context, outbox.Key, 
 		mark[AttrMarkEventID] = &types.AttributeValueMemberS{Value: eventID}
 		mark[AttrMarkRecordPK] = &types.AttributeValueMemberS{Value: key.PK}
 		mark[AttrMarkRecordSK] = &types.AttributeValueMemberS{Value: key.SK}
+		if g, ok := got.Item[outbox.AttrRedriveGeneration]; ok {
+			// The generation published: a later redrive or requeue in the
+			// origin is not covered by this mark (adopt).
+			mark[outbox.AttrRedriveGeneration] = g
+		}
 		state, until := expression.Name(AttrTakeoverState), expression.Name(outbox.AttrClaimedUntil)
 		expr, err := expression.NewBuilder().WithCondition(expression.AttributeNotExists(expression.Name(outbox.AttrPK)).
 			Or(state.Equal(expression.Value(MarkClaimed)).And(until.LessThan(expression.Value(now))))).Build()
@@ -255,7 +260,9 @@ func (r *Reconciler) finishMark(ctx context.Context, failed string, m relay.Mark
 // backoff), and marks each record a PUBLISHED mark covers published through
 // the Marker (bus_event_id from the mark) without sending it. A mark covers
 // the record it names (record_pk, record_sk), not another record carrying
-// the same event id. Each mark key is read once, and a key too long for a
+// the same event id, and only at the redrive generation it published
+// (outbox.AttrRedriveGeneration, copied from the record when claimed): a
+// record the origin redrove or requeued since is sent again, as asked. Each mark key is read once, and a key too long for a
 // mark (MarkKey's sort key over outbox.MaxSortKeyBytes: no mark can exist)
 // is not read: BatchGetItem refuses a request with a duplicate or an
 // over-long key as a whole. A record whose adoption failed is left out too
@@ -278,7 +285,11 @@ func (r *Reconciler) adopt(ctx context.Context, l *lane, items []map[string]type
 			keys = append(keys, k.AttributeValues())
 		}
 	}
-	type published struct{ bus, pk, sk string }
+	type published struct {
+		bus, pk, sk string
+		gen         int64
+		genErr      error
+	}
 	busIDs := map[string][]published{} // event id -> PUBLISHED marks
 	for start := 0; start < len(keys); start += MaxBatchGetKeys {
 		got, err := r.batchGet(ctx, keys[start:min(start+MaxBatchGetKeys, len(keys))])
@@ -288,14 +299,23 @@ func (r *Reconciler) adopt(ctx context.Context, l *lane, items []map[string]type
 		for _, m := range got {
 			if str(m[AttrTakeoverState]) == MarkPublished {
 				id := str(m[AttrMarkEventID])
-				busIDs[id] = append(busIDs[id], published{bus: str(m[outbox.AttrBusEventID]), pk: str(m[AttrMarkRecordPK]), sk: str(m[AttrMarkRecordSK])})
+				gen, genErr := relay.RedriveGeneration(m)
+				busIDs[id] = append(busIDs[id], published{bus: str(m[outbox.AttrBusEventID]), pk: str(m[AttrMarkRecordPK]), sk: str(m[AttrMarkRecordSK]), gen: gen, genErr: genErr})
 			}
 		}
 	}
 	// covering returns the bus event id of a PUBLISHED mark on the record
-	// item; a mark without record_pk/record_sk covers its event id.
+	// item at its redrive generation (a mark without record_pk/record_sk
+	// covers its event id; one without a generation, generation 0).
 	covering := func(it map[string]types.AttributeValue) (string, bool) {
+		gen, err := relay.RedriveGeneration(it)
+		if err != nil {
+			return "", false
+		}
 		for _, p := range busIDs[str(it[outbox.AttrEventID])] {
+			if p.genErr != nil || p.gen != gen {
+				continue
+			}
 			if p.pk == "" && p.sk == "" || p.pk == str(it[outbox.AttrPK]) && p.sk == str(it[outbox.AttrSK]) {
 				return p.bus, true
 			}
