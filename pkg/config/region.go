@@ -65,9 +65,15 @@ func ParseRegions(s string) ([]string, error) {
 	parts := strings.Split(s, ",")
 	seen := make(map[string]bool, len(parts))
 	out := make([]string, 0, len(parts))
-	for _, p := range parts {
+	for i, p := range parts {
+		switch {
+		case p == "":
+			return nil, fmt.Errorf("config: %s=%q: entry %d is empty (a stray comma?)", EnvRegions, s, i+1)
+		case strings.TrimSpace(p) != p:
+			return nil, fmt.Errorf("config: %s=%q: entry %q has spaces around it; write the list without spaces, e.g. eu-west-1,eu-central-1", EnvRegions, s, p)
+		}
 		if err := ValidRegionName(p); err != nil {
-			return nil, fmt.Errorf("config: %s=%q: %w", EnvRegions, s, err)
+			return nil, fmt.Errorf("%s=%q: %w", EnvRegions, s, err)
 		}
 		if seen[p] {
 			return nil, fmt.Errorf("config: %s=%q names %s twice", EnvRegions, s, p)

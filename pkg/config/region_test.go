@@ -39,6 +39,26 @@ func TestParseRegions(t *testing.T) {
 	}
 }
 
+// TestParseRegionsMessages: each malformed list says what is wrong in one
+// "config:" message: spaces, a stray comma, a bad name, a repeat.
+func TestParseRegionsMessages(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ in, want string }{
+		{"eu-west-1, eu-central-1", "spaces"},
+		{" eu-west-1,eu-central-1", "spaces"},
+		{"eu-west-1,,eu-central-1", "entry 2 is empty"},
+		{"eu-west-1,", "entry 2 is empty"},
+		{"EU-WEST-1,eu-central-1", `"EU-WEST-1" is not an AWS Region name`},
+		{"eu-west-1,eu-west-1", "names eu-west-1 twice"},
+		{"eu-west-1", "names one Region"},
+	} {
+		_, err := ParseRegions(c.in)
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Count(err.Error(), "config:") != 1 {
+			t.Errorf("ParseRegions(%q) = %v, want one message saying %q", c.in, err, c.want)
+		}
+	}
+}
+
 func TestRegionFromEnv(t *testing.T) {
 	cases := []struct {
 		regions, here, want, errHas string
