@@ -277,3 +277,37 @@ func TestTakeoverMarkCarriesGeneration(t *testing.T) {
 		t.Fatalf("origin: %+v %v, sent %v: want adopted, sent once (by the survivor)", rep, err, f.eb.sent)
 	}
 }
+
+// TestAdoptionStaleIndexAfterRequeue: the pending index is eventually
+// consistent. A record the survivor published (mark at generation 0) was
+// requeued by its origin (generation 1) after the index copy the run reads
+// (still generation 0): adoption's marking is conditioned on the
+// generation, so the requeued record is published, not marked PUBLISHED
+// unsent.
+func TestAdoptionStaleIndexAfterRequeue(t *testing.T) {
+	t.Parallel()
+	f := setup(t, 1)
+	ctx := context.Background()
+	e := f.putRegional(t, regionA, "stale", time.Hour)
+	f.putMark(t, regionA, regionB, e, reconciler.MarkPublished)
+	stale := f.item(t, keyOf(e))
+	if _, err := f.env.DDB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: aws.String(f.table), Key: keyOf(e).AttributeValues(),
+		UpdateExpression:          aws.String("SET #g = :g"),
+		ExpressionAttributeNames:  map[string]string{"#g": outbox.AttrRedriveGeneration},
+		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":g": &ddbtypes.AttributeValueMemberN{Value: "1"}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := reconciler.DeclareTakeover(ctx, f.env.DDB, f.table, reconciler.TakeoverDecl{Failed: regionA, Survivor: regionB}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	q := staleIndexOf{Client: f.env.DDB, shard: outbox.RegionShardName(regionA, 0), items: []map[string]ddbtypes.AttributeValue{stale}}
+	rep, err := f.reconciler(t, q, io.Discard, func(c *reconciler.Config) { c.Region = regionA }).Run(ctx)
+	if err != nil || rep.Adopted != 0 || rep.Resent != 1 || f.sentCount(e.EventID) != 1 {
+		t.Fatalf("report %+v %v, sent %v: want the requeued record published, not adopted", rep, err, f.eb.sent)
+	}
+	if got := f.record(t, e); got.Status != outbox.StatusPublished || got.RedriveGeneration != 1 {
+		t.Fatalf("record %s at generation %d, want PUBLISHED at 1", got.Status, got.RedriveGeneration)
+	}
+}

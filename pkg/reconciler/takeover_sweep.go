@@ -262,7 +262,9 @@ func (r *Reconciler) finishMark(ctx context.Context, failed string, m relay.Mark
 // the record it names (record_pk, record_sk), not another record carrying
 // the same event id, and only at the redrive generation it published
 // (outbox.AttrRedriveGeneration, copied from the record when claimed): a
-// record the origin redrove or requeued since is sent again, as asked. Each mark key is read once, and a key too long for a
+// record the origin redrove or requeued since is sent again, as asked
+// (the marking is conditioned on that generation too:
+// relay.Marker.MarkPublishedAtGeneration). Each mark key is read once, and a key too long for a
 // mark (MarkKey's sort key over outbox.MaxSortKeyBytes: no mark can exist)
 // is not read: BatchGetItem refuses a request with a duplicate or an
 // over-long key as a whole. A record whose adoption failed is left out too
@@ -326,7 +328,13 @@ func (r *Reconciler) adopt(ctx context.Context, l *lane, items []map[string]type
 		return items
 	}
 	var rest []map[string]types.AttributeValue
-	var marks []relay.Mark
+	type adoption struct {
+		item map[string]types.AttributeValue
+		rec  outbox.Record
+		bus  string
+		err  error
+	}
+	var adopts []*adoption
 	for _, it := range items {
 		bus, ok := covering(it)
 		if !ok {
@@ -338,21 +346,58 @@ func (r *Reconciler) adopt(ctx context.Context, l *lane, items []map[string]type
 			rest = append(rest, it) // parked by the normal path
 			continue
 		}
-		marks = append(marks, relay.Mark{Key: rec.Key, Envelope: rec.Envelope, Result: relay.Result{Status: relay.Published, EventID: bus}})
+		adopts = append(adopts, &adoption{item: it, rec: rec, bus: bus})
 	}
-	for i, err := range r.marker.MarkAll(ctx, marks) {
-		e := marks[i].Envelope
-		if err != nil {
+	if gm, ok := r.marker.(generationMarker); ok {
+		// Each conditioned on the generation the mark covers: the item
+		// may be a stale pending index copy of a record requeued since.
+		var g errgroup.Group
+		g.SetLimit(r.cfg.ClaimConcurrency)
+		for _, a := range adopts {
+			g.Go(func() error {
+				a.err = gm.MarkPublishedAtGeneration(ctx, a.rec.Key, a.rec.Envelope, a.bus, a.rec.RedriveGeneration)
+				return nil
+			})
+		}
+		_ = g.Wait() // errors are per adoption
+	} else {
+		marks := make([]relay.Mark, len(adopts))
+		for i, a := range adopts {
+			marks[i] = relay.Mark{Key: a.rec.Key, Envelope: a.rec.Envelope, Result: relay.Result{Status: relay.Published, EventID: a.bus}}
+		}
+		for i, err := range r.marker.MarkAll(ctx, marks) {
+			adopts[i].err = err
+		}
+	}
+	for _, a := range adopts {
+		e := a.rec.Envelope
+		switch {
+		case errors.Is(a.err, relay.ErrRedriveConflict):
+			// Redriven or requeued since the survivor published it: the
+			// normal path claims and publishes the new generation.
+			rest = append(rest, a.item)
+			r.cfg.Logger.InfoContext(ctx, "reconciler: record redriven since a survivor published it; not adopted",
+				"event_id", e.EventID, "aggregate_id", e.AggregateID, "sequence", e.Sequence)
+		case a.err != nil:
 			rep.Failed++
 			r.cfg.Logger.ErrorContext(ctx, "reconciler: adopting a record a survivor published failed; retried next run",
-				"event_id", e.EventID, "aggregate_id", e.AggregateID, "sequence", e.Sequence, "error", err)
-			continue
+				"event_id", e.EventID, "aggregate_id", e.AggregateID, "sequence", e.Sequence, "error", a.err)
+		default:
+			rep.Adopted++
+			r.cfg.Logger.InfoContext(ctx, "reconciler: adopted a record a survivor published (marked published, not re-sent)",
+				"event_id", e.EventID, "aggregate_id", e.AggregateID, "sequence", e.Sequence, "bus_event_id", a.bus)
 		}
-		rep.Adopted++
-		r.cfg.Logger.InfoContext(ctx, "reconciler: adopted a record a survivor published (marked published, not re-sent)",
-			"event_id", e.EventID, "aggregate_id", e.AggregateID, "sequence", e.Sequence, "bus_event_id", marks[i].Result.EventID)
 	}
 	return rest
+}
+
+// generationMarker is the optional Marker method adoption uses (as
+// *relay.Marker has it): MarkPublished conditioned on the record's redrive
+// generation, failing with relay.ErrRedriveConflict when it moved. A
+// Marker without it adopts through MarkAll, unconditioned on the
+// generation.
+type generationMarker interface {
+	MarkPublishedAtGeneration(ctx context.Context, key outbox.Key, env outbox.Envelope, busEventID string, generation int64) error
 }
 
 // batchGet reads up to MaxBatchGetKeys keys, retrying UnprocessedKeys with
