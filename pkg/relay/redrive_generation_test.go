@@ -1,10 +1,17 @@
 package relay_test
 
 import (
+	"context"
+	"errors"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/ddb-outbox/ddb-outbox/pkg/ddbtest"
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
 	"github.com/ddb-outbox/ddb-outbox/pkg/relay"
 )
@@ -45,5 +52,41 @@ func TestRedriveGenerationHostile(t *testing.T) {
 				t.Fatalf("RedriveGeneration = %d, %v; want %d, error %v", got, err, c.want, c.err)
 			}
 		})
+	}
+}
+
+// TestRedriveStampedRecordWithoutRegion: a record stamped with an origin
+// Region was written in multi-Region mode. Redriven without RedriveInRegion
+// (an operator whose shell lacks OUTBOX_REGIONS) it went to the plain
+// "pNN" shard, which no multi-Region reconciler sweeps, so it stayed
+// PENDING for ever, written from any Region. It is refused (ErrNotOrigin)
+// and left PARKED; an unstamped record is redriven as before.
+func TestRedriveStampedRecordWithoutRegion(t *testing.T) {
+	t.Parallel()
+	env := ddbtest.New(t)
+	ctx := context.Background()
+	table := ddbtest.Name("outbox")
+	in := outbox.CreateTableInput(table)
+	in.StreamSpecification = nil
+	env.CreateTable(t, in)
+	e := envelope(t, "stamped", 1, 10)
+	rec := outbox.NewRecordIn(regionA, e, 0, 4)
+	rec.Status, rec.PendingShard = outbox.StatusParked, ""
+	if _, err := env.DDB.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(table), Item: rec.Item()}); err != nil {
+		t.Fatal(err)
+	}
+	err := relay.Redrive(ctx, env.DDB, table, 4, rec.Key, time.Now())
+	if !errors.Is(err, relay.ErrNotOrigin) || !strings.Contains(err.Error(), regionA) {
+		t.Fatalf("single-Region redrive of a record stamped %s: %v, want ErrNotOrigin naming it", regionA, err)
+	}
+	out, err := env.DDB.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(table), Key: rec.Key.AttributeValues(), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := out.Item[outbox.AttrStatus].(*types.AttributeValueMemberS); st == nil || st.Value != outbox.StatusParked {
+		t.Fatalf("record after the refusal: %v, want PARKED", out.Item)
+	}
+	if err := relay.Redrive(ctx, env.DDB, table, 4, rec.Key, time.Now(), relay.RedriveInRegion(regionA)); err != nil {
+		t.Fatalf("redrive in its origin: %v", err)
 	}
 }
