@@ -85,3 +85,39 @@ func TestRequeueHostile(t *testing.T) {
 		}
 	}
 }
+
+// TestAggregateEventsReservedPartitions: an aggregate whose type and id
+// spell a multi-Region item's partition ("home" / "Wallet#w-1",
+// "takeover" / "eu-west-1#mark", "heartbeat" / "eu-west-1") lists only its
+// own records, never the home item, takeover marks or heartbeat stored
+// beside them.
+func TestAggregateEventsReservedPartitions(t *testing.T) {
+	t.Parallel()
+	env := ddbtest.New(t)
+	ctx := context.Background()
+	table := ddbtest.Name("outbox")
+	in := outbox.CreateTableInput(table)
+	in.StreamSpecification = nil
+	env.CreateTable(t, in)
+	others := []outbox.Key{
+		outbox.HomeKey("Wallet", "w-1"),
+		{PK: "takeover#eu-west-1#mark", SK: "eu-central-1#e-1"},
+		{PK: "heartbeat#eu-west-1", SK: "heartbeat"},
+	}
+	for _, k := range others {
+		if _, err := env.DDB.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(table), Item: k.AttributeValues()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, agg := range [][2]string{{"home", "Wallet#w-1"}, {"takeover", "eu-west-1#mark"}, {"heartbeat", "eu-west-1"}} {
+		e := outbox.Envelope{EventID: agg[0] + "-e", EventType: "Happened", EventVersion: 1, AggregateType: agg[0], AggregateID: agg[1],
+			Sequence: 1, OccurredAt: time.Now().UTC(), Payload: json.RawMessage(`{}`)}
+		if _, err := env.DDB.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(table), Item: outbox.NewRecord(e, 0, 4).Item()}); err != nil {
+			t.Fatal(err)
+		}
+		views, err := AggregateEvents(ctx, env.DDB, table, agg[0], agg[1], 0)
+		if err != nil || len(views) != 1 || views[0].EventID != e.EventID {
+			t.Errorf("AggregateEvents(%s, %s) = %d views %v: want its one record", agg[0], agg[1], len(views), err)
+		}
+	}
+}
