@@ -10,12 +10,13 @@ import (
 // TestFencingHostileChanges: changes a careless or racing caller may send
 // in a Region that is not the aggregate's home. Each is refused with the
 // foreign aggregate's *NotHomeError and writes nothing (the home item of a
-// new aggregate in the same change is not written either).
+// new aggregate in the same change is not written either). Update does not
+// retry a refusal.
 func TestFencingHostileChanges(t *testing.T) {
 	t.Parallel()
 	env, _, wallets, ob := walletTables(t, outbox.WriterConfig{})
 	a, _ := regionWriter(t, env, ob, regionA)
-	b, _ := regionWriter(t, env, ob, regionB)
+	b, bCalls := regionWriter(t, env, ob, regionB)
 	ctx := context.Background()
 	if _, err := a.Update(ctx, walletInput(wallets, "w-1"), deposit(10)); err != nil {
 		t.Fatalf("A creates: %v", err)
@@ -39,6 +40,15 @@ func TestFencingHostileChanges(t *testing.T) {
 		{"creation of a foreign aggregate", []outbox.Envelope{ev("w-1", 1)}},
 		// Sequence 1 after a later one of the same aggregate.
 		{"creation out of order", []outbox.Envelope{ev("w-1", 5), ev("w-1", 1)}},
+	}
+	// Update's retry loop stops at the refusal: one transaction, no retry.
+	if _, err := b.Update(ctx, walletInput(wallets, "w-1"), deposit(5)); err == nil {
+		t.Fatal("B's Update of w-1 succeeded")
+	} else {
+		wantNotHome(t, err, "w-1", regionA, regionB)
+	}
+	if n := bCalls.tx.Load(); n != 1 {
+		t.Fatalf("B's refused Update sent %d transactions, want 1 (a refusal is final)", n)
 	}
 	for _, c := range cases {
 		err := b.Write(ctx, nil, c.events)
