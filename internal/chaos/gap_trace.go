@@ -212,7 +212,7 @@ func redriveParkedPredecessors(ctx context.Context, s *devstack.Stack) (map[stri
 		if len(later.Items) == 0 {
 			continue
 		}
-		if err := relay.Redrive(ctx, ddb, table, s.Settings.PendingShards, pr.Key, time.Now()); err != nil {
+		if err := relay.Redrive(ctx, ddb, table, s.Settings.PendingShards, pr.Key, time.Now(), relay.RedriveInRegion(s.Settings.Region)); err != nil {
 			return nil, redriven, err
 		}
 		redriven++

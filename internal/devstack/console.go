@@ -205,7 +205,7 @@ func (c *console) redrive(ctx context.Context, r *http.Request) (string, error) 
 	var errs []error
 	n, gone := 0, 0
 	for _, k := range keys {
-		if err := relay.Redrive(ctx, s.DDB, s.Settings.OutboxTable, s.Settings.PendingShards, k, time.Now()); err != nil {
+		if err := relay.Redrive(ctx, s.DDB, s.Settings.OutboxTable, s.Settings.PendingShards, k, time.Now(), relay.RedriveInRegion(s.Settings.Region)); err != nil {
 			if errors.Is(err, relay.ErrNotParked) {
 				gone++ // redriven by another click or outboxctl, or no such record
 				continue

@@ -41,6 +41,11 @@ const AttrReplayedAt = "replayed_at"
 // error is non-nil when any update failed (a record no longer PUBLISHED
 // fails with ErrNotPublished).
 //
+// Without RequeueInRegion a record carrying an origin Region (written in
+// multi-Region mode) is refused with relay.ErrNotOrigin: it would go to a
+// shard no multi-Region reconciler sweeps. A single-Region table's records
+// carry none.
+//
 // With RequeueInRegion (multi-Region mode) a record written in another
 // Region is refused (relay.ErrNotOrigin: its status has one writing
 // Region, its origin), the record goes to its Region's pending shard
@@ -76,6 +81,15 @@ func Requeue(ctx context.Context, ddb UpdateAPI, table string, shards int, views
 			Set(expression.Name(AttrReplayedAt), expression.Value(now.UTC().Format(time.RFC3339Nano))).
 			Remove(expression.Name(outbox.AttrExpiresAt))
 		var gen int64
+		if origin := attrS(v.item, outbox.AttrOriginRegion); o.region == "" && origin != "" {
+			// Written in multi-Region mode: the plain shard is swept by no
+			// multi-Region reconciler, and only the origin writes the record.
+			err := fmt.Errorf("requeue %s (%s/%s): written in multi-Region mode (origin Region %s): requeue it in %s with RequeueInRegion (outboxctl -regions, %s): %w",
+				v.EventID, v.Key.PK, v.Key.SK, origin, origin, config.EnvRegions, relay.ErrNotOrigin)
+			errs = append(errs, err)
+			results[i].Outcome, results[i].Reason = ReplayFailed, err.Error()
+			continue
+		}
 		if o.region != "" {
 			var err error
 			if origin := attrS(v.item, outbox.AttrOriginRegion); origin != o.region {

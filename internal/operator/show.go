@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -140,13 +141,20 @@ func FindEvent(ctx context.Context, ddb DynamoDBAPI, table, eventID string) ([]E
 // AggregateEvents returns the outbox records of one aggregate (partition
 // "<aggregateType>#<aggregateID>") with sequence >= fromSeq, in sequence
 // order: a consistent Query of the partition, sort key from
-// outbox.KeyFor(…, fromSeq, 0). It returns ErrNotFound (wrapped) when none
+// outbox.KeyFor(…, fromSeq, 0) to the largest record sort key (so no home
+// item, takeover mark or heartbeat sharing the partition is listed). It returns ErrNotFound (wrapped) when none
 // matches.
 func AggregateEvents(ctx context.Context, ddb DynamoDBAPI, table, aggregateType, aggregateID string, fromSeq int64) ([]EventView, error) {
 	from := outbox.KeyFor(aggregateType, aggregateID, max(fromSeq, 0), 0)
+	// Records' sort keys are digits (outbox.KeyFor); bounding the range
+	// leaves out the multi-Region items that may share a partition with an
+	// aggregate whose type and id spell their keys (the home item of Wallet
+	// w-1, "home#Wallet#w-1"/"home", is in the partition of aggregate type
+	// "home", id "Wallet#w-1"; likewise takeover marks and heartbeats).
+	last := outbox.KeyFor(aggregateType, aggregateID, math.MaxInt64, 999)
 	expr, err := expression.NewBuilder().WithKeyCondition(
 		expression.Key(outbox.AttrPK).Equal(expression.Value(from.PK)).
-			And(expression.Key(outbox.AttrSK).GreaterThanEqual(expression.Value(from.SK)))).Build()
+			And(expression.Key(outbox.AttrSK).Between(expression.Value(from.SK), expression.Value(last.SK)))).Build()
 	if err != nil {
 		return nil, err
 	}

@@ -26,14 +26,28 @@ const (
 	EnvAWSRegion = "AWS_REGION"
 )
 
-// regionName is the shape of an AWS Region code: a partition prefix, one or
-// more words and a number ("eu-west-1", "us-gov-west-1", "ap-southeast-4").
-var regionName = regexp.MustCompile(`^[a-z]{2}(-[a-z]+)+-[0-9]{1,2}$`)
+// regionName is the shape of an AWS Region code: a prefix of two to four
+// letters, one or more words and a number ("eu-west-1", "us-gov-west-1",
+// "ap-southeast-4", "eusc-de-east-1" of the AWS European Sovereign Cloud).
+var regionName = regexp.MustCompile(`^[a-z]{2,4}(-[a-z]+)+-[0-9]{1,2}$`)
+
+// MaxRegionNameLen bounds a Region name, in bytes. AWS Region codes are
+// under 20 characters; the bound keeps every key that embeds a Region
+// (pending shard "<region>#pNN", takeover "<failed>#<survivor>", takeover
+// mark "takeover#<failed>#mark" / "<survivor>#<event_id>", heartbeat
+// "heartbeat#<region>") far inside DynamoDB's key limits (partition key
+// 2,048 bytes, sort key 1,024 bytes: developer guide, Service, account,
+// and table quotas), which the shape alone does not bound.
+const MaxRegionNameLen = 32
 
 // ValidRegionName returns an error when name is not shaped like an AWS
 // Region code (lower-case words joined by hyphens, ending in a number:
-// "eu-west-1"). It does not check that the Region exists.
+// "eu-west-1") or is longer than MaxRegionNameLen bytes. It does not check
+// that the Region exists.
 func ValidRegionName(name string) error {
+	if len(name) > MaxRegionNameLen {
+		return fmt.Errorf("config: Region name %.40q… is %d bytes, longer than any AWS Region code (limit %d)", name, len(name), MaxRegionNameLen)
+	}
 	if !regionName.MatchString(name) {
 		return fmt.Errorf("config: %q is not an AWS Region name (want e.g. eu-west-1)", name)
 	}
@@ -51,9 +65,15 @@ func ParseRegions(s string) ([]string, error) {
 	parts := strings.Split(s, ",")
 	seen := make(map[string]bool, len(parts))
 	out := make([]string, 0, len(parts))
-	for _, p := range parts {
+	for i, p := range parts {
+		switch {
+		case p == "":
+			return nil, fmt.Errorf("config: %s=%q: entry %d is empty (a stray comma?)", EnvRegions, s, i+1)
+		case strings.TrimSpace(p) != p:
+			return nil, fmt.Errorf("config: %s=%q: entry %q has spaces around it; write the list without spaces, e.g. eu-west-1,eu-central-1", EnvRegions, s, p)
+		}
 		if err := ValidRegionName(p); err != nil {
-			return nil, fmt.Errorf("config: %s=%q: %w", EnvRegions, s, err)
+			return nil, fmt.Errorf("%s=%q: %w", EnvRegions, s, err)
 		}
 		if seen[p] {
 			return nil, fmt.Errorf("config: %s=%q names %s twice", EnvRegions, s, p)

@@ -11,6 +11,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/ddb-outbox/ddb-outbox/pkg/config"
 )
 
 // Fencing by refusal (issue 34 item 5, docs/MULTI-REGION.md choice 5). In
@@ -35,6 +37,19 @@ import (
 // ("home#<type>#<id>") must fit.
 const MaxPartitionKeyBytes = 2048
 
+// MaxSortKeyBytes is DynamoDB's limit on a sort key value: 1,024 bytes
+// (same quotas page: "Sort key length"). A request naming a longer key is
+// refused whole (ValidationException), a BatchGetItem of 100 keys too.
+const MaxSortKeyBytes = 1024
+
+// MaxRegionEventIDBytes bounds an event id in multi-Region mode: a
+// survivor's takeover mark on the record is keyed "<survivor>#<event_id>"
+// (reconciler.MarkKey), a sort key of at most MaxSortKeyBytes with a
+// Region name of up to config.MaxRegionNameLen bytes. A longer id could
+// never be marked, so no survivor could take the record over. Generated
+// ids (UUIDs, 36 bytes) are far below it.
+const MaxRegionEventIDBytes = MaxSortKeyBytes - 1 - config.MaxRegionNameLen
+
 // Errors of multi-Region mode.
 var (
 	// ErrNotHomeRegion: the aggregate's home Region is not this Writer's
@@ -44,9 +59,10 @@ var (
 	// *NotHomeError for the aggregate and its home.
 	ErrNotHomeRegion = errors.New("outbox: the aggregate's home is another Region")
 	// ErrKeyTooLong: an aggregate's home key (HomeKey) would exceed
-	// MaxPartitionKeyBytes, so its writes cannot be fenced. Returned before
-	// anything is sent.
-	ErrKeyTooLong = errors.New("outbox: key exceeds DynamoDB's partition key limit")
+	// MaxPartitionKeyBytes, so its writes cannot be fenced, or an event id
+	// exceeds MaxRegionEventIDBytes, so no takeover mark could name it
+	// (multi-Region mode). Returned before anything is sent.
+	ErrKeyTooLong = errors.New("outbox: key exceeds DynamoDB's key length limit")
 	// ErrNoRegion: Writer.ClaimHome was called on a Writer in
 	// single-Region mode (WriterConfig.Region empty).
 	ErrNoRegion = errors.New("outbox: the Writer has no Region (single-Region mode)")
@@ -128,6 +144,15 @@ func aggregateStarts(events []Envelope) []aggregateStart {
 func checkHomeKey(aggregateType, aggregateID string) error {
 	if n := len(HomeKey(aggregateType, aggregateID).PK); n > MaxPartitionKeyBytes {
 		return fmt.Errorf("%w: the home key of %s %.40s… is %d bytes, limit %d: shorten the aggregate type or id", ErrKeyTooLong, aggregateType, aggregateID, n, MaxPartitionKeyBytes)
+	}
+	return nil
+}
+
+// checkEventID returns ErrKeyTooLong (wrapped) when an event id is longer
+// than MaxRegionEventIDBytes (multi-Region mode only).
+func checkEventID(env Envelope) error {
+	if n := len(env.EventID); n > MaxRegionEventIDBytes {
+		return fmt.Errorf("%w: the event id of %s %.40s… is %d bytes, limit %d in multi-Region mode (a takeover mark's sort key holds it)", ErrKeyTooLong, env.EventType, env.EventID, n, MaxRegionEventIDBytes)
 	}
 	return nil
 }

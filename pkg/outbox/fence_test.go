@@ -23,6 +23,12 @@ func seqEnvelope(t *testing.T, typ, id string, seq int64) outbox.Envelope {
 	return env
 }
 
+// withEventID returns env with event id id.
+func withEventID(env outbox.Envelope, id string) outbox.Envelope {
+	env.EventID = id
+	return env
+}
+
 // TestBuildFencesEachAggregate: after the outbox puts comes one home action
 // per aggregate, in order of first appearance: a Put of the home item when
 // the aggregate's lowest sequence in the change is 1, else a ConditionCheck
@@ -137,6 +143,12 @@ func TestFenceLimits(t *testing.T) {
 		{"a write on the home item", "eu-west-1", []types.TransactWriteItem{homeWrite}, full[1:2], outbox.ErrDuplicateAction, ""},
 		{"home key too long", "eu-west-1", nil, []outbox.Envelope{seqEnvelope(t, "Order", long, 1)}, outbox.ErrKeyTooLong, "2048"},
 		{"long id single-Region", "", nil, []outbox.Envelope{seqEnvelope(t, "Order", long, 1)}, nil, ""},
+		// A survivor's takeover mark on the record is keyed
+		// "<survivor>#<event_id>" (a 1,024-byte sort key): an event id that
+		// cannot fit is refused in multi-Region mode only.
+		{"event id too long for a takeover mark", "eu-west-1", nil, []outbox.Envelope{withEventID(seqEnvelope(t, "Order", "o-1", 1), strings.Repeat("e", outbox.MaxRegionEventIDBytes+1))}, outbox.ErrKeyTooLong, "event id"},
+		{"longest event id", "eu-west-1", nil, []outbox.Envelope{withEventID(seqEnvelope(t, "Order", "o-1", 1), strings.Repeat("e", outbox.MaxRegionEventIDBytes))}, nil, ""},
+		{"long event id single-Region", "", nil, []outbox.Envelope{withEventID(seqEnvelope(t, "Order", "o-1", 1), strings.Repeat("e", 2000))}, nil, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -196,7 +196,8 @@ func WithClientRequestToken(token string) WriteOption {
 //   - ErrTransactionTooLarge past 100 actions, 4 MB or a 400 KB item;
 //   - ErrDuplicateAction when two actions name the same item;
 //   - ErrKeyTooLong (wrapped; multi-Region mode) when an aggregate's home
-//     key exceeds MaxPartitionKeyBytes;
+//     key exceeds MaxPartitionKeyBytes or an event id exceeds
+//     MaxRegionEventIDBytes;
 //   - after sending: a *NotHomeError (errors.Is ErrNotHomeRegion;
 //     multi-Region mode) when a home action failed because the aggregate's
 //     home is another Region or it has no home item — nothing was written;
@@ -244,6 +245,11 @@ func (w *Writer) build(writes []types.TransactWriteItem, events []Envelope, keys
 	for i, env := range events {
 		if err := env.ValidateForPublish(); err != nil {
 			return nil, nil, err
+		}
+		if w.cfg.Region != "" {
+			if err := checkEventID(env); err != nil {
+				return nil, nil, err
+			}
 		}
 		detail, err := env.Detail()
 		if err != nil {

@@ -157,7 +157,10 @@ func (d TakeoverDecl) Validate() error {
 type Takeover struct {
 	Failed, Survivor string
 	// State is TakeoverActive or TakeoverReleased.
-	State      string
+	State string
+	// LagMargin is the item's lag_margin_ms, at most MaxLagMargin; a
+	// margin missing, negative or not a whole number reads as MaxLagMargin
+	// (fail safe: a survivor waits longest rather than not at all).
 	LagMargin  time.Duration
 	DeclaredBy string
 	DeclaredAt time.Time
@@ -296,6 +299,9 @@ func takeoverFromItem(it map[string]types.AttributeValue) Takeover {
 	if t.Failed == "" || t.Survivor == "" { // fall back on the key
 		t.Failed, t.Survivor, _ = strings.Cut(str(it[outbox.AttrSK]), "#")
 	}
+	// A margin that is missing, negative or not a whole number fails safe:
+	// the longest margin, never none.
+	t.LagMargin = MaxLagMargin
 	if n, ok := it[AttrLagMarginMs].(*types.AttributeValueMemberN); ok {
 		if ms, err := strconv.ParseInt(n.Value, 10, 64); err == nil && ms >= 0 {
 			t.LagMargin = time.Duration(min(ms, MaxLagMargin.Milliseconds())) * time.Millisecond

@@ -113,7 +113,9 @@ func (r *Reconciler) heartbeat(ctx context.Context, now time.Time) error {
 // claimMark returns the claim of a takeover lane: it reads the failed
 // Region's record in this Region's replica (GetItem, strongly consistent)
 // and goes on only if it is still PENDING, written in failed and decodes
-// as an outbox record; then it
+// as an outbox record (a record whose event id is too long for MarkKey's
+// sort key is a claim failure, sent nowhere: its aggregate waits for its
+// origin); then it
 // puts this Region's takeover mark (MarkKey) with takeover_state CLAIMED
 // and claimed_until = now + ClaimLease, conditioned on no mark or a lapsed
 // CLAIMED one. A PUBLISHED or FAILED mark means nothing to do; a live
@@ -123,6 +125,11 @@ func (r *Reconciler) claimMark(failed string) func(context.Context, outbox.Key, 
 		eventID := str(item[outbox.AttrEventID])
 		if eventID == "" {
 			return notPending, nil, nil // undecodable: its origin parks it
+		}
+		if mk := MarkKey(failed, r.cfg.Region, eventID); len(mk.SK) > outbox.MaxSortKeyBytes {
+			// No mark can name it (DynamoDB would refuse the key), so it
+			// cannot be taken over; its aggregate waits for its origin.
+			return claimFailed, nil, fmt.Errorf("takeover of %s/%s: event id of %d bytes does not fit a takeover mark's %d-byte sort key (outbox.MaxRegionEventIDBytes); left to %s", key.PK, key.SK, len(eventID), outbox.MaxSortKeyBytes, failed)
 		}
 		callCtx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
 		got, err := r.multi.GetItem(callCtx, &dynamodb.GetItemInput{TableName: aws.String(r.cfg.Table), Key: key.AttributeValues(), ConsistentRead: aws.Bool(true)})
@@ -149,6 +156,11 @@ func (r *Reconciler) claimMark(failed string) func(context.Context, outbox.Key, 
 		mark[AttrMarkEventID] = &types.AttributeValueMemberS{Value: eventID}
 		mark[AttrMarkRecordPK] = &types.AttributeValueMemberS{Value: key.PK}
 		mark[AttrMarkRecordSK] = &types.AttributeValueMemberS{Value: key.SK}
+		if g, ok := got.Item[outbox.AttrRedriveGeneration]; ok {
+			// The generation published: a later redrive or requeue in the
+			// origin is not covered by this mark (adopt).
+			mark[outbox.AttrRedriveGeneration] = g
+		}
 		state, until := expression.Name(AttrTakeoverState), expression.Name(outbox.AttrClaimedUntil)
 		expr, err := expression.NewBuilder().WithCondition(expression.AttributeNotExists(expression.Name(outbox.AttrPK)).
 			Or(state.Equal(expression.Value(MarkClaimed)).And(until.LessThan(expression.Value(now))))).Build()
@@ -246,22 +258,41 @@ func (r *Reconciler) finishMark(ctx context.Context, failed string, m relay.Mark
 // event id and every survivor in l.adoptFrom it reads the survivor's mark
 // (BatchGetItem, MaxBatchGetKeys keys a call, UnprocessedKeys retried with
 // backoff), and marks each record a PUBLISHED mark covers published through
-// the Marker (bus_event_id from the mark) without sending it. A record
-// whose adoption failed is left out too (the next run tries again); a
-// record whose marks could not be read is kept (sent again at worst, I3).
+// the Marker (bus_event_id from the mark) without sending it. A mark covers
+// the record it names (record_pk, record_sk), not another record carrying
+// the same event id, and only at the redrive generation it published
+// (outbox.AttrRedriveGeneration, copied from the record when claimed): a
+// record the origin redrove or requeued since is sent again, as asked
+// (the marking is conditioned on that generation too:
+// relay.Marker.MarkPublishedAtGeneration). Each mark key is read once, and a key too long for a
+// mark (MarkKey's sort key over outbox.MaxSortKeyBytes: no mark can exist)
+// is not read: BatchGetItem refuses a request with a duplicate or an
+// over-long key as a whole. A record whose adoption failed is left out too
+// (the next run tries again); a record whose marks could not be read is
+// kept (sent again at worst, I3).
 func (r *Reconciler) adopt(ctx context.Context, l *lane, items []map[string]types.AttributeValue, rep *Report) []map[string]types.AttributeValue {
-	type ref struct{ eventID, survivor string }
 	var keys []map[string]types.AttributeValue
+	asked := map[outbox.Key]bool{}
 	for _, it := range items {
 		id := str(it[outbox.AttrEventID])
 		if id == "" {
 			continue
 		}
 		for _, s := range l.adoptFrom {
-			keys = append(keys, MarkKey(r.cfg.Region, s, id).AttributeValues())
+			k := MarkKey(r.cfg.Region, s, id)
+			if asked[k] || len(k.SK) > outbox.MaxSortKeyBytes {
+				continue
+			}
+			asked[k] = true
+			keys = append(keys, k.AttributeValues())
 		}
 	}
-	busIDs := map[string]string{} // event id -> bus event id of a PUBLISHED mark
+	type published struct {
+		bus, pk, sk string
+		gen         int64
+		genErr      error
+	}
+	busIDs := map[string][]published{} // event id -> PUBLISHED marks
 	for start := 0; start < len(keys); start += MaxBatchGetKeys {
 		got, err := r.batchGet(ctx, keys[start:min(start+MaxBatchGetKeys, len(keys))])
 		if err != nil {
@@ -269,17 +300,43 @@ func (r *Reconciler) adopt(ctx context.Context, l *lane, items []map[string]type
 		}
 		for _, m := range got {
 			if str(m[AttrTakeoverState]) == MarkPublished {
-				busIDs[str(m[AttrMarkEventID])] = str(m[outbox.AttrBusEventID])
+				id := str(m[AttrMarkEventID])
+				gen, genErr := relay.RedriveGeneration(m)
+				busIDs[id] = append(busIDs[id], published{bus: str(m[outbox.AttrBusEventID]), pk: str(m[AttrMarkRecordPK]), sk: str(m[AttrMarkRecordSK]), gen: gen, genErr: genErr})
 			}
 		}
+	}
+	// covering returns the bus event id of a PUBLISHED mark on the record
+	// item at its redrive generation (a mark without record_pk/record_sk
+	// covers its event id; one without a generation, generation 0).
+	covering := func(it map[string]types.AttributeValue) (string, bool) {
+		gen, err := relay.RedriveGeneration(it)
+		if err != nil {
+			return "", false
+		}
+		for _, p := range busIDs[str(it[outbox.AttrEventID])] {
+			if p.genErr != nil || p.gen != gen {
+				continue
+			}
+			if p.pk == "" && p.sk == "" || p.pk == str(it[outbox.AttrPK]) && p.sk == str(it[outbox.AttrSK]) {
+				return p.bus, true
+			}
+		}
+		return "", false
 	}
 	if len(busIDs) == 0 {
 		return items
 	}
 	var rest []map[string]types.AttributeValue
-	var marks []relay.Mark
+	type adoption struct {
+		item map[string]types.AttributeValue
+		rec  outbox.Record
+		bus  string
+		err  error
+	}
+	var adopts []*adoption
 	for _, it := range items {
-		bus, ok := busIDs[str(it[outbox.AttrEventID])]
+		bus, ok := covering(it)
 		if !ok {
 			rest = append(rest, it)
 			continue
@@ -289,21 +346,58 @@ func (r *Reconciler) adopt(ctx context.Context, l *lane, items []map[string]type
 			rest = append(rest, it) // parked by the normal path
 			continue
 		}
-		marks = append(marks, relay.Mark{Key: rec.Key, Envelope: rec.Envelope, Result: relay.Result{Status: relay.Published, EventID: bus}})
+		adopts = append(adopts, &adoption{item: it, rec: rec, bus: bus})
 	}
-	for i, err := range r.marker.MarkAll(ctx, marks) {
-		e := marks[i].Envelope
-		if err != nil {
+	if gm, ok := r.marker.(generationMarker); ok {
+		// Each conditioned on the generation the mark covers: the item
+		// may be a stale pending index copy of a record requeued since.
+		var g errgroup.Group
+		g.SetLimit(r.cfg.ClaimConcurrency)
+		for _, a := range adopts {
+			g.Go(func() error {
+				a.err = gm.MarkPublishedAtGeneration(ctx, a.rec.Key, a.rec.Envelope, a.bus, a.rec.RedriveGeneration)
+				return nil
+			})
+		}
+		_ = g.Wait() // errors are per adoption
+	} else {
+		marks := make([]relay.Mark, len(adopts))
+		for i, a := range adopts {
+			marks[i] = relay.Mark{Key: a.rec.Key, Envelope: a.rec.Envelope, Result: relay.Result{Status: relay.Published, EventID: a.bus}}
+		}
+		for i, err := range r.marker.MarkAll(ctx, marks) {
+			adopts[i].err = err
+		}
+	}
+	for _, a := range adopts {
+		e := a.rec.Envelope
+		switch {
+		case errors.Is(a.err, relay.ErrRedriveConflict):
+			// Redriven or requeued since the survivor published it: the
+			// normal path claims and publishes the new generation.
+			rest = append(rest, a.item)
+			r.cfg.Logger.InfoContext(ctx, "reconciler: record redriven since a survivor published it; not adopted",
+				"event_id", e.EventID, "aggregate_id", e.AggregateID, "sequence", e.Sequence)
+		case a.err != nil:
 			rep.Failed++
 			r.cfg.Logger.ErrorContext(ctx, "reconciler: adopting a record a survivor published failed; retried next run",
-				"event_id", e.EventID, "aggregate_id", e.AggregateID, "sequence", e.Sequence, "error", err)
-			continue
+				"event_id", e.EventID, "aggregate_id", e.AggregateID, "sequence", e.Sequence, "error", a.err)
+		default:
+			rep.Adopted++
+			r.cfg.Logger.InfoContext(ctx, "reconciler: adopted a record a survivor published (marked published, not re-sent)",
+				"event_id", e.EventID, "aggregate_id", e.AggregateID, "sequence", e.Sequence, "bus_event_id", a.bus)
 		}
-		rep.Adopted++
-		r.cfg.Logger.InfoContext(ctx, "reconciler: adopted a record a survivor published (marked published, not re-sent)",
-			"event_id", e.EventID, "aggregate_id", e.AggregateID, "sequence", e.Sequence, "bus_event_id", marks[i].Result.EventID)
 	}
 	return rest
+}
+
+// generationMarker is the optional Marker method adoption uses (as
+// *relay.Marker has it): MarkPublished conditioned on the record's redrive
+// generation, failing with relay.ErrRedriveConflict when it moved. A
+// Marker without it adopts through MarkAll, unconditioned on the
+// generation.
+type generationMarker interface {
+	MarkPublishedAtGeneration(ctx context.Context, key outbox.Key, env outbox.Envelope, busEventID string, generation int64) error
 }
 
 // batchGet reads up to MaxBatchGetKeys keys, retrying UnprocessedKeys with

@@ -343,6 +343,60 @@ func (m *Marker) MarkPublished(ctx context.Context, key outbox.Key, env outbox.E
 	return nil
 }
 
+// MarkPublishedAtGeneration is MarkPublished for a record published by
+// another Region (a takeover survivor's PUBLISHED mark, adopted by the
+// record's origin): the same update, also conditioned on the record's
+// outbox.AttrRedriveGeneration still being generation (GenerationCondition),
+// so a mark never covers a record the origin redrove or requeued since it
+// was read (a stale pending index copy). It returns nil when the record
+// was marked or was already PUBLISHED, an error wrapping
+// ErrRedriveConflict when it exists, is not PUBLISHED, and its generation
+// is no longer generation (nothing is written: publish it), or the store's
+// error.
+func (m *Marker) MarkPublishedAtGeneration(ctx context.Context, key outbox.Key, env outbox.Envelope, busEventID string, generation int64) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("mark published %s: no time left: %w", env.EventID, err)
+	}
+	now := m.cfg.Now().UTC()
+	upd := expression.
+		Set(expression.Name(outbox.AttrStatus), expression.Value(outbox.StatusPublished)).
+		Set(expression.Name(outbox.AttrPublishedAt), expression.Value(now.Format(time.RFC3339Nano))).
+		Set(expression.Name(outbox.AttrExpiresAt), expression.Value(now.Add(m.cfg.PublishedRetention).Unix())).
+		Set(expression.Name(outbox.AttrBusEventID), expression.Value(busEventID)).
+		Remove(expression.Name(outbox.AttrPendingShard))
+	cond := expression.AttributeExists(expression.Name(outbox.AttrPK)).
+		And(expression.Name(outbox.AttrStatus).NotEqual(expression.Value(outbox.StatusPublished))).
+		And(GenerationCondition(generation))
+	expr, err := expression.NewBuilder().WithUpdate(upd).WithCondition(cond).Build()
+	if err != nil {
+		return fmt.Errorf("build expression: %w", err)
+	}
+	callCtx, cancel := context.WithTimeout(ctx, m.cfg.CallTimeout)
+	defer cancel()
+	_, err = m.ddb.UpdateItem(callCtx, &dynamodb.UpdateItemInput{
+		TableName:                           aws.String(m.cfg.Table),
+		Key:                                 key.AttributeValues(),
+		UpdateExpression:                    expr.Update(),
+		ConditionExpression:                 expr.Condition(),
+		ExpressionAttributeNames:            expr.Names(),
+		ExpressionAttributeValues:           expr.Values(),
+		ReturnValuesOnConditionCheckFailure: ddbtypes.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	var ccf *ddbtypes.ConditionalCheckFailedException
+	if errors.As(err, &ccf) {
+		if len(ccf.Item) == 0 || attrS(ccf.Item, outbox.AttrStatus) == outbox.StatusPublished {
+			m.log(ctx, slog.LevelWarn, "relay: record to mark published is already published or no longer exists; left as is", env, key, "bus_event_id", busEventID)
+			return nil
+		}
+		return fmt.Errorf("mark published %s at generation %d: %w", env.EventID, generation, ErrRedriveConflict)
+	}
+	if err != nil {
+		return fmt.Errorf("mark published %s: %w", env.EventID, err)
+	}
+	m.log(ctx, slog.LevelInfo, "relay: published", env, key, "bus_event_id", busEventID)
+	return nil
+}
+
 func (m *Marker) update(ctx context.Context, key outbox.Key, upd expression.UpdateBuilder, extra ...expression.ConditionBuilder) error {
 	cond := expression.AttributeExists(expression.Name(outbox.AttrPK))
 	for _, c := range extra {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -108,7 +109,9 @@ func RedriveInRegion(region string) RedriveOption {
 }
 
 // RedriveGeneration returns an item's outbox.AttrRedriveGeneration (N; 0
-// when absent), or an error when it is not a whole number.
+// when absent), or an error when it is not a whole number, or when it is
+// math.MaxInt64: the generation read is bumped to gen+1, which would wrap
+// to a negative generation that every later read refuses.
 func RedriveGeneration(item map[string]types.AttributeValue) (int64, error) {
 	v, ok := item[outbox.AttrRedriveGeneration]
 	if !ok {
@@ -121,6 +124,9 @@ func RedriveGeneration(item map[string]types.AttributeValue) (int64, error) {
 	g, err := strconv.ParseInt(n.Value, 10, 64)
 	if err != nil || g < 0 {
 		return 0, fmt.Errorf("%s %q is not a whole number", outbox.AttrRedriveGeneration, n.Value)
+	}
+	if g == math.MaxInt64 {
+		return 0, fmt.Errorf("%s %q is the int64 maximum and cannot be bumped", outbox.AttrRedriveGeneration, n.Value)
 	}
 	return g, nil
 }
@@ -143,7 +149,11 @@ func GenerationCondition(gen int64) expression.ConditionBuilder {
 // threshold) publishes it through the normal path, at least once, with
 // consumer dedup absorbing any duplicate. No TTL is set. A reconciler run's
 // claim (claimed_until) is removed, so the next run may take it. It returns
-// ErrNotParked (wrapped) when the record is absent or not PARKED.
+// ErrNotParked (wrapped) when the record is absent or not PARKED, and
+// ErrNotOrigin (wrapped) when the record carries an origin Region
+// (outbox.AttrOriginRegion: written in multi-Region mode) and
+// RedriveInRegion is not given: it would go to a shard no multi-Region
+// reconciler sweeps. A single-Region table's records carry none.
 //
 // With RedriveInRegion (multi-Region mode) it also refuses a record of
 // another Region (ErrNotOrigin), puts the record in its Region's pending
@@ -172,10 +182,14 @@ func Redrive(ctx context.Context, ddb RedriveAPI, table string, shards int, key 
 	if got.Item == nil {
 		return fmt.Errorf("redrive %s/%s: %w", key.PK, key.SK, ErrNotParked)
 	}
-	if o.region != "" {
-		if origin := attrS(got.Item, outbox.AttrOriginRegion); origin != o.region {
-			return fmt.Errorf("redrive %s/%s: origin Region %q, this is %s: %w", key.PK, key.SK, origin, o.region, ErrNotOrigin)
-		}
+	origin := attrS(got.Item, outbox.AttrOriginRegion)
+	switch {
+	case o.region != "" && origin != o.region:
+		return fmt.Errorf("redrive %s/%s: origin Region %q, this is %s: %w", key.PK, key.SK, origin, o.region, ErrNotOrigin)
+	case o.region == "" && origin != "":
+		// Written in multi-Region mode: the plain shard is swept by no
+		// multi-Region reconciler, and only the origin writes the record.
+		return fmt.Errorf("redrive %s/%s: written in multi-Region mode (origin Region %s): redrive it in %s with RedriveInRegion (outboxctl -regions, %s): %w", key.PK, key.SK, origin, origin, config.EnvRegions, ErrNotOrigin)
 	}
 	if attrS(got.Item, outbox.AttrStatus) != outbox.StatusParked {
 		return fmt.Errorf("redrive %s/%s: %w", key.PK, key.SK, ErrNotParked)
