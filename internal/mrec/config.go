@@ -146,10 +146,10 @@ const (
 	DefaultDelayMedian = 20 * time.Millisecond
 	// DefaultDelaySigma is the log-normal sigma (of ln(delay)).
 	DefaultDelaySigma = 0.5
-	// DefaultTailMin and DefaultTailMax bound the tail delay when TailProb
+	// DefaultTailShortest and DefaultTailLongest bound the tail delay when TailProb
 	// is set and TailMin/TailMax are not.
-	DefaultTailMin = time.Second
-	DefaultTailMax = 3 * time.Second
+	DefaultTailShortest = time.Second
+	DefaultTailLongest  = 3 * time.Second
 	// DefaultPollInterval is the wait after a GetRecords call that returned
 	// nothing new.
 	DefaultPollInterval = 10 * time.Millisecond
@@ -183,7 +183,7 @@ type Config struct {
 	DelaySigma  float64
 	// TailProb is the probability (0..1) that an item takes the long tail
 	// instead: a delay uniform in [TailMin, TailMax] (defaults
-	// DefaultTailMin, DefaultTailMax). 0 (the default) means no tail.
+	// DefaultTailShortest, DefaultTailLongest). 0 (the default) means no tail.
 	TailProb float64
 	TailMin  time.Duration
 	TailMax  time.Duration
@@ -210,10 +210,10 @@ func (c *Config) setDefaults() {
 		c.DelaySigma = DefaultDelaySigma
 	}
 	if c.TailMin == 0 {
-		c.TailMin = DefaultTailMin
+		c.TailMin = DefaultTailShortest
 	}
 	if c.TailMax == 0 {
-		c.TailMax = DefaultTailMax
+		c.TailMax = DefaultTailLongest
 	}
 	if c.StartingPosition == "" {
 		c.StartingPosition = TrimHorizon

@@ -116,7 +116,8 @@ func (r *Replicator) delay(d *direction, w write) time.Duration {
 		h.Write([]byte(s))
 	}
 	h.Write(binary.BigEndian.AppendUint64(nil, w.hash))
-	return drawDelay(rand.New(rand.NewPCG(uint64(r.cfg.Seed), h.Sum64())), &r.cfg)
+	h.Write(binary.BigEndian.AppendUint64(nil, uint64(r.cfg.Seed))) //nolint:gosec // G115: the seed's bits, any value
+	return drawDelay(rand.New(rand.NewPCG(h.Sum64(), w.hash)), &r.cfg)
 }
 
 // drawDelay draws one delay: the tail with probability TailProb, else

@@ -177,7 +177,7 @@ func TestDelayDeterministic(t *testing.T) {
 	}
 	tail, below := 0, 0
 	for _, x := range a {
-		if x >= DefaultTailMin {
+		if x >= DefaultTailShortest {
 			tail++
 		}
 		if x < DefaultDelayMedian {

@@ -45,7 +45,7 @@ func MustFail(t testing.TB, pkg, tags, run string) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	args := []string{"test", "-count=1", "-tags", tags, "-run", Anchor(run), pkg}
-	cmd := exec.CommandContext(ctx, "go", args...) //nolint:gosec // G204: a test helper running the go command on the calling test's own package, tags and test name
+	cmd := exec.CommandContext(ctx, "go", args...)
 	out, err := cmd.CombinedOutput()
 	line := "go " + strings.Join(args, " ")
 	if err == nil {
