@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
-	"github.com/aws/aws-cdk-go/awscdk/v2/cxapi"
+	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
 	"github.com/aws/jsii-runtime-go"
 	"github.com/cdklabs/cdk-nag-go/cdknag/v2"
 
@@ -128,10 +128,8 @@ func TestTwoRegionAppSynthesizes(t *testing.T) {
 		if *art.Environment().Region != region {
 			t.Errorf("%s deploys to %s", name, *art.Environment().Region)
 		}
-		for _, m := range *art.Messages() {
-			if m.Level == cxapi.SynthesisMessageLevel_ERROR {
-				t.Errorf("%s: %s: %v", name, *m.Id, m.Entry.Data)
-			}
+		for _, f := range *assertions.Annotations_FromStack(stacks[i].Stack).FindError(jsii.String("*"), assertions.Match_AnyValue()) {
+			t.Errorf("%s: %s: %v", name, *f.Id, f.Entry.Data)
 		}
 		var deps []string
 		for _, d := range *art.Dependencies() {

@@ -48,7 +48,7 @@ var (
 	dropInFn  string // logical id of the drop-in writer function
 	// primary is the primary Region's stack of a two-Region deployment
 	// (issue 34), checked role by role against app.Permissions WithRegions
-	primary *synthesized
+	primary   *synthesized
 	nagErrors []string
 	// customNagErrors are the cdk-nag findings of the custom (auth NONE,
 	// customer managed key) stack
