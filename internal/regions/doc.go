@@ -22,14 +22,16 @@
 //     says (balance_mismatch) and, with replication, the same in both
 //     Regions (diverged).
 //
-// The replication between the Regions' global tables (the outbox and the
-// accounts) is not part of this package: Config.Replication starts one
-// (internal/mrec's replicator, through an adapter to Replication); without
-// one each Region's tables are its own. Suspend and Resume take a Region
-// down and back (localstack.Stack.Suspend).
+// The Bank's writers use each Region's Stack.WriterConfig (with its
+// Region): the writer stamps origin_region and the Region's pending shard
+// on every record, and fences each account by its home Region (a write
+// elsewhere is refused: outbox.ErrNotHomeRegion).
 //
-// Until the writer stamps WriterConfig.Region itself (built in another
-// piece), the Bank's writers stamp the origin Region and the Region's
-// pending shard on their records (originStamp); a record the writer
-// stamped is left alone.
+// The replication between the Regions' global tables (the outbox and the
+// accounts) is Config.Replication: MREC starts internal/mrec's replicator
+// (per-item delays with a long tail, coalescing, last writer wins,
+// pause/lose); without one each Region's tables are its own. Suspend and
+// Resume take a Region down and back (localstack.Stack.Suspend). Chaos
+// runs the bank in both Regions under the replicator's faults, a Region
+// lost and taken over (reconciler.DeclareTakeover), and audits it.
 package regions

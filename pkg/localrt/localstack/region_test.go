@@ -368,17 +368,11 @@ func publishDirect(t *testing.T, st *localstack.Stack, env outbox.Envelope) {
 	}
 }
 
-// needsRegionReconciler marks the tests that need the reconciler's Region
-// sweep (reconciler.Config.Region: its own Region's pending shards only),
-// built in another piece of issue 34; unskip them when it lands.
-const needsRegionReconciler = "needs reconciler.Config.Region's Region shards (issue 34, relay/reconciler piece)"
-
 // A record the relay of Region A missed is published by A's reconciler,
 // which sweeps A's pending shards; a record of Region B in A's table is
 // left to B.
 func TestRegionReconcilerSweepsOwnShards(t *testing.T) {
 	t.Parallel()
-	t.Skip(needsRegionReconciler)
 	var got applied
 	st := start(t, localstack.Config{OutboxTable: "recon-outbox", Source: "com.example.recon", BusName: "recon-bus", Region: regionA,
 		ReconcileEvery: time.Hour, ReconcileAfter: time.Millisecond,
