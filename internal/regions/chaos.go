@@ -128,8 +128,9 @@ type ChaosReport struct {
 	LastWrites, HeldAtLoss, HeldFromA int
 	// TakenOver counts A's records B published under the takeover
 	// (PUBLISHED marks); TakeoverPending A's records pending in B's
-	// replica when it was checked; Adopted A's records its reconciler
-	// marked published from B's marks after recovery (its direct runs).
+	// replica when it was checked; Adopted those of them A never sent
+	// after recovery (its relay misses them, as lost with A's stream, and
+	// its reconciler adopts B's marks).
 	TakenOver, TakeoverPending, Adopted int
 	// Duplicates counts events published more than once (all Regions),
 	// each absorbed by the consumers' dedup (else double_applied).
