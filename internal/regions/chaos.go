@@ -19,6 +19,10 @@ const (
 	// KindFenceBreach: a write of an account sent to a Region that is not
 	// its home was not refused (the fence let it through).
 	KindFenceBreach = "fence_breaches"
+	// KindHomeWriteRefused: a write of an account in its home Region
+	// refused by a condition (the account's next sequence already
+	// written elsewhere: what a fence breach leads to).
+	KindHomeWriteRefused = "home_write_refused"
 	// KindForeignDuringPause: while replication was paused (and before any
 	// takeover), a Region published an event written in another Region.
 	KindForeignDuringPause = "published_foreign_during_pause"
@@ -27,7 +31,7 @@ const (
 // ChecksKinds are the checks a chaos run reports, in report order: each
 // must count 0.
 var ChecksKinds = []string{KindPublishedByNonOrigin, KindForeignDuringPause, KindTakeoverUnpublished, KindDoubleApplied,
-	KindStatusRegression, KindLost, KindAppliedOutOfOrder, KindBalanceMismatch, KindDiverged, KindStuckPending, KindFenceBreach}
+	KindStatusRegression, KindLost, KindAppliedOutOfOrder, KindBalanceMismatch, KindDiverged, KindStuckPending, KindFenceBreach, KindHomeWriteRefused}
 
 // ChaosConfig configures Chaos. Zero values take the defaults stated per
 // field.
@@ -119,8 +123,9 @@ type ChaosReport struct {
 	Written          map[string]int
 	Refused, Skipped int
 	// FenceRefusals counts writes sent to the wrong Region and refused
-	// (outbox.ErrNotHomeRegion); FenceConflicts those that failed on a
-	// conflict instead (nothing written either).
+	// (outbox.ErrNotHomeRegion); FenceConflicts those that failed on
+	// another condition instead (outbox.ErrConflict or a *outbox.TxError:
+	// nothing written either; only without the fence).
 	FenceRefusals, FenceConflicts int
 	// LastWrites is A's writes after its stack went down; HeldAtLoss the
 	// replicator's held writes (both directions) just before A recovered,

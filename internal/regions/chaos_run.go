@@ -245,9 +245,16 @@ func (c *chaosRun) worker(ctx context.Context, phase, w, ops int) error {
 			} else {
 				err = rt.Bank.Withdraw(ctx, id, amount)
 			}
+			var tx *outbox.TxError
 			switch {
 			case errors.Is(err, ErrInsufficientFunds):
 				c.count(func(r *ChaosReport) { r.Refused++ })
+			case errors.Is(err, outbox.ErrConflict), errors.As(err, &tx):
+				// Only a write made elsewhere at this account's sequence
+				// (a fence breach) can refuse its home Region's write.
+				c.mu.Lock()
+				c.extra = append(c.extra, Finding{Kind: KindHomeWriteRefused, Subject: id, Detail: fmt.Sprintf("in %s: %v", home, err)})
+				c.mu.Unlock()
 			case err != nil:
 				return fmt.Errorf("regions: phase %d operation on %s in %s: %w", phase, id, home, err)
 			default:
@@ -274,10 +281,13 @@ func (c *chaosRun) probe(ctx context.Context, id, home string) error {
 		return nil
 	}
 	err := c.rt.Bank.DepositIn(ctx, other, id, 1)
+	var tx *outbox.TxError
 	switch {
 	case errors.Is(err, outbox.ErrNotHomeRegion):
 		c.count(func(r *ChaosReport) { r.FenceRefusals++ })
-	case errors.Is(err, outbox.ErrConflict):
+	case errors.Is(err, outbox.ErrConflict), errors.As(err, &tx):
+		// refused by a condition other than the fence (the sequence's
+		// record exists there): nothing written, but not the fence's doing
 		c.count(func(r *ChaosReport) { r.FenceConflicts++ })
 	case err == nil:
 		c.count(func(r *ChaosReport) { r.Written[other]++ })
