@@ -122,7 +122,7 @@ type Observation struct {
 	// TakenOver names, by event id, the survivor Region that published the
 	// event under a takeover (its PUBLISHED takeover mark,
 	// reconciler.MarkKey): that Region's publishes of it are not
-	// published_by_non_origin.
+	// published_by_non_origin_in_steady_state.
 	TakenOver map[string]string
 	// Replicated says the global tables were replicated (and settled), so
 	// the Regions' account items must agree.
@@ -134,9 +134,10 @@ type Observation struct {
 var statusRank = map[string]int{"PENDING": 0, "PARKED": 1, "PUBLISHED": 2}
 
 // Audit checks obs and returns every finding: lost, double_applied,
-// applied_out_of_order, published_by_non_origin, status_regression,
-// stuck_pending, balance_mismatch and (with Replicated) diverged. Run it once the runtime
-// settled: an event still on its way is reported lost.
+// applied_out_of_order, published_by_non_origin_in_steady_state,
+// status_regression, stuck_pending, balance_mismatch and (with
+// Replicated) diverged. Run it once the runtime settled: an event still
+// on its way is reported lost.
 func Audit(obs Observation) Report {
 	r := Report{Committed: len(obs.Committed)}
 	add := func(kind, subject, format string, a ...any) {

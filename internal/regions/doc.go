@@ -16,11 +16,12 @@
 //   - the audit (Observe, Audit): every committed event applied once by
 //     each consumer (lost, double_applied), in sequence order by the
 //     ordered one (applied_out_of_order), published only by its origin
-//     Region (published_by_non_origin), no outbox status moving backward in
-//     a Region's stream (status_regression), none left pending in its
-//     origin Region (stuck_pending), balances as the last event
-//     says (balance_mismatch) and, with replication, the same in both
-//     Regions (diverged).
+//     Region outside a takeover (published_by_non_origin_in_steady_state),
+//     no outbox status moving backward in a Region's stream
+//     (status_regression), none left pending in its origin Region
+//     (stuck_pending), balances as the last event says
+//     (balance_mismatch) and, with replication, the same in both Regions
+//     (diverged).
 //
 // The Bank's writers use each Region's Stack.WriterConfig (with its
 // Region): the writer stamps origin_region and the Region's pending shard
