@@ -14,7 +14,7 @@ TOOLGO := GOWORK=off $(GO)
 export CDK_DISABLE_VERSION_CHECK := true
 export CDK_DISABLE_CLI_TELEMETRY := true
 
-.PHONY: help deps dev demo test test-unit test-infra test-release test-examples proxy release build synth chaos chaos-history bench fuzz mutation clean FORCE lint apicheck licenses trace-screenshot console-screenshot
+.PHONY: help deps dev demo test test-unit test-infra test-release test-examples proxy release build synth chaos chaos-history chaos-regions bench fuzz mutation clean FORCE lint apicheck licenses trace-screenshot console-screenshot
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -133,6 +133,10 @@ chaos: deps $(OUTBOXDEV) ## fault-injection audit: 10,000 orders by default (SEE
 # make chaos-history SEED=7 ORDERS=800 (or ARGS='-seed 7 -epoch 2 -v ...')
 chaos-history: deps $(OUTBOXDEV) ## history paths under faults, audited: replays, late consumer, switch to ordered, restore, failing drains and DLQ sends, concurrent adjacent events; 3,200 orders by default (SEED=, RATE=, ORDERS=, or ARGS='...')
 	exec $(OUTBOXDEV) chaos-history $(CHAOS_ARGS) $(ARGS)
+
+# make chaos-regions SEED=7 EVENTS=1000 (or ARGS='-seed 7 -tail-prob 0.05 -v ...')
+chaos-regions: deps $(OUTBOXDEV) ## two local Regions under replication faults (internal/mrec), one lost, taken over and recovered, wrong-Region writes fenced, audited; 3,000 events by default, about a minute (SEED=, EVENTS=, or ARGS='...')
+	exec $(OUTBOXDEV) chaos-regions $(if $(SEED),-seed $(SEED)) $(if $(EVENTS),-events $(EVENTS)) $(ARGS)
 
 bench: deps build $(OUTBOXDEV) ## measure the cost of an event and print the report under results/ (ARGS='...')
 	exec $(OUTBOXDEV) bench $(ARGS)

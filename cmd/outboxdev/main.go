@@ -8,6 +8,7 @@
 //	outboxdev demo [-orders 300] [-concurrency 8] [-seed 1] [-endpoint URL]
 //	outboxdev chaos [-orders 10000] [-epoch-orders 500] [-seed 1] [-rate 0.05] [-epoch N]
 //	outboxdev chaos-history [-orders 3200] [-epoch-orders 400] [-seed 1] [-rate 0.02] [-epoch N]
+//	outboxdev chaos-regions [-events 3000] [-seed 1] [-tail-prob 0.02]
 //	outboxdev bench [-loads 25,50,max] [-orders 1500] [-poll 50ms] [-out results]
 //
 // Without -endpoint (or AWS_ENDPOINT_URL_DYNAMODB) an in-memory Dynoxide is
@@ -41,6 +42,8 @@ func main() {
 		err = runChaos(ctx, args)
 	case "chaos-history":
 		err = runChaosHistory(ctx, args)
+	case "chaos-regions":
+		err = runChaosRegions(ctx, args)
 	case "bench":
 		err = runBench(ctx, args)
 	case "trace-screenshot":
@@ -69,6 +72,9 @@ commands:
   chaos-history  the history paths under faults: archive replays, a late consumer
          with starting points, a switch to ordered, a restore from a backup,
          failing drains, refused DLQ sends, adjacent sequences at once
+  chaos-regions  a bank in two local Regions under replication faults (delays,
+         coalescing, a pause), one Region lost, taken over and recovered,
+         wrong-Region writes fenced; audited
   bench  measure throughput, latency, calls and cost per event, store saturation,
          write-path latency and Lambda init; report under results/
   trace-screenshot  one order traced into Jaeger (a reconciler re-send and the

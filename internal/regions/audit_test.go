@@ -62,6 +62,14 @@ func TestAuditFindsEachBrokenPromise(t *testing.T) {
 			o.Statements["a-1"] = StatementLine{Seqs: []int64{2, 1}, Events: []string{c[1].Event.EventID, c[0].Event.EventID}}
 		}, KindAppliedOutOfOrder},
 		{"published by the other Region", func(o *Observation, c []Committed) { o.PublishedBy[c[0].Event.EventID][RegionB] = 1 }, KindPublishedByNonOrigin},
+		{"published by the survivor under a takeover", func(o *Observation, c []Committed) {
+			o.PublishedBy[c[0].Event.EventID][RegionB] = 1
+			o.TakenOver = map[string]string{c[0].Event.EventID: RegionB}
+		}, ""},
+		{"published by a Region other than the survivor", func(o *Observation, c []Committed) {
+			o.PublishedBy[c[0].Event.EventID][RegionB] = 1
+			o.TakenOver = map[string]string{c[0].Event.EventID: "us-east-1"}
+		}, KindPublishedByNonOrigin},
 		{"status back to pending", func(o *Observation, _ []Committed) {
 			o.Statuses[RegionB] = map[string][]StatusChange{"Account#a-1/1": {{Status: "PENDING"}, {Status: "PUBLISHED"}, {Status: "PENDING"}}}
 		}, KindStatusRegression},

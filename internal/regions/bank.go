@@ -5,11 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ddb-outbox/ddb-outbox/pkg/outbox"
@@ -68,7 +65,7 @@ func newBank(rt *Runtime) (*Bank, error) {
 	for _, r := range rt.Regions() {
 		wc := r.Stack.WriterConfig()
 		wc.Keys = []outbox.TableKeys{{Table: AccountsTable, Names: []string{"id"}}}
-		w, err := outbox.NewWriter(originStamp{Client: r.Stack.DDB, table: wc.Table, region: r.Name, shards: wc.PendingShards}, wc)
+		w, err := outbox.NewWriter(r.Stack.DDB, wc)
 		if err != nil {
 			return nil, fmt.Errorf("regions: writer in %s: %w", r.Name, err)
 		}
@@ -109,8 +106,9 @@ func (b *Bank) Deposit(ctx context.Context, id string, amount int64) error {
 }
 
 // DepositIn adds amount to account id writing in Region region, its home
-// or not (a write outside the home Region: once the writer fences by home
-// Region, it is refused with outbox.ErrNotHomeRegion).
+// or not: outside the home Region the writer's fence refuses it
+// (outbox.ErrNotHomeRegion, a *outbox.NotHomeError) and nothing is
+// written.
 func (b *Bank) DepositIn(ctx context.Context, region, id string, amount int64) error {
 	return b.move(ctx, region, id, amount, EventDeposited)
 }
@@ -211,34 +209,4 @@ func balanceOf(item map[string]types.AttributeValue) (int64, error) {
 		return 0, fmt.Errorf("regions: balance %q: %w", n.Value, err)
 	}
 	return v, nil
-}
-
-// originStamp is the Writer's DynamoDB client in a Region. Until the
-// writer stamps WriterConfig.Region itself (issue 34's write side, built
-// in another piece), it stamps every outbox record of a transaction with
-// outbox.AttrOriginRegion and the Region's pending shard
-// (outbox.PendingShardIn) where the writer did not; a record the writer
-// stamped is left as it is, so it changes nothing once the writer does.
-type originStamp struct {
-	*dynamodb.Client
-	table, region string
-	shards        int
-}
-
-func (o originStamp) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, optFns ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
-	for _, it := range in.TransactItems {
-		if it.Put == nil || aws.ToString(it.Put.TableName) != o.table {
-			continue
-		}
-		item := it.Put.Item
-		id, ok := item[outbox.AttrEventID].(*types.AttributeValueMemberS)
-		if !ok || item[outbox.AttrOriginRegion] != nil {
-			continue
-		}
-		item[outbox.AttrOriginRegion] = &types.AttributeValueMemberS{Value: o.region}
-		if s, ok := item[outbox.AttrPendingShard].(*types.AttributeValueMemberS); ok && !strings.Contains(s.Value, "#") {
-			item[outbox.AttrPendingShard] = &types.AttributeValueMemberS{Value: outbox.PendingShardIn(o.region, id.Value, o.shards)}
-		}
-	}
-	return o.Client.TransactWriteItems(ctx, in, optFns...)
 }

@@ -16,20 +16,23 @@
 //   - the audit (Observe, Audit): every committed event applied once by
 //     each consumer (lost, double_applied), in sequence order by the
 //     ordered one (applied_out_of_order), published only by its origin
-//     Region (published_by_non_origin), no outbox status moving backward in
-//     a Region's stream (status_regression), none left pending in its
-//     origin Region (stuck_pending), balances as the last event
-//     says (balance_mismatch) and, with replication, the same in both
-//     Regions (diverged).
+//     Region outside a takeover (published_by_non_origin_in_steady_state),
+//     no outbox status moving backward in a Region's stream
+//     (status_regression), none left pending in its origin Region
+//     (stuck_pending), balances as the last event says
+//     (balance_mismatch) and, with replication, the same in both Regions
+//     (diverged).
+//
+// The Bank's writers use each Region's Stack.WriterConfig (with its
+// Region): the writer stamps origin_region and the Region's pending shard
+// on every record, and fences each account by its home Region (a write
+// elsewhere is refused: outbox.ErrNotHomeRegion).
 //
 // The replication between the Regions' global tables (the outbox and the
-// accounts) is not part of this package: Config.Replication starts one
-// (internal/mrec's replicator, through an adapter to Replication); without
-// one each Region's tables are its own. Suspend and Resume take a Region
-// down and back (localstack.Stack.Suspend).
-//
-// Until the writer stamps WriterConfig.Region itself (built in another
-// piece), the Bank's writers stamp the origin Region and the Region's
-// pending shard on their records (originStamp); a record the writer
-// stamped is left alone.
+// accounts) is Config.Replication: MREC starts internal/mrec's replicator
+// (per-item delays with a long tail, coalescing, last writer wins,
+// pause/lose); without one each Region's tables are its own. Suspend and
+// Resume take a Region down and back (localstack.Stack.Suspend). Chaos
+// runs the bank in both Regions under the replicator's faults, a Region
+// lost and taken over (reconciler.DeclareTakeover), and audits it.
 package regions

@@ -2,7 +2,6 @@ package regions
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -20,13 +19,14 @@ import (
 // Observe collects the Observation of rt: the Bank's commits, the
 // statements (in the statement consumer's home Region), the notices (in
 // the notify consumer's), what each Region's relay or reconciler published
-// (its bus's events less those forwarded to it), each Region's outbox
+// (its bus's events less those forwarded to it), the events each Region
+// published under a takeover (its PUBLISHED marks), each Region's outbox
 // stream read from TRIM_HORIZON, and the accounts in each Region. It
 // returns the first read error.
 func Observe(ctx context.Context, rt *Runtime) (Observation, error) {
 	obs := Observation{Committed: rt.Bank.Committed(), Statements: map[string]StatementLine{}, Notices: map[string]int64{},
 		PublishedBy: map[string]map[string]int{}, Statuses: map[string]map[string][]StatusChange{},
-		Accounts: map[string]map[string]AccountState{}, Replicated: rt.repl != nil}
+		Accounts: map[string]map[string]AccountState{}, TakenOver: map[string]string{}, Replicated: rt.repl != nil}
 	homes := map[string]*Region{}
 	for _, c := range homeConsumers() {
 		homes[c.consumer.Name] = rt.Region(c.home)
@@ -78,27 +78,23 @@ func Observe(ctx context.Context, rt *Runtime) (Observation, error) {
 // observeRegion adds Region r's published events, outbox stream and
 // accounts to obs.
 func observeRegion(ctx context.Context, r *Region, obs *Observation) error {
-	forwarded := map[string]bool{}
-	for _, raw := range r.Stack.Bus.ForwardedEvents() {
-		var ev struct{ ID string }
-		if json.Unmarshal(raw, &ev) == nil {
-			forwarded[ev.ID] = true
+	for id, n := range ownPublished(r) {
+		if obs.PublishedBy[id] == nil {
+			obs.PublishedBy[id] = map[string]int{}
 		}
+		obs.PublishedBy[id][r.Name] += n
 	}
-	for _, raw := range r.Stack.Bus.Events() {
-		var ev struct {
-			ID     string
-			Detail struct {
-				EventID string `json:"event_id"`
-			}
-		}
-		if json.Unmarshal(raw, &ev) != nil || forwarded[ev.ID] {
+	for _, failed := range []string{RegionA, RegionB} {
+		if failed == r.Name {
 			continue
 		}
-		if obs.PublishedBy[ev.Detail.EventID] == nil {
-			obs.PublishedBy[ev.Detail.EventID] = map[string]int{}
+		marks, err := publishedMarks(ctx, r.Stack.DDB, failed, r.Name)
+		if err != nil {
+			return fmt.Errorf("regions: %s: %w", r.Name, err)
 		}
-		obs.PublishedBy[ev.Detail.EventID][r.Name]++
+		for id := range marks {
+			obs.TakenOver[id] = r.Name
+		}
 	}
 	statuses, err := StreamStatuses(ctx, r.Stack.DDB, r.Stack.Streams, OutboxTable)
 	if err != nil {

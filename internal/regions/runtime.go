@@ -35,21 +35,22 @@ const (
 // Runtime works without one (each Region's tables are then its own), and a
 // chaos run drives one through these methods.
 type Replication interface {
-	// Pause stops applying writes in the other Region (the FIS
-	// global-table-pause-replication action); writes keep being made and
-	// are kept for Resume.
-	Pause()
+	// Pause stops applying writes in the other Region, both directions
+	// (the FIS global-table-pause-replication action); writes keep being
+	// made and are kept for Resume.
+	Pause() error
 	// Resume applies what Pause held, and replicates again.
-	Resume()
+	Resume() error
 	// Lose cuts the Region off: nothing replicates from or to it until
 	// Recover (its writes made meanwhile are kept: "All previously
 	// successful writes will be propagated eventually no matter how long
 	// the Region is isolated").
-	Lose(region string)
+	Lose(region string) error
 	// Recover ends Lose.
-	Recover(region string)
+	Recover(region string) error
 	// Settle waits until every write made so far is applied in every
-	// Region it replicates to, or returns ctx's error.
+	// Region it replicates to (held ones excepted), or returns ctx's
+	// error.
 	Settle(ctx context.Context) error
 	// Close stops the replication.
 	Close() error
@@ -66,8 +67,8 @@ type Replica struct {
 }
 
 // NewReplication starts a Replication of tables (the global tables: the
-// outbox and the accounts) between the Regions' replicas. An adapter over
-// internal/mrec.Start fits it.
+// outbox and the accounts) between the Regions' replicas. MREC returns
+// one over internal/mrec.
 type NewReplication func(ctx context.Context, replicas []Replica, tables []string) (Replication, error)
 
 // Config configures Start. Zero values take the defaults stated per field.

@@ -50,13 +50,12 @@ func ResumeStep(at int, region string) Step {
 // ReplicationStep runs f on the runtime's Replication at operation at (an
 // error when the runtime has none): e.g. Replication.Pause, or Lose of a
 // Region.
-func ReplicationStep(at int, name string, f func(Replication)) Step {
+func ReplicationStep(at int, name string, f func(Replication) error) Step {
 	return Step{At: at, Name: name, Do: func(_ context.Context, rt *Runtime) error {
 		if rt.repl == nil {
 			return errors.New("the runtime has no replication")
 		}
-		f(rt.repl)
-		return nil
+		return f(rt.repl)
 	}}
 }
 

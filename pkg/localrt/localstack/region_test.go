@@ -368,17 +368,11 @@ func publishDirect(t *testing.T, st *localstack.Stack, env outbox.Envelope) {
 	}
 }
 
-// needsRegionReconciler marks the tests that need the reconciler's Region
-// sweep (reconciler.Config.Region: its own Region's pending shards only),
-// built in another piece of issue 34; unskip them when it lands.
-const needsRegionReconciler = "needs reconciler.Config.Region's Region shards (issue 34, relay/reconciler piece)"
-
 // A record the relay of Region A missed is published by A's reconciler,
 // which sweeps A's pending shards; a record of Region B in A's table is
 // left to B.
 func TestRegionReconcilerSweepsOwnShards(t *testing.T) {
 	t.Parallel()
-	t.Skip(needsRegionReconciler)
 	var got applied
 	st := start(t, localstack.Config{OutboxTable: "recon-outbox", Source: "com.example.recon", BusName: "recon-bus", Region: regionA,
 		ReconcileEvery: time.Hour, ReconcileAfter: time.Millisecond,
@@ -401,5 +395,53 @@ func TestRegionReconcilerSweepsOwnShards(t *testing.T) {
 	}
 	if s := status(record(t, st, theirs)); s != outbox.StatusPending {
 		t.Errorf("other Region's record %s, want it left %s", s, outbox.StatusPending)
+	}
+}
+
+// In a Region, RedriveParked redrives the Region's own parked record into
+// the Region's pending shards (relay.RedriveInRegion), which its
+// reconciler then publishes, and leaves a parked record replicated from
+// another Region to that Region (not counted, not an error).
+func TestRegionRedriveParked(t *testing.T) {
+	t.Parallel()
+	var got applied
+	st := start(t, localstack.Config{OutboxTable: "redrive-outbox", Source: "com.example.redrive", BusName: "redrive-bus", Region: regionA,
+		ReconcileAfter: time.Millisecond, Consumers: []localstack.Consumer{{Name: "things", AggregateType: "Thing", Handler: got.handle}}})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := st.RejectDetailTypes("ThingMade"); err != nil {
+		t.Fatal(err)
+	}
+	mine := putRegional(t, st, regionA, "Thing", "t-a")
+	settleAll(t, st)
+	theirs := putRegional(t, st, regionB, "Thing", "t-b")
+	if _, err := st.DDB.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: aws.String(st.OutboxTable),
+		Key:                       outbox.KeyFor(theirs.AggregateType, theirs.AggregateID, theirs.Sequence, 0).AttributeValues(),
+		UpdateExpression:          aws.String("SET #s = :parked REMOVE #shard"),
+		ExpressionAttributeNames:  map[string]string{"#s": outbox.AttrStatus, "#shard": outbox.AttrPendingShard},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":parked": &types.AttributeValueMemberS{Value: outbox.StatusParked}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if parked, err := st.Parked(ctx); err != nil || len(parked) != 2 {
+		t.Fatalf("Parked = %+v, %v; want the own record (refused) and the other Region's", parked, err)
+	}
+	st.StopRejecting()
+	if n, err := st.RedriveParked(ctx); n != 1 || err != nil {
+		t.Fatalf("RedriveParked = %d, %v; want 1 (the own record only)", n, err)
+	}
+	if shard := record(t, st, mine)[outbox.AttrPendingShard]; shard == nil || !strings.HasPrefix(shard.(*types.AttributeValueMemberS).Value, regionA+"#") {
+		t.Errorf("redriven record's pending shard %v, want one of %s's", shard, regionA)
+	}
+	time.Sleep(5 * time.Millisecond)
+	if err := st.ReconcileNow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	settleAll(t, st)
+	if got.count(mine.EventID) != 1 || status(record(t, st, mine)) != outbox.StatusPublished {
+		t.Errorf("own record after the redrive: applied %d, %s; want 1, %s", got.count(mine.EventID), status(record(t, st, mine)), outbox.StatusPublished)
+	}
+	if s := status(record(t, st, theirs)); s != outbox.StatusParked || got.count(theirs.EventID) != 0 {
+		t.Errorf("other Region's record %s, applied %d; want it left %s, unapplied", s, got.count(theirs.EventID), outbox.StatusParked)
 	}
 }

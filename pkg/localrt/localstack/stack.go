@@ -456,17 +456,28 @@ func (s *Stack) Parked(ctx context.Context) ([]relay.ParkedRecord, error) {
 // RedriveParked returns every parked record to the pending state
 // (relay.Redrive, as outboxctl redrive does once the cause is fixed); the
 // reconciler publishes each on its next run, and Settle waits for that.
-// It returns how many it redrove and the joined errors of those it could
-// not.
+// In multi-Region mode it redrives in the stack's Region
+// (relay.RedriveInRegion): a parked record replicated from another Region
+// is left to its origin Region (relay.ErrNotOrigin, not counted, not an
+// error). It returns how many it redrove and the joined errors of those it
+// could not.
 func (s *Stack) RedriveParked(ctx context.Context) (int, error) {
 	parked, err := s.Parked(ctx)
 	if err != nil {
 		return 0, err
 	}
+	var opts []relay.RedriveOption
+	if s.Region != "" {
+		opts = append(opts, relay.RedriveInRegion(s.Region))
+	}
 	n := 0
 	var errs []error
 	for _, p := range parked {
-		if err := relay.Redrive(ctx, s.DDB, s.OutboxTable, s.PendingShards, p.Key, time.Now()); err != nil {
+		err := relay.Redrive(ctx, s.DDB, s.OutboxTable, s.PendingShards, p.Key, time.Now(), opts...)
+		if errors.Is(err, relay.ErrNotOrigin) {
+			continue
+		}
+		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
