@@ -335,6 +335,12 @@ func runRedrive(ctx context.Context, e *cmdEnv, args []string) error {
 	if err != nil {
 		return err
 	}
+	opts := []relay.RedriveOption{relay.RedriveInRegion(region)}
+	if list, _ := config.ParseRegions(*regions); region != "" && list[0] == region {
+		// The legacy owner also redrives records parked before the switch
+		// to multi-Region mode (no origin Region).
+		opts = append(opts, relay.RedriveAsLegacyOwner())
+	}
 	type target struct {
 		key            outbox.Key
 		eventID, etype string
@@ -363,7 +369,7 @@ func runRedrive(ctx context.Context, e *cmdEnv, args []string) error {
 	var errs []error
 	n := 0
 	for _, t := range targets {
-		if err := relay.Redrive(ctx, c.ddb, *table, *shards, t.key, time.Now(), relay.RedriveInRegion(region)); err != nil {
+		if err := relay.Redrive(ctx, c.ddb, *table, *shards, t.key, time.Now(), opts...); err != nil {
 			errs = append(errs, err)
 			fmt.Fprintf(e.out, "failed\t%s\t%s\t%s\t%v\n", t.key.PK, t.key.SK, t.eventID, err)
 			continue
