@@ -79,6 +79,9 @@ func runStatus(ctx context.Context, e *cmdEnv, args []string) error {
 	if err != nil {
 		return err
 	}
+	list, _ := config.ParseRegions(*regions)         // checked by multiRegion
+	legacyOwner := region != "" && list[0] == region // also counts the records from before the switch
+
 	var refs []operator.QueueRef
 	if *prefix != "" {
 		if refs, err = operator.DiscoverQueues(ctx, c.sqs, *prefix); err != nil {
@@ -94,7 +97,7 @@ func runStatus(ctx context.Context, e *cmdEnv, args []string) error {
 	for _, u := range dlqs {
 		refs = append(refs, operator.QueueRef{Kind: operator.KindConsumerDLQ, URL: u})
 	}
-	st, err := operator.ReadStatus(ctx, c.ddb, c.sqs, operator.StatusOptions{Table: *table, Shards: *shards, Window: *window, Queues: refs, Region: region})
+	st, err := operator.ReadStatus(ctx, c.ddb, c.sqs, operator.StatusOptions{Table: *table, Shards: *shards, Window: *window, Queues: refs, Region: region, LegacyOwner: legacyOwner})
 	if err != nil {
 		return err
 	}
