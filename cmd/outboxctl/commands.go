@@ -79,6 +79,9 @@ func runStatus(ctx context.Context, e *cmdEnv, args []string) error {
 	if err != nil {
 		return err
 	}
+	list, _ := config.ParseRegions(*regions)         // checked by multiRegion
+	legacyOwner := region != "" && list[0] == region // also counts the records from before the switch
+
 	var refs []operator.QueueRef
 	if *prefix != "" {
 		if refs, err = operator.DiscoverQueues(ctx, c.sqs, *prefix); err != nil {
@@ -94,7 +97,7 @@ func runStatus(ctx context.Context, e *cmdEnv, args []string) error {
 	for _, u := range dlqs {
 		refs = append(refs, operator.QueueRef{Kind: operator.KindConsumerDLQ, URL: u})
 	}
-	st, err := operator.ReadStatus(ctx, c.ddb, c.sqs, operator.StatusOptions{Table: *table, Shards: *shards, Window: *window, Queues: refs, Region: region})
+	st, err := operator.ReadStatus(ctx, c.ddb, c.sqs, operator.StatusOptions{Table: *table, Shards: *shards, Window: *window, Queues: refs, Region: region, LegacyOwner: legacyOwner})
 	if err != nil {
 		return err
 	}
@@ -335,6 +338,12 @@ func runRedrive(ctx context.Context, e *cmdEnv, args []string) error {
 	if err != nil {
 		return err
 	}
+	opts := []relay.RedriveOption{relay.RedriveInRegion(region)}
+	if list, _ := config.ParseRegions(*regions); region != "" && list[0] == region {
+		// The legacy owner also redrives records parked before the switch
+		// to multi-Region mode (no origin Region).
+		opts = append(opts, relay.RedriveAsLegacyOwner())
+	}
 	type target struct {
 		key            outbox.Key
 		eventID, etype string
@@ -363,7 +372,7 @@ func runRedrive(ctx context.Context, e *cmdEnv, args []string) error {
 	var errs []error
 	n := 0
 	for _, t := range targets {
-		if err := relay.Redrive(ctx, c.ddb, *table, *shards, t.key, time.Now(), relay.RedriveInRegion(region)); err != nil {
+		if err := relay.Redrive(ctx, c.ddb, *table, *shards, t.key, time.Now(), opts...); err != nil {
 			errs = append(errs, err)
 			fmt.Fprintf(e.out, "failed\t%s\t%s\t%s\t%v\n", t.key.PK, t.key.SK, t.eventID, err)
 			continue

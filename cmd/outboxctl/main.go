@@ -24,7 +24,10 @@
 // OUTBOX_REGIONS) set, status counts the client Region's pending shards,
 // and redrive and replay act only on records written in the client's
 // Region (-region), bumping their redrive generation; a record of another
-// Region is refused (run the command there). takeover declares a Region
+// Region is refused (run the command there). In the first Region of
+// -regions (the legacy owner) redrive also takes records parked before the
+// switch to multi-Region mode (no origin Region), unstamped, back to their
+// single-Region shard, which that Region's reconciler sweeps. takeover declares a Region
 // down, an operator's decision and never a timer: the survivor (the
 // client's Region) publishes the failed Region's replicated pending records
 // and never writes them; release ends it; takeovers lists them with each

@@ -106,16 +106,19 @@ func TestTakeoverCommands(t *testing.T) {
 
 // TestMultiRegionFlags: with -regions, redrive acts only on records of the
 // client's Region (a record of another Region is refused and unchanged);
-// a client Region outside the list is a usage error.
+// a record without an origin Region (parked before the switch) is redriven
+// only in the legacy owner, the list's first Region, and stays unstamped
+// in its single-Region shard, and the legacy owner's status counts those
+// shards too; a client Region outside the list is a usage error.
 func TestMultiRegionFlags(t *testing.T) {
 	w := newWorld(t)
 	const a, b = "eu-west-1", "eu-central-1"
 	ctx := context.Background()
 	key := outbox.KeyFor("Order", "o-1", 3, 0) // PARKED, no origin: not this Region's
 	var out, errOut bytes.Buffer
-	err := run(ctx, []string{"-endpoint", w.endpoint, "-region", a, "redrive", "-table", w.table, "-shards", "4", "-regions", a + "," + b, "-pk", key.PK, "-sk", key.SK}, &out, &errOut)
-	if err == nil || !strings.Contains(out.String(), "another Region") {
-		t.Fatalf("redrive of a record without origin in multi-Region mode: %v\n%s", err, out.String())
+	err := run(ctx, []string{"-endpoint", w.endpoint, "-region", b, "redrive", "-table", w.table, "-shards", "4", "-regions", a + "," + b, "-pk", key.PK, "-sk", key.SK}, &out, &errOut)
+	if err == nil || !strings.Contains(out.String(), "legacy owner") {
+		t.Fatalf("redrive of a record without origin outside the legacy owner: %v\n%s", err, out.String())
 	}
 	got, gerr := w.ddb.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(w.table), Key: key.AttributeValues(), ConsistentRead: aws.Bool(true)})
 	if gerr != nil {
@@ -132,5 +135,29 @@ func TestMultiRegionFlags(t *testing.T) {
 	if err := run(ctx, []string{"-endpoint", w.endpoint, "-region", a, "status", "-table", w.table, "-shards", "4", "-window", "0", "-regions", a + "," + b}, &out, &errOut); err != nil {
 		t.Fatal(err)
 	}
-	mustContain(t, "status in A", out.String(), "pending           0")
+	// A is the legacy owner: its status also counts the world's records
+	// from before the switch (unstamped, pending in pNN); B's does not.
+	mustContain(t, "status in A", out.String(), "pending           2", "p00=2")
+	out.Reset()
+	if err := run(ctx, []string{"-endpoint", w.endpoint, "-region", b, "status", "-table", w.table, "-shards", "4", "-window", "0", "-regions", a + "," + b}, &out, &errOut); err != nil {
+		t.Fatal(err)
+	}
+	mustContain(t, "status in B", out.String(), "pending           0")
+	out.Reset()
+	if err := run(ctx, []string{"-endpoint", w.endpoint, "-region", a, "redrive", "-table", w.table, "-shards", "4", "-regions", a + "," + b, "-pk", key.PK, "-sk", key.SK}, &out, &errOut); err != nil {
+		t.Fatalf("redrive in the legacy owner %s: %v\n%s", a, err, out.String())
+	}
+	got, gerr = w.ddb.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(w.table), Key: key.AttributeValues(), ConsistentRead: aws.Bool(true)})
+	if gerr != nil {
+		t.Fatal(gerr)
+	}
+	shard, _ := got.Item[outbox.AttrPendingShard].(*types.AttributeValueMemberS)
+	if s, _ := got.Item[outbox.AttrStatus].(*types.AttributeValueMemberS); s == nil || s.Value != outbox.StatusPending || shard == nil || strings.Contains(shard.Value, "#") || got.Item[outbox.AttrOriginRegion] != nil {
+		t.Fatalf("record redriven by the legacy owner: %v, want PENDING, unstamped, in a pNN shard", got.Item)
+	}
+	out.Reset()
+	if err := run(ctx, []string{"-endpoint", w.endpoint, "-region", a, "status", "-table", w.table, "-shards", "4", "-window", "0", "-regions", a + "," + b}, &out, &errOut); err != nil {
+		t.Fatal(err)
+	}
+	mustContain(t, "status in A after the redrive", out.String(), "pending           3")
 }

@@ -105,4 +105,7 @@ func TestRequeueInRegion(t *testing.T) {
 	if _, err := ReadStatus(ctx, env.DDB, nil, StatusOptions{Table: table, Shards: 4, Region: "eu-west"}); err == nil {
 		t.Error("a misspelled Region was accepted")
 	}
+	if _, err := ReadStatus(ctx, env.DDB, nil, StatusOptions{Table: table, Shards: 4, LegacyOwner: true}); err == nil || !strings.Contains(err.Error(), "LegacyOwner") {
+		t.Errorf("LegacyOwner without a Region: %v, want an error naming it", err)
+	}
 }

@@ -43,14 +43,19 @@ type StatusOptions struct {
 	// (outbox.RegionShardName: "<region>#pNN"); "" reads the single-Region
 	// shards ("pNN").
 	Region string
+	// LegacyOwner, with Region, also reads the single-Region shards
+	// ("pNN"): Region is the legacy owner (the first Region of
+	// OUTBOX_REGIONS), whose reconciler sweeps the records written before
+	// the switch to multi-Region mode (reconciler.Config.LegacyOwner).
+	LegacyOwner bool
 }
 
 // Status is what ReadStatus found.
 type Status struct {
 	Table string
 	// PendingByShard counts pending records per pending index shard value
-	// ("p00".."pNN", or "<region>#p00".. with StatusOptions.Region), every
-	// shard present.
+	// ("p00".."pNN", or "<region>#p00".. with StatusOptions.Region, then
+	// "p00".."pNN" with StatusOptions.LegacyOwner), every shard present.
 	PendingByShard []ShardCount
 	// Pending is the sum of PendingByShard.
 	Pending int
@@ -97,8 +102,19 @@ func ReadStatus(ctx context.Context, ddb DynamoDBAPI, sqsc QueueAPI, opts Status
 			return Status{}, fmt.Errorf("status: %w", err)
 		}
 	}
+	if opts.LegacyOwner && opts.Region == "" {
+		return Status{}, errors.New("status: LegacyOwner needs a Region (multi-Region mode)")
+	}
+	var shards []string
 	for i := range opts.Shards {
-		shard := outbox.RegionShardName(opts.Region, i)
+		shards = append(shards, outbox.RegionShardName(opts.Region, i))
+	}
+	if opts.LegacyOwner {
+		for i := range opts.Shards {
+			shards = append(shards, outbox.ShardName(i))
+		}
+	}
+	for _, shard := range shards {
 		n, oldest, err := pendingInShard(ctx, ddb, opts.Table, shard)
 		if err != nil {
 			return st, err

@@ -19,7 +19,10 @@ import (
 //     seconds), default config.DefaultReconcileBudget: Budget
 //   - config.EnvRegions (OUTBOX_REGIONS) and config.EnvAWSRegion
 //     (AWS_REGION): Region, by config.RegionFromEnv ("" in single-Region
-//     mode, when OUTBOX_REGIONS is unset)
+//     mode, when OUTBOX_REGIONS is unset), and LegacyOwner: true when
+//     Region is the first Region of OUTBOX_REGIONS
+//     (config.RegionsFromEnv()[0], the legacy owner of records written
+//     before the switch to multi-Region mode)
 //
 // The reconciler publishes and marks through a relay's Publisher and Marker:
 // read their configuration with relay.ConfigFromEnv. AllowShortReconcileAfter
@@ -43,6 +46,9 @@ func ConfigFromEnv() (Config, error) {
 	}
 	if c.Region, err = config.RegionFromEnv(); err != nil {
 		errs = append(errs, err)
+	} else if c.Region != "" {
+		regions, _ := config.RegionsFromEnv() // parsed without error by RegionFromEnv
+		c.LegacyOwner = len(regions) > 0 && regions[0] == c.Region
 	}
 	return c, errors.Join(errs...)
 }

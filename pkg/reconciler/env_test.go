@@ -35,14 +35,19 @@ func TestConfigFromEnv(t *testing.T) {
 
 // TestConfigFromEnvRegion: Region follows config.RegionFromEnv: "" without
 // OUTBOX_REGIONS, AWS_REGION when it is in the list, an error naming the
-// variable otherwise.
+// variable otherwise; LegacyOwner is set in the list's first Region only.
 func TestConfigFromEnvRegion(t *testing.T) {
 	t.Setenv(config.EnvOutboxTable, "outbox")
-	for _, tc := range []struct{ regions, here, want, err string }{
-		{"", "eu-west-1", "", ""},
-		{"eu-west-1,eu-central-1", "eu-central-1", "eu-central-1", ""},
-		{"eu-west-1,eu-central-1", "us-east-1", "", config.EnvAWSRegion},
-		{"eu-west-1", "eu-west-1", "", config.EnvRegions},
+	for _, tc := range []struct {
+		regions, here, want, err string
+		legacyOwner              bool
+	}{
+		{"", "eu-west-1", "", "", false},
+		{"eu-west-1,eu-central-1", "eu-central-1", "eu-central-1", "", false},
+		{"eu-west-1,eu-central-1", "eu-west-1", "eu-west-1", "", true},
+		{"eu-central-1,eu-west-1", "eu-central-1", "eu-central-1", "", true},
+		{"eu-west-1,eu-central-1", "us-east-1", "", config.EnvAWSRegion, false},
+		{"eu-west-1", "eu-west-1", "", config.EnvRegions, false},
 	} {
 		t.Setenv(config.EnvRegions, tc.regions)
 		t.Setenv(config.EnvAWSRegion, tc.here)
@@ -53,8 +58,8 @@ func TestConfigFromEnvRegion(t *testing.T) {
 			}
 			continue
 		}
-		if err != nil || c.Region != tc.want {
-			t.Errorf("%q/%q: Region %q, %v; want %q", tc.regions, tc.here, c.Region, err, tc.want)
+		if err != nil || c.Region != tc.want || c.LegacyOwner != tc.legacyOwner {
+			t.Errorf("%q/%q: Region %q, LegacyOwner %v, %v; want %q, %v", tc.regions, tc.here, c.Region, c.LegacyOwner, err, tc.want, tc.legacyOwner)
 		}
 	}
 }

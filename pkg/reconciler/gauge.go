@@ -19,7 +19,8 @@ import (
 // gaugeConcurrency bounds the shards counted at once by gauge.
 const gaugeConcurrency = 4
 
-// gauge counts every pending index shard's records into rep.Pending and
+// gauge counts every pending index shard's records (this Region's, and the
+// single-Region shards too on the legacy owner) into rep.Pending and
 // returns the oldest created_at_ms found (-1 when none), with the Query
 // errors of the shards that failed (the others are still counted). Shards
 // are counted gaugeConcurrency at a time; one not reached before ctx ends
@@ -32,8 +33,16 @@ func (r *Reconciler) gauge(ctx context.Context, rep *Report) (int64, []error) {
 		g      errgroup.Group
 	)
 	g.SetLimit(gaugeConcurrency)
+	var shards []string
 	for i := 0; i < r.cfg.PendingShards; i++ {
-		shard := outbox.RegionShardName(r.cfg.Region, i)
+		shards = append(shards, outbox.RegionShardName(r.cfg.Region, i))
+	}
+	if r.cfg.LegacyOwner {
+		for i := 0; i < r.cfg.PendingShards; i++ {
+			shards = append(shards, outbox.ShardName(i))
+		}
+	}
+	for _, shard := range shards {
 		g.Go(func() error {
 			if ctx.Err() != nil {
 				mu.Lock()

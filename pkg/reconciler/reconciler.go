@@ -66,6 +66,14 @@
 // the survivor's PUBLISHED marks: it marks its own record published without
 // sending it again. Single-Region mode (Region "") is unchanged.
 //
+// Records written before the table switched to multi-Region mode carry no
+// origin_region and sit in the single-Region shards (outbox.ShardName).
+// They have one writing Region too, the legacy owner: the first Region of
+// OUTBOX_REGIONS (Config.LegacyOwner). Its reconciler sweeps those shards
+// as well, claiming only records without an origin Region, so a switch
+// does not strand what was pending (promise I2). No takeover covers them:
+// while the legacy owner is down they wait for it.
+//
 // # Example
 //
 //	rc, err := reconciler.New(ddb, r.Publisher(), r.Marker(), reconciler.Config{Table: table})
@@ -153,6 +161,17 @@ type Config struct {
 	// own Region's pending shards (outbox.RegionShardName), and the failed
 	// Region's during a takeover it survives (docs/MULTI-REGION.md).
 	Region string
+	// LegacyOwner makes this Region the legacy owner in multi-Region mode
+	// (ConfigFromEnv sets it when Region is the first Region of
+	// OUTBOX_REGIONS, config.RegionsFromEnv()[0]; exactly one Region's
+	// reconciler must have it): records without an origin Region
+	// (outbox.AttrOriginRegion), written before the table switched to
+	// multi-Region mode and still in the single-Region pending shards
+	// (outbox.ShardName), belong to it. Its runs also sweep those shards,
+	// claim only records without an origin Region, re-publish and mark
+	// them like their own (Report.Legacy), and count them in the gauges.
+	// No other Region's reconciler touches them. It requires Region.
+	LegacyOwner bool
 	// PendingShards is the number of pending index shards; it must match the
 	// writers'. Default config.DefaultPendingShards (16), at most
 	// config.MaxPendingShards.
@@ -276,6 +295,9 @@ func (c Config) Validate() error {
 			return fmt.Errorf("reconciler: Config.Region: %w", err)
 		}
 	}
+	if c.LegacyOwner && c.Region == "" {
+		return errors.New("reconciler: Config.LegacyOwner needs Config.Region (multi-Region mode); single-Region mode sweeps the single-Region shards anyway")
+	}
 	return nil
 }
 
@@ -318,6 +340,11 @@ type Report struct {
 	// Takeovers are the active takeovers this run swept for, by failed
 	// Region.
 	Takeovers []string
+	// Legacy counts records without an origin Region (written before the
+	// switch to multi-Region mode) this run re-published and marked
+	// published from the single-Region pending shards; they are also
+	// counted in Resent. Legacy owner only (Config.LegacyOwner).
+	Legacy int
 }
 
 // Reconciler re-publishes stale pending outbox records. It is safe for
@@ -395,7 +422,12 @@ func (r *Reconciler) Handle(ctx context.Context, ev events.EventBridgeEvent) err
 // takeover mark (MarkKey), published through the same Publisher and then
 // recorded by marking the mark PUBLISHED; the failed Region's record is
 // never written. It emits TakeoverPublished, TakeoverAdopted and
-// ActiveTakeovers besides the single-Region metrics.
+// ActiveTakeovers besides the single-Region metrics. The legacy owner
+// (Config.LegacyOwner) first sweeps the single-Region shards
+// (outbox.ShardName) for records without an origin Region, with the same
+// cutoff, claim, publish and mark as its own (claim conditioned on
+// attribute_not_exists(origin_region) instead of origin_region = Region),
+// and its gauges count those shards too.
 func (r *Reconciler) Run(ctx context.Context) (rep Report, err error) {
 	ctx, span := outboxtrace.Tracer().Start(ctx, "outbox reconcile")
 	defer func() {
@@ -430,6 +462,11 @@ func (r *Reconciler) Run(ctx context.Context) (rep Report, err error) {
 			errs = append(errs, err)
 		}
 	}
+	if r.cfg.LegacyOwner {
+		// Records from before the switch first: an aggregate's older
+		// records go out before its newer ones where both are due.
+		errs = append(errs, r.sweep(ctx, pubCtx, r.legacyLane(), cutoff, &rep)...)
+	}
 	errs = append(errs, r.sweep(ctx, pubCtx, own, cutoff, &rep)...)
 	for _, l := range takeovers {
 		rep.Takeovers = append(rep.Takeovers, l.failed)
@@ -457,7 +494,8 @@ func (r *Reconciler) Run(ctx context.Context) (rep Report, err error) {
 		metrics[MetricTakeoverAdopted] = relay.Metric{Value: float64(rep.Adopted), Unit: relay.UnitCount}
 		metrics[MetricActiveTakeovers] = relay.Metric{Value: float64(len(rep.Takeovers)), Unit: relay.UnitCount}
 		r.cfg.Logger.InfoContext(ctx, "reconciler: multi-Region run", "region", r.cfg.Region,
-			"taken_over", rep.TakenOver, "adopted", rep.Adopted, "takeovers", rep.Takeovers)
+			"taken_over", rep.TakenOver, "adopted", rep.Adopted, "takeovers", rep.Takeovers,
+			"legacy_owner", r.cfg.LegacyOwner, "legacy", rep.Legacy)
 	}
 	r.emf.Emit(metrics)
 	return rep, errors.Join(errs...)

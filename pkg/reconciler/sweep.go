@@ -50,7 +50,7 @@ func (r *Reconciler) sweep(ctx, pubCtx context.Context, l *lane, cutoffMs int64,
 	var errs []error
 	var cursors []*cursor
 	for i := 0; i < r.cfg.PendingShards; i++ {
-		shard := outbox.RegionShardName(l.region, i)
+		shard := l.shardName(i)
 		expr, err := expression.NewBuilder().
 			WithKeyCondition(expression.Key(outbox.AttrPendingShard).Equal(expression.Value(shard)).
 				And(expression.Key(outbox.AttrCreatedAt).LessThan(expression.Value(cutoffMs)))).Build()
@@ -195,15 +195,38 @@ const (
 // the item as it is now in the base table (ALL_NEW; on a failed condition,
 // ALL_OLD tells a record no longer pending from one another run holds).
 func (r *Reconciler) claim(ctx context.Context, key outbox.Key, _ map[string]types.AttributeValue) (claimOutcome, map[string]types.AttributeValue, error) {
+	if r.cfg.Region == "" {
+		return r.claimWhere(ctx, key, nil, nil)
+	}
+	// One writing Region per record: a record of another Region (which
+	// its pending shard should already rule out) is never claimed here.
+	origin := expression.Name(outbox.AttrOriginRegion).Equal(expression.Value(r.cfg.Region))
+	return r.claimWhere(ctx, key, &origin, nil)
+}
+
+// claimLegacy is the legacy lane's claim: claim's, with
+// attribute_not_exists(origin_region) in place of origin_region = Region.
+// A pending record that has an origin Region (which the writer never puts
+// in a single-Region shard) is not this lane's: notPending, never claimed.
+func (r *Reconciler) claimLegacy(ctx context.Context, key outbox.Key, _ map[string]types.AttributeValue) (claimOutcome, map[string]types.AttributeValue, error) {
+	origin := expression.AttributeNotExists(expression.Name(outbox.AttrOriginRegion))
+	return r.claimWhere(ctx, key, &origin, func(old map[string]types.AttributeValue) bool {
+		_, stamped := old[outbox.AttrOriginRegion]
+		return stamped
+	})
+}
+
+// claimWhere is claim with an optional extra condition on the record's
+// origin; foreign, when given, tells from the ALL_OLD item of a failed
+// condition that the record is not this lane's (notPending).
+func (r *Reconciler) claimWhere(ctx context.Context, key outbox.Key, origin *expression.ConditionBuilder, foreign func(map[string]types.AttributeValue) bool) (claimOutcome, map[string]types.AttributeValue, error) {
 	now := r.cfg.Now().UnixMilli()
 	until := expression.Name(outbox.AttrClaimedUntil)
 	cond := expression.AttributeExists(expression.Name(outbox.AttrPK)).
 		And(expression.Name(outbox.AttrStatus).Equal(expression.Value(outbox.StatusPending))).
 		And(expression.AttributeNotExists(until).Or(until.LessThan(expression.Value(now))))
-	if r.cfg.Region != "" {
-		// One writing Region per record: a record of another Region (which
-		// its pending shard should already rule out) is never claimed here.
-		cond = cond.And(expression.Name(outbox.AttrOriginRegion).Equal(expression.Value(r.cfg.Region)))
+	if origin != nil {
+		cond = cond.And(*origin)
 	}
 	expr, err := expression.NewBuilder().
 		WithCondition(cond).
@@ -231,6 +254,9 @@ func (r *Reconciler) claim(ctx context.Context, key outbox.Key, _ map[string]typ
 		}
 		if len(ccf.Item) == 0 {
 			return notPending, nil, nil // gone (deleted by its TTL after publishing)
+		}
+		if foreign != nil && foreign(ccf.Item) {
+			return notPending, ccf.Item, nil
 		}
 		if st, ok := ccf.Item[outbox.AttrStatus].(*types.AttributeValueMemberS); ok && st.Value == outbox.StatusPending {
 			return claimedByPeer, ccf.Item, nil
@@ -390,8 +416,11 @@ func (r *Reconciler) process(ctx, pubCtx context.Context, l *lane, items []map[s
 				"aggregate_id", m.Envelope.AggregateID, "sequence", m.Envelope.Sequence, "failed_region", l.failed)
 		case m.Result.Status == relay.Published:
 			rep.Resent++
+			if l.legacy {
+				rep.Legacy++
+			}
 			r.cfg.Logger.InfoContext(ctx, "reconciler: re-published pending record", "event_id", m.Envelope.EventID,
-				"aggregate_id", m.Envelope.AggregateID, "sequence", m.Envelope.Sequence)
+				"aggregate_id", m.Envelope.AggregateID, "sequence", m.Envelope.Sequence, "legacy", l.legacy)
 		case m.Result.Status == relay.PermanentFailure && l.failed != "":
 			rep.Failed++
 		case m.Result.Status == relay.PermanentFailure:

@@ -40,11 +40,15 @@ const (
 // https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_BatchGetItem.html
 const MaxBatchGetKeys = 100
 
-// lane is whose records a sweep handles: this Region's own (failed == "")
-// or, during a takeover, a failed Region's.
+// lane is whose records a sweep handles: this Region's own (failed == ""),
+// during a takeover a failed Region's, or (legacy) the records without an
+// origin Region that the legacy owner sweeps.
 type lane struct {
 	// region is the Region of the shards swept ("" in single-Region mode).
 	region string
+	// legacy: the single-Region shards (outbox.ShardName) of records
+	// written before the switch to multi-Region mode (Config.LegacyOwner).
+	legacy bool
 	// failed is the failed Region of a takeover lane, "" on the own lane.
 	failed    string
 	lagMargin time.Duration
@@ -59,6 +63,20 @@ type lane struct {
 // ownLane is the sweep of this Region's records: claim and mark them.
 func (r *Reconciler) ownLane() *lane {
 	return &lane{region: r.cfg.Region, claim: r.claim, finish: r.marker.MarkAll}
+}
+
+// legacyLane is the legacy owner's sweep of the single-Region shards:
+// claim (only records without an origin Region) and mark them as its own.
+func (r *Reconciler) legacyLane() *lane {
+	return &lane{legacy: true, claim: r.claimLegacy, finish: r.marker.MarkAll}
+}
+
+// shardName returns the pending index partition value of shard i of l.
+func (l *lane) shardName(i int) string {
+	if l.legacy {
+		return outbox.ShardName(i)
+	}
+	return outbox.RegionShardName(l.region, i)
 }
 
 // takeoverLanes reads the takeover items (ListTakeovers) and returns a lane

@@ -82,7 +82,10 @@
 //     status <> PUBLISHED; park: status <> PUBLISHED AND status <> PARKED);
 //     Redrive with RedriveInRegion moves a record back only in its origin
 //     Region (ErrNotOrigin) and bumps its redrive_generation conditioned on
-//     the one it read (ErrRedriveConflict).
+//     the one it read (ErrRedriveConflict); a record without an origin
+//     Region (written before the switch to multi-Region mode) only in the
+//     legacy owner, the first Region of OUTBOX_REGIONS
+//     (RedriveAsLegacyOwner).
 //
 // # Example
 //

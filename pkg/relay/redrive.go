@@ -96,7 +96,10 @@ var ErrRedriveConflict = errors.New("relay: the outbox record's redrive generati
 // single-Region mode, as it always did.
 type RedriveOption func(*redriveOptions)
 
-type redriveOptions struct{ region string }
+type redriveOptions struct {
+	region      string
+	legacyOwner bool
+}
 
 // RedriveInRegion runs Redrive in multi-Region mode for region (the
 // caller's Region, config.RegionFromEnv; "" keeps single-Region mode): the
@@ -106,6 +109,19 @@ type redriveOptions struct{ region string }
 // read (else ErrRedriveConflict).
 func RedriveInRegion(region string) RedriveOption {
 	return func(o *redriveOptions) { o.region = region }
+}
+
+// RedriveAsLegacyOwner, with RedriveInRegion, says the caller's Region is
+// the legacy owner: the first Region of OUTBOX_REGIONS
+// (config.RegionsFromEnv()[0]), whose reconciler (reconciler.Config.LegacyOwner)
+// sweeps the records written before the table switched to multi-Region
+// mode. Redrive then also accepts a record without an origin Region
+// (outbox.AttrOriginRegion): it stays unstamped and goes back to its
+// single-Region shard (outbox.PendingShard), conditioned on having no
+// origin Region and on the generation read. Without RedriveInRegion,
+// Redrive returns an error.
+func RedriveAsLegacyOwner() RedriveOption {
+	return func(o *redriveOptions) { o.legacyOwner = true }
 }
 
 // RedriveGeneration returns an item's outbox.AttrRedriveGeneration (N; 0
@@ -159,7 +175,11 @@ func GenerationCondition(gen int64) expression.ConditionBuilder {
 // another Region (ErrNotOrigin), puts the record in its Region's pending
 // shard (outbox.PendingShardIn) and bumps outbox.AttrRedriveGeneration,
 // conditioned on the status, the origin and the generation it read
-// (ErrRedriveConflict when the generation moved).
+// (ErrRedriveConflict when the generation moved). A record without an
+// origin Region (written before the switch to multi-Region mode) is
+// refused too (ErrNotOrigin), unless RedriveAsLegacyOwner is given: then
+// it goes back, unstamped, to its single-Region shard, which the legacy
+// owner's reconciler sweeps.
 func Redrive(ctx context.Context, ddb RedriveAPI, table string, shards int, key outbox.Key, now time.Time, opts ...RedriveOption) error {
 	var o redriveOptions
 	for _, fn := range opts {
@@ -173,6 +193,9 @@ func Redrive(ctx context.Context, ddb RedriveAPI, table string, shards int, key 
 			return fmt.Errorf("redrive: %w", err)
 		}
 	}
+	if o.legacyOwner && o.region == "" {
+		return errors.New("redrive: RedriveAsLegacyOwner needs RedriveInRegion (multi-Region mode)")
+	}
 	got, err := ddb.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName: aws.String(table), Key: key.AttributeValues(), ConsistentRead: aws.Bool(true),
 	})
@@ -183,8 +206,12 @@ func Redrive(ctx context.Context, ddb RedriveAPI, table string, shards int, key 
 		return fmt.Errorf("redrive %s/%s: %w", key.PK, key.SK, ErrNotParked)
 	}
 	origin := attrS(got.Item, outbox.AttrOriginRegion)
+	_, stamped := got.Item[outbox.AttrOriginRegion]
+	legacy := o.legacyOwner && !stamped // written before the switch; the legacy owner's
 	switch {
-	case o.region != "" && origin != o.region:
+	case o.region != "" && origin == "" && !stamped && !o.legacyOwner:
+		return fmt.Errorf("redrive %s/%s: no origin Region (written before the switch to multi-Region mode): redrive it in the legacy owner, the first Region of %s: %w", key.PK, key.SK, config.EnvRegions, ErrNotOrigin)
+	case o.region != "" && origin != o.region && !legacy:
 		return fmt.Errorf("redrive %s/%s: origin Region %q, this is %s: %w", key.PK, key.SK, origin, o.region, ErrNotOrigin)
 	case o.region == "" && origin != "":
 		// Written in multi-Region mode: the plain shard is swept by no
@@ -196,6 +223,9 @@ func Redrive(ctx context.Context, ddb RedriveAPI, table string, shards int, key 
 	}
 	eventID := attrS(got.Item, outbox.AttrEventID)
 	shard := outbox.PendingShardIn(o.region, eventID, shards)
+	if legacy {
+		shard = outbox.PendingShard(eventID, shards)
+	}
 	if eventID == "" { // a poison record without an event id cannot be re-published
 		return fmt.Errorf("redrive %s/%s: record has no event_id: %w", key.PK, key.SK, ErrNotParked)
 	}
@@ -212,7 +242,11 @@ func Redrive(ctx context.Context, ddb RedriveAPI, table string, shards int, key 
 		if gen, err = RedriveGeneration(got.Item); err != nil {
 			return fmt.Errorf("redrive %s/%s: %w", key.PK, key.SK, err)
 		}
-		cond = cond.And(expression.Name(outbox.AttrOriginRegion).Equal(expression.Value(o.region))).And(GenerationCondition(gen))
+		originCond := expression.Name(outbox.AttrOriginRegion).Equal(expression.Value(o.region))
+		if legacy {
+			originCond = expression.AttributeNotExists(expression.Name(outbox.AttrOriginRegion))
+		}
+		cond = cond.And(originCond).And(GenerationCondition(gen))
 		upd = upd.Set(expression.Name(outbox.AttrRedriveGeneration), expression.Value(gen+1))
 	}
 	if _, ok := got.Item[outbox.AttrCreatedAt]; !ok {
