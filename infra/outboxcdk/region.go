@@ -87,7 +87,11 @@ type MultiRegionProps struct {
 	// Regions are the Regions of the global table, two or more
 	// (config.ParseRegions' rules), the stack's own among them. The
 	// construct sets them, comma-joined, as config.EnvRegions on the
-	// relay, the reconciler and every GrantWriteEvents writer.
+	// relay, the reconciler and every GrantWriteEvents writer. Their order
+	// matters and must be the same in every Region's stack: the first is
+	// the legacy owner (reconciler.Config.LegacyOwner), which publishes the
+	// records written before the table went multi-Region — list the
+	// existing table's Region first.
 	Regions []string
 	// PrimaryRegion is the Region whose stack creates the global table
 	// (one of Regions). Its stack must be deployed first: the other

@@ -157,7 +157,7 @@ func GlobalTables() []string { return []string{OutboxTable, AccountsTable} }
 // homed in it, and a forward of the other Region's consumers' events to
 // its bus (to, bound once that Region runs).
 func stackConfig(cfg Config, region string, to *localstack.ForwardTarget, other string) localstack.Config {
-	sc := localstack.Config{OutboxTable: OutboxTable, Source: Source, BusName: BusName, Region: region,
+	sc := localstack.Config{OutboxTable: OutboxTable, Source: Source, BusName: BusName, Region: region, LegacyOwner: region == RegionA,
 		ReconcileEvery: cfg.ReconcileEvery, ReconcileAfter: cfg.ReconcileAfter,
 		Logger: cfg.Logger.With("region", region)}
 	for _, c := range homeConsumers() {

@@ -66,6 +66,12 @@ type Config struct {
 	// name it, and WriterConfig gives writers it. "" (the default):
 	// single-Region mode, as before.
 	Region string
+	// LegacyOwner makes this Region's reconciler the legacy owner
+	// (reconciler.Config.LegacyOwner): it also publishes records written
+	// before the table went multi-Region (no origin Region, in the plain
+	// pNN shards). On AWS that is the first Region of OUTBOX_REGIONS; set it
+	// on one stack only. Requires Region.
+	LegacyOwner bool
 	// Forward forwards events of this stack's bus to another bus: the bus
 	// of the Region where a consumer lives (its home Region), as an
 	// EventBridge rule with an event bus target does. See Forward.

@@ -445,3 +445,37 @@ func TestRegionRedriveParked(t *testing.T) {
 		t.Errorf("other Region's record %s, applied %d; want it left %s, unapplied", s, got.count(theirs.EventID), outbox.StatusParked)
 	}
 }
+
+// The legacy owner's reconciler (Config.LegacyOwner) also publishes a
+// record written before the table went multi-Region (no origin Region, in a
+// plain pNN shard); another Region's stack leaves it pending.
+func TestLegacyOwnerPublishesUnstampedRecords(t *testing.T) {
+	t.Parallel()
+	for _, owner := range []bool{true, false} {
+		var got applied
+		st := start(t, localstack.Config{OutboxTable: "legacy-outbox", Source: "com.example.legacy", BusName: "legacy-bus", Region: regionA,
+			LegacyOwner: owner, ReconcileEvery: time.Hour, ReconcileAfter: time.Millisecond,
+			Consumers: []localstack.Consumer{{Name: "things", AggregateType: "Thing", Handler: got.handle}}})
+		old := putRegional(t, st, "", "Thing", "t-old")
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		if err := st.Drain(ctx); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Millisecond)
+		if err := st.ReconcileNow(ctx); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		settleAll(t, st)
+		want, wantStatus := 0, outbox.StatusPending
+		if owner {
+			want, wantStatus = 1, outbox.StatusPublished
+		}
+		if n := got.count(old.EventID); n != want {
+			t.Errorf("LegacyOwner=%v: the unstamped record applied %d times, want %d", owner, n, want)
+		}
+		if s := status(record(t, st, old)); s != wantStatus {
+			t.Errorf("LegacyOwner=%v: the unstamped record is %s, want %s", owner, s, wantStatus)
+		}
+	}
+}

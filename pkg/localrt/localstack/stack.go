@@ -167,7 +167,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if s.Reconciler, err = reconciler.New(s.DDB, s.Relay.Publisher(), s.Relay.Marker(), reconciler.Config{
 		Table: cfg.OutboxTable, PendingShards: cfg.PendingShards, ReconcileAfter: cfg.ReconcileAfter,
 		AllowShortReconcileAfter: true, Budget: budget, Metrics: cfg.Metrics, Logger: log.With("fn", "reconciler"),
-		Region: cfg.Region,
+		Region: cfg.Region, LegacyOwner: cfg.LegacyOwner,
 	}); err != nil {
 		return nil, fmt.Errorf("localstack: reconciler: %w", err)
 	}
