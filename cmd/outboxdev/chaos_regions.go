@@ -52,7 +52,7 @@ func runChaosRegions(ctx context.Context, args []string) error {
 		return err
 	}
 	fmt.Println()
-	fmt.Print(rep.String())
+	fmt.Print(rep.Counts()) // the phases were printed as they started
 	if rep.Audit.Committed == 0 {
 		return errors.New("no event committed")
 	}

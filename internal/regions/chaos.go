@@ -150,18 +150,34 @@ type ChaosReport struct {
 // OK reports whether every check is 0.
 func (r ChaosReport) OK() bool { return r.Audit.OK() }
 
-// String is the report: the counts, then each check and its count, then
-// the findings (at most 20).
+// String is the report: Counts, then the phases run, one per line.
 func (r ChaosReport) String() string {
+	var b strings.Builder
+	b.WriteString(r.Counts())
+	b.WriteString("phases:\n")
+	for i, p := range r.Phases {
+		fmt.Fprintf(&b, "  %d. %s\n", i+1, p)
+	}
+	return b.String()
+}
+
+// Counts is the report without the phase list (outboxdev chaos-regions
+// prints each phase as it starts): the counts, then each check and its
+// count, then the findings (at most 20), then the wall time.
+// docs/MULTI-REGION.md "Two Regions locally" explains every line.
+func (r ChaosReport) Counts() string {
 	var b strings.Builder
 	st := r.Replication
 	fmt.Fprintf(&b, "events written: %s %d, %s %d (%d committed in all); refused for funds %d, skipped (home down) %d\n",
 		RegionA, r.Written[RegionA], RegionB, r.Written[RegionB], r.Audit.Committed, r.Refused, r.Skipped)
-	fmt.Fprintf(&b, "replication: replicated %d, coalesced %d, reordered %d, suppressed by LWW %d, held at A's loss %d (%d of A's; A's last writes %d)\n",
-		st.Replicated, st.Coalesced, st.Reordered, st.SuppressedByLWW, r.HeldAtLoss, r.HeldFromA, r.LastWrites)
+	fmt.Fprintf(&b, "replication: replicated %d, coalesced %d, reordered %d, suppressed by LWW %d\n",
+		st.Replicated, st.Coalesced, st.Reordered, st.SuppressedByLWW)
+	fmt.Fprintf(&b, "held at A's loss: %d writes queued both ways (%d of A's not yet in %s, %d of %s's not yet in A); A's last writes %d\n",
+		r.HeldAtLoss, r.HeldFromA, RegionB, r.HeldAtLoss-r.HeldFromA, RegionB, r.LastWrites)
 	fmt.Fprintf(&b, "fence: %d wrong-Region writes refused, %d failed on a conflict\n", r.FenceRefusals, r.FenceConflicts)
 	fmt.Fprintf(&b, "takeover: %d of A's records pending in B, %d taken over by B, %d adopted by A; %d duplicate publishes absorbed\n",
 		r.TakeoverPending, r.TakenOver, r.Adopted, r.Duplicates)
+	b.WriteString("checks:\n")
 	for _, k := range ChecksKinds {
 		fmt.Fprintf(&b, "  %-40s %d\n", k, r.Audit.Count(k))
 	}
@@ -172,7 +188,7 @@ func (r ChaosReport) String() string {
 		}
 		fmt.Fprintf(&b, "  %s %s: %s\n", f.Kind, f.Subject, f.Detail)
 	}
-	fmt.Fprintf(&b, "phases: %s\nwall time %s\n", strings.Join(r.Phases, ", "), r.Wall.Round(time.Millisecond))
+	fmt.Fprintf(&b, "wall time %s\n", r.Wall.Round(time.Millisecond))
 	return b.String()
 }
 
