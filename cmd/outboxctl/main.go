@@ -16,8 +16,8 @@
 //	outboxctl [-endpoint URL] replays  [-prefix P]
 //	outboxctl [-endpoint URL] history  -table T AGGREGATE_ID
 //	outboxctl [-region R] alarms test (-prefix STACK | -alarm NAME) [-wait 2m]
-//	outboxctl -region B takeover  -table T -failed A [-survivor B] [-lag-margin 1m] [-by NAME] [-regions A,B]
-//	outboxctl -region B release   -table T -failed A [-survivor B] [-by NAME]
+//	outboxctl -region B takeover  -table T -regions A,B -failed A [-survivor B] [-lag-margin 1m] [-by NAME]
+//	outboxctl -region B release   -table T -regions A,B -failed A [-survivor B] [-by NAME]
 //	outboxctl -region B takeovers -table T [-regions A,B]
 //
 // Multi-Region mode (issue 34, docs/MULTI-REGION.md): with -regions (or
@@ -149,9 +149,9 @@ func init() {
 		{"history", "an aggregate's published events (sequence, type, time, event id) from the outbox table, and which sequences expired from it",
 			"outboxctl -endpoint http://127.0.0.1:4580 history -table dev-outbox ORDER_ID", runHistory},
 		{"takeover", "declare a Region down (an operator's decision, never a timer): the survivor's reconciler also publishes the failed Region's replicated pending records older than its stale age plus -lag-margin, once each, never writing them; prints the runbook and the heartbeat ages",
-			"outboxctl -endpoint http://127.0.0.1:4580 takeover -region eu-central-1 -table dev-outbox -failed eu-west-1 -lag-margin 1m", runTakeover},
+			"outboxctl -endpoint http://127.0.0.1:4580 takeover -region eu-central-1 -table dev-outbox -regions eu-west-1,eu-central-1 -failed eu-west-1 -lag-margin 1m -by \"$USER/INC-123\"", runTakeover},
 		{"release", "end a takeover (in the survivor's Region); the failed Region's reconciler keeps adopting what the survivor published",
-			"outboxctl -endpoint http://127.0.0.1:4580 release -region eu-central-1 -table dev-outbox -failed eu-west-1 -survivor eu-central-1", runRelease},
+			"outboxctl -endpoint http://127.0.0.1:4580 release -region eu-central-1 -table dev-outbox -regions eu-west-1,eu-central-1 -failed eu-west-1 -by \"$USER/INC-123\"", runRelease},
 		{"takeovers", "list takeovers (active and released) and each Region's heartbeat age, as the client's Region's replica has them",
 			"outboxctl -endpoint http://127.0.0.1:4580 takeovers -region eu-central-1 -table dev-outbox -regions eu-west-1,eu-central-1", runTakeovers},
 		{"alarms", "alarms test (AWS only): set one of the stack's alarms to ALARM, wait for its SNS action's result in the alarm's history (success, or AWS's failure text), set it back to OK",

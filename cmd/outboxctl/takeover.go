@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -19,23 +21,49 @@ import (
 
 // regionsFlag registers -regions, defaulting to OUTBOX_REGIONS.
 func regionsFlag(fs *flag.FlagSet) *string {
-	return fs.String("regions", os.Getenv(config.EnvRegions), "the global table's Regions, comma-separated, for the heartbeat ages (default $"+config.EnvRegions+")")
+	return fs.String("regions", os.Getenv(config.EnvRegions), "the global table's Regions, comma-separated, e.g. eu-west-1,eu-central-1 (default $"+config.EnvRegions+"): required by takeover and release, whose -failed and survivor must be in it; their heartbeat ages are printed")
 }
 
 // byFlag registers -by, defaulting to $USER.
 func byFlag(fs *flag.FlagSet) *string {
-	return fs.String("by", os.Getenv("USER"), "who decides (recorded on the takeover item; default $USER)")
+	return fs.String("by", os.Getenv("USER"), "who decides, recorded on the takeover item, e.g. \"$USER/INC-123\" (default $USER; required when $USER is empty)")
+}
+
+// checkBy refuses an empty -by ($USER empty and no -by) and an
+// all-whitespace one: the takeover item records who decided.
+func checkBy(name, by string) error {
+	if strings.TrimSpace(by) == "" {
+		return usageErr("%s: -by is required (who decides, recorded on the takeover item; $USER is empty or -by is blank): e.g. -by \"$USER/INC-123\"", name)
+	}
+	return nil
+}
+
+// takeoverRegions parses the Region list a takeover command needs (-regions
+// or OUTBOX_REGIONS): absent or malformed is a usage error.
+func takeoverRegions(name, regions string) ([]string, error) {
+	if regions == "" {
+		return nil, usageErr("%s: -regions A,B (or $%s) is required: the global table's Regions, to check -failed and the survivor", name, config.EnvRegions)
+	}
+	list, err := config.ParseRegions(regions)
+	if err != nil {
+		return nil, usageErr("%s: -regions: %v", name, err)
+	}
+	return list, nil
 }
 
 // takeoverPair checks -failed and -survivor (defaulting to the clients'
-// Region) and that the command runs in the survivor's Region. A bad name
-// or pair is a usage error.
-func takeoverPair(name, failed, survivor, clientRegion string) (string, error) {
+// Region): both in regions (the global table's Regions), different, and
+// the command running in the survivor's Region. A bad name or pair is a
+// usage error.
+func takeoverPair(name, failed, survivor, clientRegion string, regions []string) (string, error) {
 	if failed == "" {
 		return "", usageErr("%s: -failed REGION is required", name)
 	}
 	if err := config.ValidRegionName(failed); err != nil {
 		return "", usageErr("%s: -failed: %v", name, err)
+	}
+	if !slices.Contains(regions, failed) {
+		return "", usageErr("%s: -failed %s is not one of the Regions %s (-regions or $%s)", name, failed, strings.Join(regions, ","), config.EnvRegions)
 	}
 	if survivor == "" {
 		survivor = clientRegion
@@ -49,6 +77,9 @@ func takeoverPair(name, failed, survivor, clientRegion string) (string, error) {
 	if survivor != clientRegion {
 		return "", usageErr("%s: the client's Region is %s, the survivor %s: only the survivor writes its takeover items; run with -region %s", name, clientRegion, survivor, survivor)
 	}
+	if !slices.Contains(regions, survivor) {
+		return "", usageErr("%s: the survivor %s (-survivor, or the client's Region: -region or AWS_REGION) is not one of the Regions %s (-regions or $%s)", name, survivor, strings.Join(regions, ","), config.EnvRegions)
+	}
 	return survivor, nil
 }
 
@@ -56,7 +87,7 @@ func runTakeover(ctx context.Context, e *cmdEnv, args []string) error {
 	fs := e.newFlags("takeover")
 	table := tableFlag(fs)
 	failed := fs.String("failed", "", "the Region declared down (required)")
-	survivor := fs.String("survivor", "", "the Region taking over (default: the client's, -region or AWS_REGION; must differ from -failed)")
+	survivor := fs.String("survivor", "", "the Region taking over: must equal the client's Region (-region or AWS_REGION), its default, and differ from -failed")
 	margin := fs.Duration("lag-margin", time.Minute, "publish only the failed Region's records older than the survivor's RECONCILE_AFTER plus this (0 to "+reconciler.MaxLagMargin.String()+"): above the replication lag you observe")
 	by := byFlag(fs)
 	regions := regionsFlag(fs)
@@ -69,12 +100,19 @@ func runTakeover(ctx context.Context, e *cmdEnv, args []string) error {
 	if *failed == "" {
 		return usageErr("takeover: -failed REGION is required")
 	}
+	list, err := takeoverRegions("takeover", *regions)
+	if err != nil {
+		return err
+	}
+	if err := checkBy("takeover", *by); err != nil {
+		return err
+	}
 	ctx, c, done, err := e.open(ctx)
 	if err != nil {
 		return err
 	}
 	defer done()
-	s, err := takeoverPair("takeover", *failed, *survivor, c.region)
+	s, err := takeoverPair("takeover", *failed, *survivor, c.region, list)
 	if err != nil {
 		return err
 	}
@@ -84,9 +122,13 @@ func runTakeover(ctx context.Context, e *cmdEnv, args []string) error {
 	}
 	now := time.Now()
 	if err := reconciler.DeclareTakeover(ctx, c.ddb, *table, d, now); err != nil {
+		if errors.Is(err, reconciler.ErrTakeoverActive) {
+			return fmt.Errorf("%w; see it with: outboxctl -region %s takeovers -table %s -regions %s; end it with: outboxctl -region %s release -table %s -failed %s -regions %s",
+				err, s, *table, strings.Join(list, ","), s, *table, d.Failed, strings.Join(list, ","))
+		}
 		return err
 	}
-	hbs, hbErr := reconciler.ReadHeartbeats(ctx, c.ddb, *table, regionList(*regions, d.Failed, d.Survivor))
+	hbs, hbErr := reconciler.ReadHeartbeats(ctx, c.ddb, *table, list)
 	fmt.Fprintf(e.out, "takeover of %s by %s declared (lag margin %s, by %s)\n", d.Failed, d.Survivor, d.LagMargin, orDash(d.DeclaredBy))
 	writeHeartbeats(e.out, s, hbs, hbErr, now)
 	fmt.Fprintf(e.out, `what happens now:
@@ -99,8 +141,8 @@ func runTakeover(ctx context.Context, e *cmdEnv, args []string) error {
 when %[1]s is back:
   - its reconciler adopts %[2]s's published marks: marks those records published without re-sending.
   - release the takeover (in %[2]s):
-      outboxctl -region %[2]s release -table %[4]s -failed %[1]s -survivor %[2]s
-`, d.Failed, d.Survivor, d.LagMargin, *table)
+      outboxctl -region %[2]s release -table %[4]s -failed %[1]s -survivor %[2]s -regions %[5]s
+`, d.Failed, d.Survivor, d.LagMargin, *table, strings.Join(list, ","))
 	return nil
 }
 
@@ -108,7 +150,7 @@ func runRelease(ctx context.Context, e *cmdEnv, args []string) error {
 	fs := e.newFlags("release")
 	table := tableFlag(fs)
 	failed := fs.String("failed", "", "the Region that was declared down (required)")
-	survivor := fs.String("survivor", "", "the Region that took over (default: the client's, -region or AWS_REGION)")
+	survivor := fs.String("survivor", "", "the Region that took over: must equal the client's Region (-region or AWS_REGION), its default")
 	by := byFlag(fs)
 	regions := regionsFlag(fs)
 	if err := parse(fs, args); err != nil {
@@ -120,12 +162,19 @@ func runRelease(ctx context.Context, e *cmdEnv, args []string) error {
 	if *failed == "" {
 		return usageErr("release: -failed REGION is required")
 	}
+	list, err := takeoverRegions("release", *regions)
+	if err != nil {
+		return err
+	}
+	if err := checkBy("release", *by); err != nil {
+		return err
+	}
 	ctx, c, done, err := e.open(ctx)
 	if err != nil {
 		return err
 	}
 	defer done()
-	s, err := takeoverPair("release", *failed, *survivor, c.region)
+	s, err := takeoverPair("release", *failed, *survivor, c.region, list)
 	if err != nil {
 		return err
 	}
@@ -133,7 +182,7 @@ func runRelease(ctx context.Context, e *cmdEnv, args []string) error {
 	if err := reconciler.ReleaseTakeover(ctx, c.ddb, *table, *failed, s, *by, now); err != nil {
 		return err
 	}
-	hbs, hbErr := reconciler.ReadHeartbeats(ctx, c.ddb, *table, regionList(*regions, *failed, s))
+	hbs, hbErr := reconciler.ReadHeartbeats(ctx, c.ddb, *table, list)
 	fmt.Fprintf(e.out, "takeover of %s by %s released: %s's next reconciler run no longer sweeps %s's records\n", *failed, s, s, *failed)
 	writeHeartbeats(e.out, s, hbs, hbErr, now)
 	fmt.Fprintf(e.out, "%s's reconciler keeps adopting %s's published marks (the takeover item stays, RELEASED)\n", *failed, s)
@@ -150,16 +199,25 @@ func runTakeovers(ctx context.Context, e *cmdEnv, args []string) error {
 	if err := needTable("takeovers", *table); err != nil {
 		return err
 	}
+	if _, err := config.ParseRegions(*regions); err != nil {
+		return usageErr("takeovers: -regions: %v", err)
+	}
 	ctx, c, done, err := e.open(ctx)
 	if err != nil {
 		return err
 	}
 	defer done()
+	// The client's Region must be one of -regions (when given): a Region
+	// misspelled in the list then shows instead of a heartbeat "none".
+	if _, err := multiRegion("takeovers", *regions, c.region); err != nil {
+		return err
+	}
+	list, _ := config.ParseRegions(*regions)
 	tks, err := reconciler.ListTakeovers(ctx, c.ddb, *table)
 	if err != nil {
 		return err
 	}
-	names := regionList(*regions)
+	names := list
 	active := 0
 	for _, t := range tks {
 		names = regionList(strings.Join(names, ","), t.Failed, t.Survivor)

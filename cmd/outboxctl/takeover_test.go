@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"strconv"
 	"strings"
 	"testing"
@@ -46,25 +47,50 @@ func TestTakeoverCommands(t *testing.T) {
 		return out.String() + errOut.String(), err
 	}
 
+	ab := a + "," + b
 	for _, tc := range []struct {
-		name string
-		args []string
-		want string
+		name  string
+		args  []string
+		user  string // $USER
+		wants []string
 	}{
-		{"misspelled failed", []string{"-region", b, "takeover", "-table", table, "-failed", "eu-west"}, "-failed"},
-		{"misspelled survivor", []string{"-region", b, "takeover", "-table", table, "-failed", a, "-survivor", "eu-central"}, "-survivor"},
-		{"itself", []string{"-region", a, "takeover", "-table", table, "-failed", a}, "cannot take over itself"},
-		{"not the client's Region", []string{"-region", a, "takeover", "-table", table, "-failed", "us-east-1", "-survivor", b}, "run with -region " + b},
-		{"no failed", []string{"-region", b, "takeover", "-table", table}, "-failed REGION is required"},
-		{"negative margin", []string{"-region", b, "takeover", "-table", table, "-failed", a, "-lag-margin", "-1m"}, "negative"},
-		{"absurd margin", []string{"-region", b, "takeover", "-table", table, "-failed", a, "-lag-margin", "48h"}, "above"},
-		{"release misspelled", []string{"-region", b, "release", "-table", table, "-failed", "euwest1"}, "-failed"},
+		{"misspelled failed", []string{"-region", b, "takeover", "-table", table, "-regions", ab, "-failed", "eu-west"}, "alice", []string{"-failed"}},
+		{"misspelled survivor", []string{"-region", b, "takeover", "-table", table, "-regions", ab, "-failed", a, "-survivor", "eu-central"}, "alice", []string{"-survivor"}},
+		{"itself", []string{"-region", a, "takeover", "-table", table, "-regions", ab, "-failed", a}, "alice", []string{"cannot take over itself"}},
+		{"not the client's Region", []string{"-region", a, "takeover", "-table", table, "-regions", ab, "-failed", "us-east-1", "-survivor", b}, "alice", []string{"not one of the Regions " + ab}},
+		{"survivor not the client's Region", []string{"-region", a, "takeover", "-table", table, "-regions", ab, "-failed", b, "-survivor", "us-east-1"}, "alice", []string{"run with -region us-east-1"}},
+		{"no failed", []string{"-region", b, "takeover", "-table", table, "-regions", ab}, "alice", []string{"-failed REGION is required"}},
+		{"negative margin", []string{"-region", b, "takeover", "-table", table, "-regions", ab, "-failed", a, "-lag-margin", "-1m"}, "alice", []string{"negative"}},
+		{"absurd margin", []string{"-region", b, "takeover", "-table", table, "-regions", ab, "-failed", a, "-lag-margin", "48h"}, "alice", []string{"above"}},
+		{"release misspelled", []string{"-region", b, "release", "-table", table, "-regions", ab, "-failed", "euwest1"}, "alice", []string{"-failed"}},
+		// Newcomer trial: Regions that are well-shaped but not the table's.
+		{"failed misspelled, well-shaped", []string{"-region", b, "takeover", "-table", table, "-regions", ab, "-failed", "eu-wset-1"}, "alice", []string{"-failed eu-wset-1 is not one of the Regions " + ab}},
+		{"failed not in -regions", []string{"-region", b, "takeover", "-table", table, "-regions", ab, "-failed", "us-east-1"}, "alice", []string{"-failed us-east-1 is not one of the Regions " + ab}},
+		{"client Region misspelled", []string{"-region", "eu-centrl-1", "takeover", "-table", table, "-regions", ab, "-failed", a}, "alice", []string{"survivor eu-centrl-1", "not one of the Regions " + ab}},
+		{"release survivor not in -regions", []string{"-region", "eu-centrl-1", "release", "-table", table, "-regions", ab, "-failed", a}, "alice", []string{"survivor eu-centrl-1", "not one of the Regions " + ab}},
+		{"no -regions", []string{"-region", b, "takeover", "-table", table, "-failed", a}, "alice", []string{"-regions A,B (or $OUTBOX_REGIONS) is required"}},
+		{"release without -regions", []string{"-region", b, "release", "-table", table, "-failed", a}, "alice", []string{"-regions A,B (or $OUTBOX_REGIONS) is required"}},
+		{"one Region", []string{"-region", b, "takeover", "-table", table, "-regions", b, "-failed", a}, "alice", []string{"names one Region"}},
+		{"takeovers misspelled -regions", []string{"-region", b, "takeovers", "-table", table, "-regions", a + ",eu-centrl-1"}, "alice", []string{"not one of -regions " + a + ",eu-centrl-1"}},
+		{"takeovers one Region", []string{"-region", b, "takeovers", "-table", table, "-regions", a}, "alice", []string{"names one Region"}},
+		{"no -by, no $USER", []string{"-region", b, "takeover", "-table", table, "-regions", ab, "-failed", a}, "", []string{"-by is required", `-by "$USER/INC-123"`}},
+		{"blank -by", []string{"-region", b, "takeover", "-table", table, "-regions", ab, "-failed", a, "-by", "  \t"}, "alice", []string{"-by is required"}},
+		{"release blank -by", []string{"-region", b, "release", "-table", table, "-regions", ab, "-failed", a, "-by", " "}, "alice", []string{"-by is required"}},
 	} {
+		t.Setenv("USER", tc.user)
 		out, err := runCtl(tc.args...)
-		if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: err %v (output %q), want a usage error mentioning %q", tc.name, err, out, tc.want)
+		if !errors.Is(err, errUsage) {
+			t.Errorf("%s: err %v (output %q), want a usage error", tc.name, err, out)
+			continue
+		}
+		for _, w := range tc.wants {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: err %v, want it to mention %q", tc.name, err, w)
+			}
 		}
 	}
+	t.Setenv("USER", "alice")
+	t.Setenv("OUTBOX_REGIONS", "")
 	if tks, err := reconciler.ListTakeovers(ctx, env.DDB, table); err != nil || len(tks) != 0 {
 		t.Fatalf("refused commands wrote takeovers: %+v %v", tks, err)
 	}
@@ -80,21 +106,30 @@ func TestTakeoverCommands(t *testing.T) {
 	if err != nil || len(tks) != 1 || !tks[0].Active() || tks[0].Failed != a || tks[0].Survivor != b || tks[0].LagMargin != 2*time.Minute {
 		t.Fatalf("takeovers %+v %v", tks, err)
 	}
-	if _, err := runCtl("-region", b, "takeover", "-table", table, "-failed", a); !errors.Is(err, reconciler.ErrTakeoverActive) {
+	// $OUTBOX_REGIONS stands for -regions.
+	t.Setenv("OUTBOX_REGIONS", ab)
+	_, err = runCtl("-region", b, "takeover", "-table", table, "-failed", a)
+	if !errors.Is(err, reconciler.ErrTakeoverActive) {
 		t.Fatalf("second takeover: %v, want ErrTakeoverActive", err)
 	}
+	for _, w := range []string{"outboxctl -region " + b + " takeovers -table " + table, "outboxctl -region " + b + " release -table " + table + " -failed " + a} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("second takeover: %v, want it to say how to see and end the takeover: %q", err, w)
+		}
+	}
+	t.Setenv("OUTBOX_REGIONS", "")
 	out, err = runCtl("takeovers", "-region", b, "-table", table)
 	if err != nil {
 		t.Fatal(err)
 	}
 	mustContain(t, "takeovers", out, "ACTIVE\t"+a+" -> "+b+"\tlag margin 2m0s", "1 takeover(s), 1 active", a+"        3m0s ago")
 
-	out, err = runCtl("-region", b, "release", "-table", table, "-failed", a, "-survivor", b, "-by", "bob")
+	out, err = runCtl("-region", b, "release", "-table", table, "-regions", ab, "-failed", a, "-survivor", b, "-by", "bob")
 	if err != nil {
 		t.Fatalf("release: %v\n%s", err, out)
 	}
 	mustContain(t, "release", out, "takeover of "+a+" by "+b+" released")
-	if _, err := runCtl("-region", b, "release", "-table", table, "-failed", a); !errors.Is(err, reconciler.ErrNoTakeover) {
+	if _, err := runCtl("-region", b, "release", "-table", table, "-regions", ab, "-failed", a); !errors.Is(err, reconciler.ErrNoTakeover) {
 		t.Fatalf("second release: %v, want ErrNoTakeover", err)
 	}
 	out, err = runCtl("takeovers", "-region", b, "-table", table)
@@ -160,4 +195,19 @@ func TestMultiRegionFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustContain(t, "status in A after the redrive", out.String(), "pending           3")
+}
+
+// TestTakeoverHelp: takeover -h and release -h say the survivor must be
+// the client's Region, and their examples carry -regions and -by, as the
+// runbook does.
+func TestTakeoverHelp(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{"takeover", "release"} {
+		var out, errOut bytes.Buffer
+		if err := run(context.Background(), []string{name, "-h"}, &out, &errOut); !errors.Is(err, flag.ErrHelp) {
+			t.Fatalf("%s -h: %v", name, err)
+		}
+		mustContain(t, name+" -h", out.String(), "must equal the client's Region (-region or AWS_REGION)",
+			"-regions eu-west-1,eu-central-1 -failed eu-west-1", `-by "$USER/INC-123"`, "required by takeover and release")
+	}
 }

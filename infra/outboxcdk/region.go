@@ -48,10 +48,11 @@ var (
 	// dynamodb:UpdateItem (its heartbeat and its takeover marks). The
 	// takeover items live in the outbox table itself.
 	TakeoverSweepActions = []string{"dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem"}
-	// TakeoverActions are what the operator's takeover command (outboxctl
-	// takeover / release) needs on the outbox table: write, read, list and
-	// delete the takeover items (GrantTakeover).
-	TakeoverActions = []string{"dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem"}
+	// TakeoverActions are what the operator's takeover commands (outboxctl
+	// takeover / release / takeovers) need on the outbox table: write, read
+	// and list the takeover items and read the heartbeats (GrantTakeover).
+	// Nothing deletes a takeover item (release marks it RELEASED).
+	TakeoverActions = []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem"}
 	// DescribeTableActions is what the custom resource that reads a
 	// replica's stream ARN calls (in its own Region, on the table's ARN).
 	DescribeTableActions = []string{"dynamodb:DescribeTable"}
@@ -93,8 +94,9 @@ type MultiRegionProps struct {
 	// records written before the table went multi-Region — list the
 	// existing table's Region first.
 	Regions []string
-	// PrimaryRegion is the Region whose stack creates the global table
-	// (one of Regions). Its stack must be deployed first: the other
+	// PrimaryRegion is the Region whose stack creates the global table:
+	// the first of Regions (the legacy owner; Validate refuses another),
+	// the existing table's Region. Its stack must be deployed first: the other
 	// Regions' stacks import their replica, which exists once the primary
 	// stack has created it.
 	PrimaryRegion string
@@ -128,6 +130,8 @@ func (m *MultiRegionProps) validate(encrypted bool) []error {
 		bad("Regions %v: %w", m.Regions, err)
 	case !slices.Contains(regions, m.PrimaryRegion):
 		bad("PrimaryRegion %q is not one of Regions %v", m.PrimaryRegion, m.Regions)
+	case regions[0] != m.PrimaryRegion:
+		bad("PrimaryRegion %q is not the first of Regions %v: the first Region is the legacy owner (reconciler.Config.LegacyOwner, which publishes the records written before the table went multi-Region) and must be the existing table's Region, the primary; list %s first", m.PrimaryRegion, m.Regions, m.PrimaryRegion)
 	}
 	if !tableNamePattern.MatchString(m.TableName) {
 		bad("TableName %q is not a DynamoDB table name (3..255 characters of a-z, A-Z, 0-9, '_', '-', '.'); the other Regions import the global table by it", m.TableName)
@@ -288,8 +292,9 @@ func (o *Outbox) replicationAlarms() {
 			continue
 		}
 		a := awscloudwatch.NewAlarm(o.Construct, jsii.String("ReplicationLatencyTo"+regionID(r)+"Alarm"), &awscloudwatch.AlarmProps{
-			AlarmDescription: jsii.String(fmt.Sprintf("Outbox table writes made in %s take more than %s to reach the replica in %s "+
-				"(no SLA on this latency). Before a takeover, add at least this lag to -lag-margin (docs/MULTI-REGION.md).", o.region, threshold, r)),
+			AlarmDescription: jsii.String(fmt.Sprintf("Replication of the outbox table from %[1]s (this Region) to %[2]s takes more than %[3]s "+
+				"(no SLA on this latency): %[2]s is behind %[1]s, or the replication is paused. For a takeover's -lag-margin read the failed Region's "+
+				"alarm if reachable, else the heartbeat ages outboxctl takeovers prints (docs/MULTI-REGION.md).", o.region, r, threshold)),
 			Metric:             o.ReplicationLatencyMetric(r),
 			Threshold:          jsii.Number(float64(threshold.Milliseconds())),
 			ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
@@ -333,7 +338,8 @@ func regionID(r string) string {
 func (o *Outbox) Region() string { return o.region }
 
 // GrantTakeover lets grantee (the role the operator runs outboxctl
-// takeover / release with) write, read, list and delete the takeover items:
+// takeover / release / takeovers with) write, read and list the takeover
+// items and read the heartbeats:
 // exactly TakeoverActions on the outbox table (this Region's replica; the
 // command writes in the surviving Region), plus KeyUseActions on
 // Props.EncryptionKey when one is set. The takeover items live in the

@@ -61,6 +61,7 @@ func TestMultiRegionPropsValidate(t *testing.T) {
 		{"bad Region", func(p *Props) { p.MultiRegion.Regions = []string{primary, "Europe"} }, "not an AWS Region name"},
 		{"twice", func(p *Props) { p.MultiRegion.Regions = []string{primary, primary} }, "twice"},
 		{"primary not listed", func(p *Props) { p.MultiRegion.PrimaryRegion = "us-east-1" }, "PrimaryRegion"},
+		{"primary not first", func(p *Props) { p.MultiRegion.Regions = []string{replica, primary} }, "is not the first of Regions [eu-central-1 eu-west-1]: the first Region is the legacy owner"},
 		{"no table name", func(p *Props) { p.MultiRegion.TableName = "" }, "TableName"},
 		{"bad table name", func(p *Props) { p.MultiRegion.TableName = "a b" }, "TableName"},
 		{"key without replica keys", func(p *Props) { p.EncryptionKey = fakeKey{} }, "ReplicaKeyArns has no key for replica Region eu-central-1"},
@@ -401,6 +402,19 @@ func TestMultiRegionReplicationLatencyAlarms(t *testing.T) {
 			if p["Namespace"] != DynamoDBNamespace || dims[DimensionTableName] != gtName || dims[DimensionReceivingRegion] != c.receiver {
 				t.Errorf("%s: alarm %s: %s", c.self, id, jsonOf(p))
 			}
+			// The metric is this Region → the other: a sustained alarm says
+			// the other Region is behind; the lag a takeover of this Region
+			// needs is read from this alarm, so the advice names the failed
+			// Region's alarm, not this one's.
+			desc, _ := p["AlarmDescription"].(string)
+			for _, w := range []string{"from " + c.self + " (this Region) to " + c.receiver, c.receiver + " is behind " + c.self, "the failed Region's alarm", "outboxctl takeovers"} {
+				if !strings.Contains(desc, w) {
+					t.Errorf("%s: alarm %s description %q, want %q", c.self, id, desc, w)
+				}
+			}
+			if strings.Contains(desc, "add at least this lag") {
+				t.Errorf("%s: alarm %s description %q tells to add this Region's outgoing lag to -lag-margin", c.self, id, desc)
+			}
 			if jsonOf(p["AlarmActions"]) != jsonOf([]any{ref(topic)}) || jsonOf(p["OKActions"]) != jsonOf([]any{ref(topic)}) {
 				t.Errorf("%s: alarm %s actions %s / %s", c.self, id, jsonOf(p["AlarmActions"]), jsonOf(p["OKActions"]))
 			}
@@ -453,6 +467,10 @@ func TestMultiRegionEnvironmentAndGrants(t *testing.T) {
 			}
 			if !has(c.st.id(s.operator), TakeoverActions) {
 				t.Errorf("operator grants: %v", c.st.grants(c.st.id(s.operator)))
+			}
+			// Least privilege: nothing the takeover commands call deletes.
+			if got := c.st.grants(c.st.id(s.operator))[table]; slices.Contains(got, "dynamodb:DeleteItem") {
+				t.Errorf("operator grants on %s include dynamodb:DeleteItem, which no takeover command calls: %v", table, got)
 			}
 		}
 	}
