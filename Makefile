@@ -135,7 +135,7 @@ chaos-history: deps $(OUTBOXDEV) ## history paths under faults, audited: replays
 	exec $(OUTBOXDEV) chaos-history $(CHAOS_ARGS) $(ARGS)
 
 # make chaos-regions SEED=7 EVENTS=1000 (or ARGS='-seed 7 -tail-prob 0.05 -v ...')
-chaos-regions: deps $(OUTBOXDEV) ## two local Regions under replication faults (internal/mrec), one lost, taken over and recovered, wrong-Region writes fenced, audited; 3,000 operations by default, about 40 s on 2 cores (SEED=, EVENTS=, or ARGS='...')
+chaos-regions: deps $(OUTBOXDEV) ## two local Regions under replication faults (internal/mrec), one lost, taken over and recovered, wrong-Region writes fenced, audited; 3,000 operations by default, about 25 s on a quiet 2-core machine (SEED=, EVENTS=, or ARGS='...')
 	exec $(OUTBOXDEV) chaos-regions $(if $(SEED),-seed $(SEED)) $(if $(EVENTS),-events $(EVENTS)) $(ARGS)
 
 bench: deps build $(OUTBOXDEV) ## measure the cost of an event and print the report under results/ (ARGS='...')
