@@ -321,18 +321,7 @@ func (m *Marker) MarkAll(ctx context.Context, marks []Mark) []error {
 // exists, fail the condition (ConditionalCheckFailedException), are logged
 // and count as done (nil). Other errors are returned wrapped.
 func (m *Marker) MarkPublished(ctx context.Context, key outbox.Key, env outbox.Envelope, busEventID string) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("mark published %s: no time left: %w", env.EventID, err)
-	}
-	now := m.cfg.Now().UTC()
-	upd := expression.
-		Set(expression.Name(outbox.AttrStatus), expression.Value(outbox.StatusPublished)).
-		Set(expression.Name(outbox.AttrPublishedAt), expression.Value(now.Format(time.RFC3339Nano))).
-		Set(expression.Name(outbox.AttrExpiresAt), expression.Value(now.Add(m.cfg.PublishedRetention).Unix())).
-		Set(expression.Name(outbox.AttrBusEventID), expression.Value(busEventID)).
-		Remove(expression.Name(outbox.AttrPendingShard))
-	notPublished := expression.Name(outbox.AttrStatus).NotEqual(expression.Value(outbox.StatusPublished))
-	if err := m.update(ctx, key, upd, notPublished); err != nil {
+	if err := m.markPublished(ctx, key, env, busEventID); err != nil {
 		if isConditionFailed(err) {
 			m.log(ctx, slog.LevelWarn, "relay: record to mark published is already published or no longer exists; left as is", env, key, "bus_event_id", busEventID)
 			return nil
@@ -354,34 +343,7 @@ func (m *Marker) MarkPublished(ctx context.Context, key outbox.Key, env outbox.E
 // is no longer generation (nothing is written: publish it), or the store's
 // error.
 func (m *Marker) MarkPublishedAtGeneration(ctx context.Context, key outbox.Key, env outbox.Envelope, busEventID string, generation int64) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("mark published %s: no time left: %w", env.EventID, err)
-	}
-	now := m.cfg.Now().UTC()
-	upd := expression.
-		Set(expression.Name(outbox.AttrStatus), expression.Value(outbox.StatusPublished)).
-		Set(expression.Name(outbox.AttrPublishedAt), expression.Value(now.Format(time.RFC3339Nano))).
-		Set(expression.Name(outbox.AttrExpiresAt), expression.Value(now.Add(m.cfg.PublishedRetention).Unix())).
-		Set(expression.Name(outbox.AttrBusEventID), expression.Value(busEventID)).
-		Remove(expression.Name(outbox.AttrPendingShard))
-	cond := expression.AttributeExists(expression.Name(outbox.AttrPK)).
-		And(expression.Name(outbox.AttrStatus).NotEqual(expression.Value(outbox.StatusPublished))).
-		And(GenerationCondition(generation))
-	expr, err := expression.NewBuilder().WithUpdate(upd).WithCondition(cond).Build()
-	if err != nil {
-		return fmt.Errorf("build expression: %w", err)
-	}
-	callCtx, cancel := context.WithTimeout(ctx, m.cfg.CallTimeout)
-	defer cancel()
-	_, err = m.ddb.UpdateItem(callCtx, &dynamodb.UpdateItemInput{
-		TableName:                           aws.String(m.cfg.Table),
-		Key:                                 key.AttributeValues(),
-		UpdateExpression:                    expr.Update(),
-		ConditionExpression:                 expr.Condition(),
-		ExpressionAttributeNames:            expr.Names(),
-		ExpressionAttributeValues:           expr.Values(),
-		ReturnValuesOnConditionCheckFailure: ddbtypes.ReturnValuesOnConditionCheckFailureAllOld,
-	})
+	err := m.markPublished(ctx, key, env, busEventID, GenerationCondition(generation))
 	var ccf *ddbtypes.ConditionalCheckFailedException
 	if errors.As(err, &ccf) {
 		if len(ccf.Item) == 0 || attrS(ccf.Item, outbox.AttrStatus) == outbox.StatusPublished {
@@ -395,6 +357,24 @@ func (m *Marker) MarkPublishedAtGeneration(ctx context.Context, key outbox.Key, 
 	}
 	m.log(ctx, slog.LevelInfo, "relay: published", env, key, "bus_event_id", busEventID)
 	return nil
+}
+
+// markPublished sends MarkPublished's update, with its condition and any
+// extra ones; a failed condition returns the stored item (ALL_OLD) in the
+// ConditionalCheckFailedException.
+func (m *Marker) markPublished(ctx context.Context, key outbox.Key, env outbox.Envelope, busEventID string, extra ...expression.ConditionBuilder) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("no time left: %w", err)
+	}
+	now := m.cfg.Now().UTC()
+	upd := expression.
+		Set(expression.Name(outbox.AttrStatus), expression.Value(outbox.StatusPublished)).
+		Set(expression.Name(outbox.AttrPublishedAt), expression.Value(now.Format(time.RFC3339Nano))).
+		Set(expression.Name(outbox.AttrExpiresAt), expression.Value(now.Add(m.cfg.PublishedRetention).Unix())).
+		Set(expression.Name(outbox.AttrBusEventID), expression.Value(busEventID)).
+		Remove(expression.Name(outbox.AttrPendingShard))
+	notPublished := expression.Name(outbox.AttrStatus).NotEqual(expression.Value(outbox.StatusPublished))
+	return m.update(ctx, key, upd, append([]expression.ConditionBuilder{notPublished}, extra...)...)
 }
 
 func (m *Marker) update(ctx context.Context, key outbox.Key, upd expression.UpdateBuilder, extra ...expression.ConditionBuilder) error {
@@ -412,12 +392,13 @@ func (m *Marker) update(ctx context.Context, key outbox.Key, upd expression.Upda
 	callCtx, cancel := context.WithTimeout(ctx, m.cfg.CallTimeout)
 	defer cancel()
 	_, err = m.ddb.UpdateItem(callCtx, &dynamodb.UpdateItemInput{
-		TableName:                 aws.String(m.cfg.Table),
-		Key:                       key.AttributeValues(),
-		UpdateExpression:          expr.Update(),
-		ConditionExpression:       expr.Condition(),
-		ExpressionAttributeNames:  expr.Names(),
-		ExpressionAttributeValues: expr.Values(),
+		TableName:                           aws.String(m.cfg.Table),
+		Key:                                 key.AttributeValues(),
+		UpdateExpression:                    expr.Update(),
+		ConditionExpression:                 expr.Condition(),
+		ExpressionAttributeNames:            expr.Names(),
+		ExpressionAttributeValues:           expr.Values(),
+		ReturnValuesOnConditionCheckFailure: ddbtypes.ReturnValuesOnConditionCheckFailureAllOld,
 	})
 	return err
 }
