@@ -199,9 +199,7 @@ func (r *Replicator) apply(d *direction, e *entry) {
 	dest := r.regions[d.to]
 	ik := itemKey{d.to, e.tk()}
 	r.mu.Lock()
-	if cur, ok := r.ver[ik]; ok && !e.ver.newer(cur) {
-		d.stats.SuppressedByLWW++
-		r.finishLocked(d, e)
+	if r.suppressLocked(d, e, ik) {
 		r.mu.Unlock()
 		return
 	}
@@ -215,9 +213,7 @@ func (r *Replicator) apply(d *direction, e *entry) {
 	}
 	readAt := time.Now()
 	r.mu.Lock()
-	if cur, ok := r.ver[ik]; ok && !e.ver.newer(cur) {
-		d.stats.SuppressedByLWW++
-		r.finishLocked(d, e)
+	if r.suppressLocked(d, e, ik) { // again: the destination may have moved during the read
 		r.mu.Unlock()
 		return
 	}
@@ -302,6 +298,18 @@ func (r *Replicator) deliveredLocked(d *direction, e *entry) {
 		d.maxDelivered = e.last
 	}
 	r.finishLocked(d, e)
+}
+
+// suppressLocked reports whether e loses last-writer-wins against the
+// destination's current version of its item, and if so counts and finishes
+// it. r.mu is held.
+func (r *Replicator) suppressLocked(d *direction, e *entry, ik itemKey) bool {
+	if cur, ok := r.ver[ik]; ok && !e.ver.newer(cur) {
+		d.stats.SuppressedByLWW++
+		r.finishLocked(d, e)
+		return true
+	}
+	return false
 }
 
 func (r *Replicator) finishLocked(d *direction, e *entry) {

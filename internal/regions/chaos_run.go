@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -179,18 +180,17 @@ func (c *chaosRun) takeover(ctx context.Context) error {
 	// record another run holds is left to that run (claimed by a peer), so
 	// one run need not take over all of them. Bounded by SettleTimeout;
 	// what is left then is a finding.
-	var (
-		pending []string
-		marks   map[string]bool
-	)
+	// A's records in B's replica do not change meanwhile (A is lost to
+	// replication and B never writes them): read them once.
+	pending, err := pendingOf(ctx, rt.B.Stack.DDB, RegionA)
+	if err != nil {
+		return err
+	}
+	var marks map[string]bool
 	deadline := time.Now().Add(cfg.SettleTimeout)
 	for {
 		if _, err := rt.B.Stack.Reconciler.Run(ctx); err != nil {
 			return fmt.Errorf("regions: %s's reconciler under the takeover: %w", RegionB, err)
-		}
-		var err error
-		if pending, err = pendingOf(ctx, rt.B.Stack.DDB, RegionA); err != nil {
-			return err
 		}
 		if marks, err = publishedMarks(ctx, rt.B.Stack.DDB, RegionA, RegionB); err != nil {
 			return err
@@ -416,10 +416,14 @@ func pendingOf(ctx context.Context, ddb *dynamodb.Client, origin string) ([]stri
 func publishedMarks(ctx context.Context, ddb *dynamodb.Client, failed, survivor string) (map[string]bool, error) {
 	pk := reconciler.MarkKey(failed, survivor, "").PK
 	out := map[string]bool{}
+	expr, err := expression.NewBuilder().WithKeyCondition(expression.Key(outbox.AttrPK).Equal(expression.Value(pk))).Build()
+	if err != nil {
+		return nil, fmt.Errorf("regions: the takeover marks' key condition: %w", err)
+	}
 	p := dynamodb.NewQueryPaginator(ddb, &dynamodb.QueryInput{TableName: aws.String(OutboxTable), ConsistentRead: aws.Bool(true),
-		KeyConditionExpression:    aws.String("#pk = :pk"),
-		ExpressionAttributeNames:  map[string]string{"#pk": outbox.AttrPK},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": &types.AttributeValueMemberS{Value: pk}}})
+		KeyConditionExpression:    expr.KeyCondition(),
+		ExpressionAttributeNames:  expr.Names(),
+		ExpressionAttributeValues: expr.Values()})
 	for p.HasMorePages() {
 		page, err := p.NextPage(ctx)
 		if err != nil {

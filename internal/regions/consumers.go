@@ -3,12 +3,13 @@ package regions
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
-	"strconv"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -84,13 +85,13 @@ type consumer struct {
 	cfg     dedup.ConsumerConfig
 	applier *dedup.Applier
 	log     *slog.Logger
-	effects func(env outbox.Envelope, p Payload) types.TransactWriteItem
+	effects func(env outbox.Envelope, p Payload) (types.TransactWriteItem, error)
 }
 
 // newConsumer builds the consumer's handler: checked and decoded events
 // (Accept), applied once with their effects (ApplyEvent), and for an
 // ordered one, an early event held (Hold) and buffered by the resequencer.
-func newConsumer(env localstack.ConsumerEnv, ordering dedup.Ordering, effects func(outbox.Envelope, Payload) types.TransactWriteItem) (sqsconsumer.EventHandler, error) {
+func newConsumer(env localstack.ConsumerEnv, ordering dedup.Ordering, effects func(outbox.Envelope, Payload) (types.TransactWriteItem, error)) (sqsconsumer.EventHandler, error) {
 	log := slog.New(slog.DiscardHandler)
 	c, err := dedup.NewConsumer(env.Name, env.DDB, dedup.ConsumerConfig{Table: env.StateTable, ExpectedSource: env.Source,
 		Resequencer: dedup.ResequencerConfig{Metrics: io.Discard}, Logger: log}, 0, ordering)
@@ -114,44 +115,55 @@ func (c *consumer) handle(ctx context.Context, ev events.EventBridgeEvent) error
 	if err := env.DecodePayload(&p); err != nil {
 		return dedup.Refuse(ctx, log, c.name, sqsconsumer.ReasonMalformedEvent, err)
 	}
-	_, err = c.applier.ApplyEvent(ctx, env, []types.TransactWriteItem{c.effects(env, p)})
+	effect, err := c.effects(env, p)
+	if err != nil {
+		return err
+	}
+	_, err = c.applier.ApplyEvent(ctx, env, []types.TransactWriteItem{effect})
 	if errors.Is(err, dedup.ErrSequenceGap) {
 		return c.cfg.Hold(ctx, log, err)
 	}
 	return err
 }
 
+// update is the effect's Update of the item pk in the consumer's table,
+// built with the SDK's expression builder.
+func update(table, pk string, upd expression.UpdateBuilder) (types.TransactWriteItem, error) {
+	expr, err := expression.NewBuilder().WithUpdate(upd).Build()
+	if err != nil {
+		return types.TransactWriteItem{}, fmt.Errorf("regions: build the effect on %s: %w", pk, err)
+	}
+	return types.TransactWriteItem{Update: &types.Update{
+		TableName:                 aws.String(table),
+		Key:                       map[string]types.AttributeValue{dedup.AttrPK: &types.AttributeValueMemberS{Value: pk}},
+		UpdateExpression:          expr.Update(),
+		ExpressionAttributeNames:  expr.Names(),
+		ExpressionAttributeValues: expr.Values(),
+	}}, nil
+}
+
 // statementHandler is the statement consumer: ordered, appending the
 // sequence and event id to the account's statement.
 func statementHandler(env localstack.ConsumerEnv) (sqsconsumer.EventHandler, error) {
-	return newConsumer(env, dedup.Ordered, func(e outbox.Envelope, p Payload) types.TransactWriteItem {
-		return types.TransactWriteItem{Update: &types.Update{
-			TableName:        aws.String(env.StateTable),
-			Key:              map[string]types.AttributeValue{dedup.AttrPK: &types.AttributeValueMemberS{Value: StatementKey(e.AggregateID)}},
-			UpdateExpression: aws.String("SET seqs = list_append(if_not_exists(seqs, :empty), :seq), events = list_append(if_not_exists(events, :empty), :id), balance = :b"),
-			ExpressionAttributeValues: map[string]types.AttributeValue{
-				":empty": &types.AttributeValueMemberL{Value: []types.AttributeValue{}},
-				":seq":   &types.AttributeValueMemberL{Value: []types.AttributeValue{&types.AttributeValueMemberN{Value: strconv.FormatInt(e.Sequence, 10)}}},
-				":id":    &types.AttributeValueMemberL{Value: []types.AttributeValue{&types.AttributeValueMemberS{Value: e.EventID}}},
-				":b":     &types.AttributeValueMemberN{Value: strconv.FormatInt(p.Balance, 10)},
-			},
-		}}
+	return newConsumer(env, dedup.Ordered, func(e outbox.Envelope, p Payload) (types.TransactWriteItem, error) {
+		empty := expression.Value(&types.AttributeValueMemberL{Value: []types.AttributeValue{}})
+		appendTo := func(name string, v any) expression.SetValueBuilder {
+			return expression.ListAppend(expression.IfNotExists(expression.Name(name), empty), expression.Value([]any{v}))
+		}
+		return update(env.StateTable, StatementKey(e.AggregateID), expression.
+			Set(expression.Name("seqs"), appendTo("seqs", e.Sequence)).
+			Set(expression.Name("events"), appendTo("events", e.EventID)).
+			Set(expression.Name("balance"), expression.Value(p.Balance)))
 	})
 }
 
 // notifyHandler is the notify consumer: unordered, counting each event it
 // applies on its notice.
 func notifyHandler(env localstack.ConsumerEnv) (sqsconsumer.EventHandler, error) {
-	return newConsumer(env, dedup.Unordered, func(e outbox.Envelope, _ Payload) types.TransactWriteItem {
-		return types.TransactWriteItem{Update: &types.Update{
-			TableName:        aws.String(env.StateTable),
-			Key:              map[string]types.AttributeValue{dedup.AttrPK: &types.AttributeValueMemberS{Value: NoticeKey(e.EventID)}},
-			UpdateExpression: aws.String("ADD applied :one SET account = :a, seq = :s"),
-			ExpressionAttributeValues: map[string]types.AttributeValue{
-				":one": &types.AttributeValueMemberN{Value: "1"},
-				":a":   &types.AttributeValueMemberS{Value: e.AggregateID},
-				":s":   &types.AttributeValueMemberN{Value: strconv.FormatInt(e.Sequence, 10)},
-			},
-		}}
+	return newConsumer(env, dedup.Unordered, func(e outbox.Envelope, _ Payload) (types.TransactWriteItem, error) {
+		return update(env.StateTable, NoticeKey(e.EventID), expression.
+			Add(expression.Name("applied"), expression.Value(1)).
+			Set(expression.Name("account"), expression.Value(e.AggregateID)).
+			Set(expression.Name("seq"), expression.Value(e.Sequence)))
 	})
 }
