@@ -97,15 +97,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	click(bctx, t, `section.refusing button[data-action="/actions/stop-refusing"]`, "take the bus's deliveries again")
 	click(bctx, t, ruleDLQ+` button[data-action="/actions/rule-dlq-redrive"]`, "2 message(s) redriven from console-notifier-order-events-rule-dlq to console-notifier; 0 left on the DLQ")
 	waitRows(bctx, t, id, map[string][]string{order.EventOrderPlaced: {"notifier: applied"}, order.EventOrderPaid: {"notifier: applied"}}, 30*time.Second)
-	path, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS(fmt.Sprintf(`article[data-order=%q] tr[data-type=%q] td.path`, id, order.EventOrderPaid))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, w := range []string{"committed", "relay", "published", " ms"} {
-		if !strings.Contains(path, w) {
-			t.Errorf("OrderPaid's path %q does not show %q", path, w)
-		}
-	}
+	waitPath(bctx, t, id, order.EventOrderPaid, []string{"committed", "relay", "published", " ms"})
 
 	// OrderShipped is parked; lift the fault, redrive it from the page.
 	parked := `tr.parked-record td`
@@ -119,15 +111,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	// The scheduled reconciler (every DevReconcileEvery) publishes it once
 	// older than DevReconcileAfter.
 	waitRows(bctx, t, id, map[string][]string{order.EventOrderShipped: {"ledger: applied", "notifier: applied"}}, 2*devPublishWithin())
-	path, err = chromedp.Run(bctx, chromedp.Text(chromedp.CSS(fmt.Sprintf(`article[data-order=%q] tr[data-type=%q] td.path`, id, order.EventOrderShipped))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, w := range []string{"parked", "re-sent by the reconciler"} {
-		if !strings.Contains(path, w) {
-			t.Errorf("OrderShipped's path %q does not show %q", path, w)
-		}
-	}
+	waitPath(bctx, t, id, order.EventOrderShipped, []string{"parked", "re-sent by the reconciler"})
 
 	if out := os.Getenv("CONSOLE_SCREENSHOT"); out != "" {
 		png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
@@ -211,6 +195,33 @@ func waitRows(ctx context.Context, t *testing.T, id string, want map[string][]st
 			t.Fatalf("after %s the console does not show: %s (err %v)", within, strings.Join(missing, "; "), err)
 		}
 		time.Sleep(300 * time.Millisecond)
+	}
+}
+
+// waitPath waits until the path cell of event type typ of order id shows
+// every wanted text, read in one script (the page re-renders as it polls,
+// so a single read can land on a cell being replaced and see it empty); it
+// fails naming what the cell shows after 10 s.
+func waitPath(ctx context.Context, t *testing.T, id, typ string, want []string) {
+	t.Helper()
+	js := fmt.Sprintf(`(() => { const c = document.querySelector('article[data-order=%q] tr[data-type=%q] td.path'); return c ? c.innerText : ""; })()`, id, typ)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		path, err := chromedp.Run(ctx, chromedp.Evaluate[string](js))
+		var missing []string
+		for _, w := range want {
+			if !strings.Contains(path, w) {
+				missing = append(missing, w)
+			}
+		}
+		if err == nil && len(missing) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("%s's path %q does not show %q (err %v)", typ, path, missing, err)
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 
